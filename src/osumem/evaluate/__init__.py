@@ -1,0 +1,1 @@
+"""Metrics, cells, statistics and the benchmark runner."""

@@ -1,0 +1,100 @@
+"""Retrieval metrics (SPEC §7): Hit@1, Hit@2, Recall, recall by temporal distance.
+
+Per-query values are computed once, into result rows; every table reads the rows.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+#: Temporal-distance buckets (steps between an evidence step and the query time).
+DISTANCE_EDGES: tuple[int, ...] = (0, 50, 100, 200)
+
+
+@dataclass(frozen=True)
+class QueryScore:
+    """Per-query metric values and the per-evidence detail behind them."""
+
+    hit1: float
+    hit2: float
+    recall: float
+    n_evidence: int
+    n_found: int
+    ev_distance: tuple[int, ...]
+    ev_found: tuple[bool, ...]
+
+
+def score_query(selected: NDArray[np.int64], evidence: Sequence[int], t: int) -> QueryScore:
+    """Score one retrieval against its evidence.
+
+    Hit@k is 1 when at least ``k`` evidence steps are among the selected ones (a query
+    with fewer than ``k`` evidence steps cannot hit at ``k``); Recall is the fraction
+    of evidence retrieved.
+    """
+    ev = np.asarray(evidence, dtype=np.int64)
+    found = np.isin(ev, selected)
+    n_found = int(found.sum())
+    n_ev = int(ev.size)
+    return QueryScore(
+        hit1=float(n_found >= 1),
+        hit2=float(n_found >= 2),
+        recall=n_found / n_ev if n_ev else 0.0,
+        n_evidence=n_ev,
+        n_found=n_found,
+        ev_distance=tuple(int(t - e) for e in ev),
+        ev_found=tuple(bool(f) for f in found),
+    )
+
+
+def distance_bucket_labels(edges: Sequence[int] = DISTANCE_EDGES) -> list[str]:
+    """Readable labels of the distance buckets, e.g. ``"0-49"``, ``"200+"``."""
+    labels = [f"{lo}-{hi - 1}" for lo, hi in itertools.pairwise(edges)]
+    return [*labels, f"{edges[-1]}+"]
+
+
+def recall_by_distance(rows: pd.DataFrame, edges: Sequence[int] = DISTANCE_EDGES) -> pd.DataFrame:
+    """Recall per temporal-distance bucket, per method and budget, from result rows.
+
+    Each evidence step counts once in its bucket (micro-average over evidence).
+    """
+    ex = rows[["method", "budget", "ev_distance", "ev_found"]].explode(["ev_distance", "ev_found"])
+    ex = ex.dropna(subset=["ev_distance"])
+    labels = distance_bucket_labels(edges)
+    idx = np.searchsorted(np.asarray(edges), ex["ev_distance"].astype(int), side="right") - 1
+    ex = ex.assign(bucket=pd.Categorical([labels[i] for i in idx], labels, ordered=True))
+    ex["ev_found"] = ex["ev_found"].astype(float)
+    out = ex.groupby(["method", "budget", "bucket"], observed=True)["ev_found"].agg(
+        recall="mean", n="size"
+    )
+    return out.reset_index()
+
+
+def summarise(rows: pd.DataFrame) -> pd.DataFrame:
+    """Mean Recall, Hit@1, Hit@2 and query count per method and budget."""
+    g = rows.groupby(["method", "budget"], sort=False)
+    out = g.agg(
+        recall=("recall", "mean"),
+        hit1=("hit1", "mean"),
+        hit2=("hit2", "mean"),
+        n=("recall", "size"),
+    )
+    return out.reset_index()
+
+
+def summary_json(rows: pd.DataFrame) -> dict[str, dict[str, dict[str, float]]]:
+    """``{"method": {"budget": {"recall", "hit1", "hit2", "n"}}}`` as the CLI prints it."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for rec in summarise(rows).itertuples(index=False):
+        out.setdefault(str(rec.method), {})[str(int(rec.budget))] = {
+            "recall": round(float(rec.recall), 6),
+            "hit1": round(float(rec.hit1), 6),
+            "hit2": round(float(rec.hit2), 6),
+            "n": int(rec.n),
+        }
+    return out

@@ -1,0 +1,250 @@
+"""Evaluate methods × budgets over episodes into per-query result rows.
+
+Rows are the single source of truth for every table, test and plot. Each method is
+fitted once per distinct query time on the causal prefix (steps before ``t``), so no
+method can see the future; construction time is recorded and spread over the
+retrievals that share the fit (``build_share_s``), giving amortised latency.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from joblib import Parallel, delayed
+from tqdm.auto import tqdm
+
+from osumem.errors import ConfigError
+from osumem.evaluate.metrics import score_query
+from osumem.retrieve.base import check_budget
+from osumem.retrieve.registry import create, get_spec, make_config, params_for
+from osumem.types import Episode
+
+#: Columns every result row has (more may follow).
+ROW_COLUMNS: tuple[str, ...] = (
+    "benchmark",
+    "seed",
+    "episode",
+    "query",
+    "method",
+    "budget",
+    "hit1",
+    "hit2",
+    "recall",
+    "n_evidence",
+    "n_found",
+    "cell",
+    "latency_s",
+    "build_share_s",
+    "build_s",
+    "n_steps",
+    "t",
+    "n_selected",
+    "cost",
+    "ev_distance",
+    "ev_found",
+)
+
+
+@dataclass(frozen=True)
+class MethodRun:
+    """One method column of an experiment: a label, a registry name and parameters."""
+
+    label: str
+    method: str
+    params: Mapping[str, str] = field(default_factory=dict)
+
+
+_SPEC_RE = re.compile(r"^(?P<name>[A-Za-z0-9_]+)(?:\[(?P<params>[^\]]*)\])?$")
+
+
+def split_methods(text: str) -> list[str]:
+    """Split a ``--methods`` value on commas outside brackets."""
+    out, depth, cur = [], 0, []
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    out.append("".join(cur).strip())
+    return [m for m in out if m]
+
+
+def parse_method_runs(
+    methods: Iterable[str], overrides: Mapping[str, Mapping[str, str]] | None = None
+) -> list[MethodRun]:
+    """Turn method specs into runs, validating every one before anything runs.
+
+    A spec is a registry name, optionally with inline parameters:
+    ``osumem[max_memberships=3;novelty=false]`` (its label is the spec itself).
+    ``overrides`` are the ``--set`` values; inline parameters win over them. All
+    problems are reported at once in one :class:`ConfigError`.
+    """
+    runs, problems = [], []
+    for spec in methods:
+        m = _SPEC_RE.match(spec.strip())
+        if not m:
+            problems.append(f"cannot parse method spec {spec!r}")
+            continue
+        name = m.group("name")
+        try:
+            get_spec(name)
+        except KeyError as exc:
+            problems.append(str(exc))
+            continue
+        params = dict(params_for(name, overrides or {}))
+        for part in filter(None, (m.group("params") or "").split(";")):
+            key, sep, value = part.partition("=")
+            if not sep:
+                problems.append(f"{spec}: expected param=value, got {part!r}")
+                continue
+            params[key.strip()] = value.strip()
+        try:
+            make_config(name, params)
+        except Exception as exc:  # report every bad spec together
+            problems.append(str(exc))
+            continue
+        runs.append(MethodRun(label=spec.strip(), method=name, params=params))
+    labels = [r.label for r in runs]
+    dupes = sorted({x for x in labels if labels.count(x) > 1})
+    if dupes:
+        problems.append(f"methods listed twice: {dupes}")
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return runs
+
+
+def evaluate_episode(
+    episode: Episode,
+    runs: Sequence[MethodRun],
+    budgets: Sequence[int],
+    *,
+    benchmark: str,
+    seed: int,
+) -> list[dict[str, Any]]:
+    """Per-query rows for one episode, every method and budget."""
+    rows: list[dict[str, Any]] = []
+    by_t: dict[int, list] = defaultdict(list)
+    for q in episode.queries:
+        by_t[int(q.t)].append(q)
+    for run in runs:
+        retriever = create(run.method, run.params, seed=seed)
+        for t in sorted(by_t):
+            queries = by_t[t]
+            start = time.perf_counter()
+            retriever.fit(episode.view.prefix(t))
+            build_s = time.perf_counter() - start
+            share = build_s / (len(queries) * len(budgets))
+            for q in queries:
+                ev = np.asarray(q.evidence, dtype=np.int64) if retriever.is_oracle else None
+                for b in budgets:
+                    start = time.perf_counter()
+                    sel = retriever.retrieve(q.vector, b, evidence=ev)
+                    latency = time.perf_counter() - start
+                    if sel.cost > b or (sel.positions.size and sel.positions.max() >= t):
+                        raise RuntimeError(
+                            f"{run.label} broke the budget or causality on {q.qid} at B={b}"
+                        )
+                    s = score_query(sel.positions, q.evidence, t)
+                    rows.append(
+                        {
+                            "benchmark": benchmark,
+                            "seed": seed,
+                            "episode": episode.episode_id,
+                            "query": q.qid,
+                            "method": run.label,
+                            "budget": int(b),
+                            "hit1": s.hit1,
+                            "hit2": s.hit2,
+                            "recall": s.recall,
+                            "n_evidence": s.n_evidence,
+                            "n_found": s.n_found,
+                            "cell": q.cell,
+                            "latency_s": latency,
+                            "build_share_s": share,
+                            "build_s": build_s,
+                            "n_steps": episode.view.n,
+                            "t": t,
+                            "n_selected": len(sel),
+                            "cost": sel.cost,
+                            "ev_distance": list(s.ev_distance),
+                            "ev_found": list(s.ev_found),
+                        }
+                    )
+    return rows
+
+
+def run(
+    episodes: Sequence[tuple[int, Episode]],
+    runs: Sequence[MethodRun],
+    budgets: Sequence[int],
+    *,
+    benchmark: str,
+    jobs: int = 1,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Evaluate ``runs`` × ``budgets`` over ``(seed, episode)`` pairs, in parallel over
+    episodes with joblib; returns the per-query rows in a deterministic order."""
+    budgets = [check_budget(b) for b in budgets]
+    if not budgets:
+        raise ConfigError("no budgets given")
+    if not runs:
+        raise ConfigError("no methods given")
+    tasks = (
+        delayed(evaluate_episode)(ep, runs, budgets, benchmark=benchmark, seed=seed)
+        for seed, ep in episodes
+    )
+    parallel = Parallel(n_jobs=jobs, return_as="generator", batch_size="auto")
+    results = tqdm(
+        parallel(tasks),
+        total=len(episodes),
+        desc=f"{benchmark}",
+        unit="ep",
+        disable=not progress,
+        leave=False,
+    )
+    rows = [row for chunk in results for row in chunk]
+    df = pd.DataFrame(rows, columns=list(ROW_COLUMNS))
+    method_order = {r.label: i for i, r in enumerate(runs)}
+    df["_m"] = df["method"].map(method_order)
+    df = df.sort_values(["_m", "budget"], kind="stable").drop(columns="_m")
+    return df.reset_index(drop=True)
+
+
+def write_results(
+    out_dir: Path, rows: pd.DataFrame, meta: Mapping[str, Any], *, name: str = "rows"
+) -> Path:
+    """Write ``rows`` to ``out_dir/<name>.parquet`` and metadata beside it, atomically
+    (temporary files renamed into place, so nothing is half-written)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"{name}.parquet"
+    tmp = out_dir / f".{name}.parquet.tmp"
+    rows.to_parquet(tmp, index=False)
+    tmp.replace(target)
+    meta_tmp = out_dir / f".{name}.json.tmp"
+    meta_tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    meta_tmp.replace(out_dir / f"{name}.json")
+    return target
+
+
+def read_results(path: Path) -> pd.DataFrame:
+    """Read result rows written by :func:`write_results` (a file or a directory)."""
+    path = Path(path)
+    files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
+    if not files:
+        raise FileNotFoundError(f"no result rows (*.parquet) in {path}")
+    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)

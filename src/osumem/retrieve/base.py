@@ -1,0 +1,211 @@
+"""The retriever interface and the one shared packer (SPEC §5).
+
+Every method, baselines, ablations and oracles included, is a :class:`Retriever`
+subclass plus a frozen config dataclass. ``fit`` builds the method's structure over a
+:class:`~osumem.types.MemoryView`; ``retrieve`` validates the query and budget at the
+boundary and returns step positions packed under the budget.
+
+Packing policy (shared, SPEC §5): walk candidates in rank order and add each step that
+still fits in the remaining budget (first fit); never exceed the budget. Greedy methods
+whose scores depend on what is already selected (MMR, novelty, coverage) use
+:func:`greedy_pack`, which applies the same first-fit rule at every pick.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Self
+
+import numpy as np
+from numpy.typing import NDArray
+
+from osumem.errors import BudgetError, ConfigError, InvalidInputError
+from osumem.types import IntArray, MemoryView
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetrieverConfig:
+    """Base of every method's frozen, keyword-only parameter set."""
+
+    def replace(self, **changes: Any) -> Self:
+        """A copy with ``changes`` applied; unknown names raise :class:`ConfigError`."""
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise ConfigError(
+                f"{type(self).__name__}: unknown parameter(s) {unknown}; known: {sorted(names)}"
+            )
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a retriever returns: positions in selection order and their total cost."""
+
+    positions: IntArray
+    cost: int
+
+    def __len__(self) -> int:
+        return int(self.positions.shape[0])
+
+
+def check_budget(budget: Any) -> int:
+    """Validate a token budget: a positive integer."""
+    if isinstance(budget, bool) or not isinstance(budget, int | np.integer):
+        raise BudgetError(f"budget must be a positive integer, got {budget!r}")
+    if budget <= 0:
+        raise BudgetError(f"budget must be a positive integer, got {budget}")
+    return int(budget)
+
+
+def pack_first_fit(order: NDArray[Any], costs: NDArray[Any], budget: int) -> IntArray:
+    """First-fit packing of ranked candidates.
+
+    Walks ``order`` (step positions, best first) and keeps each step whose cost still
+    fits in what is left of ``budget``. Vectorised: each loop iteration takes the
+    longest run of consecutive candidates that fits at once (a cumulative sum), then
+    jumps to the next candidate small enough for the remainder, so the number of
+    iterations is the number of skipped candidates that split runs, not the number of
+    steps.
+    """
+    order = np.asarray(order, dtype=np.int64)
+    c = np.asarray(costs, dtype=np.int64)[order]
+    taken: list[IntArray] = []
+    remaining = int(budget)
+    i = 0
+    n = order.shape[0]
+    while i < n and remaining > 0:
+        csum = np.cumsum(c[i:])
+        k = int(np.searchsorted(csum, remaining, side="right"))
+        if k:
+            taken.append(order[i : i + k])
+            remaining -= int(csum[k - 1])
+            i += k
+        if i >= n:
+            break
+        fits = np.flatnonzero(c[i:] <= remaining)
+        if fits.size == 0:
+            break
+        i += int(fits[0])
+    if not taken:
+        return np.empty(0, dtype=np.int64)
+    return np.concatenate(taken)
+
+
+def greedy_pack(
+    scores: NDArray[Any],
+    candidates: NDArray[Any],
+    costs: NDArray[Any],
+    budget: int,
+    on_pick: Callable[[int], NDArray[Any] | None] | None = None,
+) -> IntArray:
+    """Greedy selection under the shared first-fit rule.
+
+    At each step the best-scoring unpicked candidate among those that still fit is
+    taken; ``on_pick(j)`` (``j`` an index into ``candidates``) may return an additive
+    update to every candidate's score (e.g. an MMR or novelty penalty). Ties go to the
+    earlier candidate. Each iteration is vectorised over the candidates.
+    """
+    cand = np.asarray(candidates, dtype=np.int64)
+    score = np.array(scores, dtype=np.float64, copy=True)
+    cost = np.asarray(costs, dtype=np.int64)[cand]
+    alive = np.ones(cand.shape[0], dtype=bool)
+    remaining = int(budget)
+    picked: list[int] = []
+    while True:
+        alive &= cost <= remaining
+        if not alive.any():
+            break
+        j = int(np.argmax(np.where(alive, score, -np.inf)))
+        picked.append(j)
+        alive[j] = False
+        remaining -= int(cost[j])
+        if on_pick is not None:
+            delta = on_pick(j)
+            if delta is not None:
+                score += delta
+    return cand[np.asarray(picked, dtype=np.int64)] if picked else np.empty(0, dtype=np.int64)
+
+
+class Retriever(ABC):
+    """A retrieval method. Subclasses set ``name`` and ``Config`` and implement
+    :meth:`_build` (optional) and :meth:`_select`.
+
+    Learned state lives in attributes ending with ``_`` and is set by :meth:`fit`.
+    """
+
+    name: ClassVar[str] = ""
+    Config: ClassVar[type[RetrieverConfig]] = RetrieverConfig
+    #: True for methods that read ground-truth evidence (oracles); reports label them.
+    is_oracle: ClassVar[bool] = False
+
+    def __init__(self, config: RetrieverConfig | None = None, *, seed: int = 0) -> None:
+        if config is None:
+            config = self.Config()
+        if not isinstance(config, self.Config):
+            raise ConfigError(
+                f"{type(self).__name__} takes a {self.Config.__name__}, got {type(config).__name__}"
+            )
+        self.config = config
+        self.seed = int(seed)
+        self.view_: MemoryView | None = None
+
+    def fit(self, view: MemoryView) -> Self:
+        """Build this method's structure over ``view`` (the causal prefix it may see)."""
+        self.view_ = view
+        self._build(view)
+        return self
+
+    def _build(self, view: MemoryView) -> None:  # noqa: B027 - optional hook
+        """Build the index; the default keeps nothing but the view."""
+
+    def retrieve(
+        self,
+        query: NDArray[Any],
+        budget: int,
+        *,
+        before: int | None = None,
+        evidence: NDArray[Any] | None = None,
+    ) -> Selection:
+        """Select steps for ``query`` under ``budget`` tokens.
+
+        Args:
+            query: the query embedding (any scale; normalised here).
+            budget: token budget, a positive integer.
+            before: only steps at positions ``< before`` may be returned (causality);
+                ``None`` means every fitted step.
+            evidence: ground-truth evidence positions, read only by oracle methods
+                (``is_oracle``); every other method ignores it.
+        """
+        if self.view_ is None:
+            raise InvalidInputError(f"{type(self).__name__}: call fit() before retrieve()")
+        view = self.view_
+        b = check_budget(budget)
+        limit = view.n if before is None else max(0, min(int(before), view.n))
+        if limit == 0:
+            return Selection(np.empty(0, dtype=np.int64), 0)
+        q = view.check_query(query)
+        ev = None if evidence is None else np.asarray(evidence, dtype=np.int64)
+        positions = self._select(q, b, limit, ev)
+        cost = int(view.costs[positions].sum()) if positions.size else 0
+        return Selection(positions, cost)
+
+    @abstractmethod
+    def _select(
+        self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
+    ) -> IntArray:
+        """Return positions ``< limit`` whose total cost is at most ``budget``."""
+
+    # Shared helpers -------------------------------------------------------------
+
+    def _cosines(self, q: NDArray[np.float32], limit: int) -> NDArray[np.float32]:
+        """Cosine of every visible step with the query (rows are unit length)."""
+        assert self.view_ is not None
+        return self.view_.embeddings[:limit] @ q
+
+    def _flat_order(self, q: NDArray[np.float32], limit: int) -> IntArray:
+        """Visible positions by descending cosine (stable: ties keep position order)."""
+        return np.argsort(-self._cosines(q, limit), kind="stable").astype(np.int64)

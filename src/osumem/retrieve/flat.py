@@ -1,0 +1,46 @@
+"""No LT Memory and Flat Vector (SPEC §5)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from osumem.retrieve.base import Retriever, RetrieverConfig, pack_first_fit
+from osumem.types import IntArray
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoMemoryConfig(RetrieverConfig):
+    """No LT Memory has no parameters."""
+
+
+class NoMemory(Retriever):
+    """No LT Memory: returns an empty context."""
+
+    name = "no_memory"
+    Config = NoMemoryConfig
+
+    def _select(
+        self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
+    ) -> IntArray:
+        return np.empty(0, dtype=np.int64)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlatConfig(RetrieverConfig):
+    """Flat Vector has no parameters."""
+
+
+class FlatVector(Retriever):
+    """Flat Vector: steps by descending cosine ``h_i^T q``, packed first-fit."""
+
+    name = "flat"
+    Config = FlatConfig
+
+    def _select(
+        self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
+    ) -> IntArray:
+        assert self.view_ is not None
+        return pack_first_fit(self._flat_order(q, limit), self.view_.costs, budget)

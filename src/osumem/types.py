@@ -1,0 +1,223 @@
+"""The data model (SPEC §2): steps, the columnar memory view, queries and episodes.
+
+Every retrieval method reads the same :class:`MemoryView`: one float32 embedding matrix
+(rows L2-normalised, so cosine is a dot product), one token-cost array and the annotation
+columns. Per-step Python objects exist only at the boundary (:class:`Step`), never in a
+hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from osumem.errors import DimensionError, InvalidInputError, NonFiniteError
+
+FloatMatrix = NDArray[np.float32]
+IntArray = NDArray[np.int64]
+
+#: Cell labels (SPEC §7): T+ when the evidence pairwise shares a tool signature,
+#: E+ when it pairwise shares an entity.
+CELLS: tuple[str, ...] = ("T+E+", "T+E-", "T-E+", "T-E-")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    """One trajectory step as it crosses the boundary (ingestion, the agent API).
+
+    ``tool_signature`` is empty for steps without a tool call and for boilerplate tools;
+    ``subgoal`` is empty when unknown. ``cost`` is the step's token cost.
+    """
+
+    role: str
+    text: str = ""
+    tool_action: str = ""
+    arguments: Mapping[str, Any] = field(default_factory=dict)
+    tool_signature: str = ""
+    entities: frozenset[str] = frozenset()
+    subgoal: str = ""
+    namespace: str = ""
+    cost: int = 1
+
+
+def l2_normalise(matrix: NDArray[Any], *, what: str = "embeddings") -> FloatMatrix:
+    """Return float32 rows scaled to unit length; zero rows stay zero.
+
+    Raises :class:`NonFiniteError` naming the first offending row.
+    """
+    arr = np.asarray(matrix, dtype=np.float32)
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    if arr.ndim != 2:
+        raise DimensionError(f"{what}: expected a 2-d matrix, got shape {arr.shape}")
+    finite = np.isfinite(arr).all(axis=1)
+    if not finite.all():
+        bad = int(np.flatnonzero(~finite)[0])
+        raise NonFiniteError(f"{what}: row {bad} holds NaN or infinite values")
+    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    return (arr / np.where(norms > 0, norms, 1.0)).astype(np.float32, copy=False)
+
+
+def _column(values: Sequence[Any] | NDArray[Any] | None, n: int, name: str) -> NDArray[Any]:
+    if values is None:
+        return np.full(n, "", dtype=object)
+    arr = np.empty(len(values), dtype=object)
+    arr[:] = list(values)
+    if len(arr) != n:
+        raise DimensionError(f"{name}: expected {n} entries (one per step), got {len(arr)}")
+    return arr
+
+
+@dataclass(frozen=True, eq=False)
+class MemoryView:
+    """Columnar view of ``n`` steps that every method reads.
+
+    Attributes:
+        embeddings: ``(n, d)`` float32, rows L2-normalised.
+        costs: ``(n,)`` int64 token costs, all positive.
+        tool_actions: ``(n,)`` action names ("" for none).
+        tool_signatures: ``(n,)`` tool signatures ("" for none or boilerplate).
+        entities: ``n`` frozensets of entity strings.
+        subgoals: ``(n,)`` subgoal labels ("" for unknown).
+        namespaces: ``(n,)`` source-episode names.
+        roles: ``(n,)`` step roles.
+        texts: ``(n,)`` step texts ("" when the benchmark has none).
+    """
+
+    embeddings: FloatMatrix
+    costs: IntArray
+    tool_actions: NDArray[Any]
+    tool_signatures: NDArray[Any]
+    entities: tuple[frozenset[str], ...]
+    subgoals: NDArray[Any]
+    namespaces: NDArray[Any]
+    roles: NDArray[Any]
+    texts: NDArray[Any]
+
+    @classmethod
+    def build(
+        cls,
+        embeddings: NDArray[Any],
+        costs: Sequence[int] | NDArray[Any],
+        *,
+        tool_actions: Sequence[str] | None = None,
+        tool_signatures: Sequence[str] | None = None,
+        entities: Sequence[frozenset[str] | set[str] | Sequence[str]] | None = None,
+        subgoals: Sequence[str] | None = None,
+        namespaces: Sequence[str] | None = None,
+        roles: Sequence[str] | None = None,
+        texts: Sequence[str] | None = None,
+    ) -> MemoryView:
+        """Validate and assemble a view; embeddings are L2-normalised here."""
+        emb = np.asarray(embeddings)
+        if emb.ndim != 2:
+            raise DimensionError(f"embeddings: expected shape (n, d), got {emb.shape}")
+        n = emb.shape[0]
+        emb = l2_normalise(emb)
+        cost_arr = np.asarray(costs)
+        if cost_arr.shape != (n,):
+            raise DimensionError(f"costs: expected shape ({n},), got {cost_arr.shape}")
+        if not np.isfinite(cost_arr.astype(float)).all():
+            raise NonFiniteError("costs: NaN or infinite token cost")
+        if n and (cost_arr <= 0).any():
+            bad = int(np.flatnonzero(cost_arr <= 0)[0])
+            raise InvalidInputError(f"costs: step {bad} has non-positive cost {cost_arr[bad]}")
+        ents = (
+            tuple(frozenset(e) for e in entities) if entities is not None else ((frozenset(),) * n)
+        )
+        if len(ents) != n:
+            raise DimensionError(f"entities: expected {n} entries (one per step), got {len(ents)}")
+        return cls(
+            embeddings=emb,
+            costs=cost_arr.astype(np.int64),
+            tool_actions=_column(tool_actions, n, "tool_actions"),
+            tool_signatures=_column(tool_signatures, n, "tool_signatures"),
+            entities=ents,
+            subgoals=_column(subgoals, n, "subgoals"),
+            namespaces=_column(namespaces, n, "namespaces"),
+            roles=_column(roles, n, "roles"),
+            texts=_column(texts, n, "texts"),
+        )
+
+    @classmethod
+    def from_steps(cls, steps: Sequence[Step], embeddings: NDArray[Any]) -> MemoryView:
+        """Assemble a view from boundary :class:`Step` records and their embeddings."""
+        return cls.build(
+            embeddings,
+            [s.cost for s in steps],
+            tool_actions=[s.tool_action for s in steps],
+            tool_signatures=[s.tool_signature for s in steps],
+            entities=[s.entities for s in steps],
+            subgoals=[s.subgoal for s in steps],
+            namespaces=[s.namespace for s in steps],
+            roles=[s.role for s in steps],
+            texts=[s.text for s in steps],
+        )
+
+    @property
+    def n(self) -> int:
+        """Number of steps."""
+        return int(self.embeddings.shape[0])
+
+    @property
+    def dim(self) -> int:
+        """Embedding dimension ``d``."""
+        return int(self.embeddings.shape[1])
+
+    def __len__(self) -> int:
+        return self.n
+
+    def prefix(self, t: int) -> MemoryView:
+        """The causal view a query at time ``t`` may see: steps ``0 .. t-1`` (no copies)."""
+        t = max(0, min(int(t), self.n))
+        if t == self.n:
+            return self
+        return MemoryView(
+            embeddings=self.embeddings[:t],
+            costs=self.costs[:t],
+            tool_actions=self.tool_actions[:t],
+            tool_signatures=self.tool_signatures[:t],
+            entities=self.entities[:t],
+            subgoals=self.subgoals[:t],
+            namespaces=self.namespaces[:t],
+            roles=self.roles[:t],
+            texts=self.texts[:t],
+        )
+
+    def check_query(self, vector: NDArray[Any], *, where: str = "query") -> NDArray[np.float32]:
+        """Validate a query vector against this view and return it L2-normalised."""
+        q = np.asarray(vector, dtype=np.float32)
+        if q.ndim != 1:
+            raise DimensionError(f"{where}: expected a 1-d vector, got shape {q.shape}")
+        if self.n and q.shape[0] != self.dim:
+            raise DimensionError(
+                f"{where}: vector has dimension {q.shape[0]}, the memory has {self.dim}"
+            )
+        return l2_normalise(q, what=where)[0]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Query:
+    """A retrieval query: a vector, the time ``t`` it is asked (it sees steps < t), and
+    its ground-truth evidence positions (all < t)."""
+
+    qid: str
+    vector: NDArray[np.float32]
+    t: int
+    evidence: tuple[int, ...]
+    text: str = ""
+    cell: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Episode:
+    """One evaluation episode: a memory view plus the queries asked of it."""
+
+    episode_id: str
+    view: MemoryView
+    queries: tuple[Query, ...]
+    meta: Mapping[str, Any] = field(default_factory=dict)

