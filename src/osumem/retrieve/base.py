@@ -159,6 +159,15 @@ class Retriever(ABC):
         self._build(view)
         return self
 
+    def update(self, view: MemoryView) -> Self:
+        """Bring the structure up to date with ``view``, which extends the fitted view
+        by new steps at the end (the agent-facing memory calls this after each add).
+
+        The default rebuilds; methods with incremental structures (OSU-Mem) override
+        it to add only the new steps.
+        """
+        return self.fit(view)
+
     def _build(self, view: MemoryView) -> None:  # noqa: B027 - optional hook
         """Build the index; the default keeps nothing but the view."""
 
