@@ -11,7 +11,9 @@ SHA-256 of both, so benchmarks never re-encode a text they have seen.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
+import re
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -124,6 +126,68 @@ class SBERTEncoder:
         tok = self._model.tokenizer
         enc = tok(list(texts), add_special_tokens=False, truncation=False)["input_ids"]
         return np.asarray([max(1, len(ids)) for ids in enc], dtype=np.int64)
+
+
+_WORD_RE = re.compile(r"\w+", re.UNICODE)
+
+
+def word_tokens(text: str) -> list[str]:
+    """Lower-cased word tokens (``\\w+`` runs) of ``text``."""
+    return _WORD_RE.findall(text.lower())
+
+
+class HashingEncoder:
+    """A light, deterministic encoder with no model: feature hashing of word tokens.
+
+    Each lower-cased word token (and, with ``ngram=2``, each adjacent word pair) is
+    hashed with BLAKE2b into one of ``dim`` buckets with a hash-derived sign; the
+    bucket counts are L2-normalised. Texts without tokens map to the zero vector.
+    ``count_tokens`` counts word tokens (at least 1 per text). Useful for tests and
+    for users without the ``sbert`` extra; it captures lexical overlap only.
+
+    Args:
+        dim: output dimension (number of hash buckets), at least 1.
+        ngram: 1 for words only, 2 to add word bigrams.
+    """
+
+    def __init__(self, dim: int = 256, *, ngram: int = 1) -> None:
+        if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
+            raise InvalidInputError(f"HashingEncoder: dim must be a positive integer, got {dim!r}")
+        if ngram not in (1, 2):
+            raise InvalidInputError(f"HashingEncoder: ngram must be 1 or 2, got {ngram!r}")
+        self._dim = dim
+        self._ngram = ngram
+
+    @property
+    def model_id(self) -> str:
+        return f"hashing:d{self._dim}:n{self._ngram}"
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def _features(self, text: str) -> list[str]:
+        words = word_tokens(text)
+        if self._ngram == 2:
+            words = words + [f"{a} {b}" for a, b in itertools.pairwise(words)]
+        return words
+
+    def encode(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        out = np.zeros((len(texts), self._dim), dtype=np.float32)
+        for i, text in enumerate(texts):
+            feats = self._features(text)
+            if not feats:
+                continue
+            digests = [hashlib.blake2b(f.encode(), digest_size=8).digest() for f in feats]
+            h = np.frombuffer(b"".join(digests), dtype="<u8")
+            buckets = (h % np.uint64(self._dim)).astype(np.int64)
+            signs = np.where((h >> np.uint64(63)) == 1, -1.0, 1.0).astype(np.float32)
+            np.add.at(out[i], buckets, signs)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.where(norms > 0, norms, 1.0)
+
+    def count_tokens(self, texts: Sequence[str]) -> NDArray[np.int64]:
+        return np.asarray([max(1, len(word_tokens(t))) for t in texts], dtype=np.int64)
 
 
 class CachedEncoder:
