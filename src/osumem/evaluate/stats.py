@@ -1,0 +1,404 @@
+"""Significance tests and confidence intervals (SPEC §7).
+
+Everything here reads per-query result rows or plain arrays of paired differences:
+
+* :func:`sign_flip_test` — the paired sign-flip permutation test, two-sided, statistic
+  ``|mean(d)|``; exact enumeration of all ``2^n`` sign vectors when ``2^n`` is at most
+  ``n_permutations``, otherwise ``n_permutations`` seeded random sign vectors with
+  ``p = (1 + #{|mean(s·d)| ≥ |mean(d)|}) / (1 + n_permutations)``.
+* :func:`paired_differences` — aligns two methods' rows by query (or averages the
+  per-query differences per episode: the episode-level test).
+* :func:`fisher_combine` — Fisher's method across seeds (``scipy.stats.combine_pvalues``).
+* :func:`bootstrap_ci` — percentile bootstrap of the mean (``scipy.stats.bootstrap``).
+* :func:`interaction_test` — the method × cell interaction test (see its docstring).
+* :func:`compare` — a reference method against every other method: a
+  :class:`Comparison` that renders as Markdown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+from scipy import stats as sps
+
+from osumem.errors import ConfigError, InvalidInputError
+
+#: Number of permutations the paper uses for every test.
+N_PERMUTATIONS = 10_000
+#: Rows of one query are identified by these columns (a query id is unique per episode).
+QUERY_KEY: tuple[str, ...] = ("benchmark", "seed", "episode", "query")
+_CHUNK = 1024
+#: Relative tolerance for "at least as extreme" so that float round-off in permuted
+#: means cannot break ties (e.g. the identity permutation itself).
+_TIE_RTOL = 1e-9
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """Outcome of a permutation test.
+
+    Attributes:
+        statistic: the observed statistic.
+        p_value: two-sided p-value.
+        n: number of paired units (queries, episodes).
+        n_permutations: permutations drawn, or ``2^n`` when ``exact``.
+        exact: True when every sign vector was enumerated.
+    """
+
+    __test__ = False  # not a pytest class
+
+    statistic: float
+    p_value: float
+    n: int
+    n_permutations: int
+    exact: bool
+
+
+def _as_vector(d: Any, what: str) -> NDArray[np.float64]:
+    arr = np.asarray(d, dtype=np.float64)
+    if arr.ndim != 1:
+        raise InvalidInputError(f"{what}: expected a 1-d array, got shape {arr.shape}")
+    if not np.isfinite(arr).all():
+        raise InvalidInputError(f"{what}: NaN or infinite values")
+    return arr
+
+
+def _all_signs(n: int, start: int = 0, stop: int | None = None) -> NDArray[np.float64]:
+    """Sign vectors ``start .. stop-1`` of the ``2^n`` vectors of ``±1`` (bit ``j`` of
+    the row number gives the sign of element ``j``) as rows of a matrix."""
+    stop = 2**n if stop is None else stop
+    codes = np.arange(start, stop, dtype=np.int64)[:, None]
+    bits = (codes >> np.arange(n, dtype=np.int64)) & 1
+    return 1.0 - 2.0 * bits
+
+
+def sign_flip_test(
+    d: Sequence[float] | NDArray[Any],
+    *,
+    n_permutations: int = N_PERMUTATIONS,
+    seed: int = 0,
+    exact: bool | None = None,
+) -> TestResult:
+    """Paired sign-flip permutation test of ``mean(d) = 0``, two-sided.
+
+    Under the null each paired difference is symmetric about zero, so flipping its
+    sign leaves the distribution unchanged. Statistic ``T = |mean(d)|``.
+
+    Args:
+        d: paired differences (e.g. OSU-Mem − Flat per query).
+        n_permutations: random sign vectors to draw.
+        seed: seed of the numpy Generator.
+        exact: enumerate all ``2^n`` sign vectors; ``None`` (default) does so exactly
+            when ``2^n <= n_permutations``. The exact p-value counts the identity.
+    """
+    arr = _as_vector(d, "differences")
+    n = arr.size
+    if n_permutations < 1:
+        raise ConfigError(f"n_permutations must be >= 1, got {n_permutations}")
+    if n == 0:
+        return TestResult(0.0, 1.0, 0, 0, True)
+    observed = abs(arr.mean())
+    threshold = observed - _TIE_RTOL * max(observed, np.abs(arr).max())
+    if exact is None:
+        exact = n <= 30 and 2**n <= n_permutations
+    if exact:
+        if n > 24:
+            raise ConfigError(f"exact enumeration needs 2^{n} sign vectors; too many")
+        hits = 0
+        for start in range(0, 2**n, 1 << 14):
+            signs = _all_signs(n, start, min(start + (1 << 14), 2**n))
+            hits += int((np.abs(signs @ arr) / n >= threshold).sum())
+        return TestResult(float(observed), hits / 2**n, n, 2**n, True)
+    rng = np.random.default_rng(seed)
+    hits = 0
+    left = n_permutations
+    while left:
+        k = min(left, _CHUNK)
+        signs = rng.integers(0, 2, size=(k, n), dtype=np.int8) * 2 - 1
+        hits += int((np.abs(signs @ arr) / n >= threshold).sum())
+        left -= k
+    return TestResult(float(observed), (1 + hits) / (1 + n_permutations), n, n_permutations, False)
+
+
+def fisher_combine(p_values: Sequence[float]) -> float:
+    """Fisher's method: one p-value from independent per-seed p-values."""
+    p = _as_vector(p_values, "p-values")
+    if p.size == 0:
+        raise InvalidInputError("fisher_combine: no p-values")
+    if ((p <= 0) | (p > 1)).any():
+        raise InvalidInputError(f"fisher_combine: p-values must lie in (0, 1], got {p}")
+    if p.size == 1:
+        return float(p[0])
+    return float(sps.combine_pvalues(p, method="fisher").pvalue)
+
+
+def bootstrap_ci(
+    x: Sequence[float] | NDArray[Any],
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+    method: str = "percentile",
+) -> tuple[float, float]:
+    """Bootstrap confidence interval of the mean of ``x`` (``scipy.stats.bootstrap``).
+
+    ``method="percentile"`` by default: BCa is undefined on the constant and
+    near-constant 0/1 samples that Hit@2 differences often are. A constant sample
+    returns the degenerate interval ``(x0, x0)``; an empty one ``(nan, nan)``.
+    """
+    arr = _as_vector(x, "sample")
+    if arr.size == 0:
+        return (float("nan"), float("nan"))
+    if arr.size == 1 or np.all(arr == arr[0]):
+        return (float(arr[0]), float(arr[0]))
+    res = sps.bootstrap(
+        (arr,),
+        np.mean,
+        confidence_level=confidence,
+        n_resamples=n_resamples,
+        method=method,
+        random_state=np.random.default_rng(seed),
+        vectorized=True,
+    )
+    return (float(res.confidence_interval.low), float(res.confidence_interval.high))
+
+
+def between_cell_spread(d: NDArray[Any], codes: NDArray[np.int64], n_cells: int) -> NDArray[Any]:
+    """Size-weighted variance of the cell means: ``Σ_c (n_c/N)(mean_c − mean)²``.
+
+    ``d`` may be ``(N,)`` or ``(k, N)`` (one row per permutation); returns one value
+    per row.
+    """
+    d2 = np.atleast_2d(d)
+    counts = np.bincount(codes, minlength=n_cells).astype(np.float64)
+    onehot = np.zeros((codes.size, n_cells))
+    onehot[np.arange(codes.size), codes] = 1.0
+    sums = d2 @ onehot
+    present = counts > 0
+    means = sums[:, present] / counts[present]
+    grand = d2.mean(axis=1, keepdims=True)
+    w = counts[present] / codes.size
+    out = ((means - grand) ** 2 * w).sum(axis=1)
+    return out if np.ndim(d) == 2 else out[0]
+
+
+def interaction_test(
+    d: Sequence[float] | NDArray[Any],
+    cells: Sequence[str] | NDArray[Any],
+    *,
+    n_permutations: int = N_PERMUTATIONS,
+    seed: int = 0,
+    small_sample_correction: bool = True,
+) -> TestResult:
+    """Method × cell interaction test: is the effect the same in every cell?
+
+    ``d_i`` is the per-query difference (e.g. OSU-Mem − Flat), ``c_i`` its cell.
+
+    1. Observed statistic ``S = Σ_c (n_c/N)(mean_c(d) − mean(d))²``, the size-weighted
+       between-cell spread of the effect (:func:`between_cell_spread`).
+    2. Null (the effect is identical in every cell): centre within each cell,
+       ``r_i = d_i − mean_{c_i}(d)``; this removes any between-cell difference and
+       keeps the within-cell noise. With ``small_sample_correction`` each residual is
+       scaled by ``sqrt(n_c/(n_c−1))`` so its variance matches the noise it estimates.
+    3. Draw random sign vectors ``s`` and compute ``S* = S(s·r)`` (a constant common
+       effect added back would cancel in ``S``, so it is omitted).
+    4. ``p = (1 + #{S* ≥ S}) / (1 + n_permutations)``.
+
+    Cells with a single query carry no within-cell noise estimate and are dropped
+    (they cannot show an effect that differs from noise). Fewer than two usable
+    cells gives ``p = 1``.
+    """
+    arr = _as_vector(d, "differences")
+    labels = np.asarray(cells, dtype=object)
+    if labels.shape != arr.shape:
+        raise InvalidInputError(
+            f"interaction_test: {arr.size} differences but {labels.size} cell labels"
+        )
+    _, codes, counts = np.unique(labels.astype(str), return_inverse=True, return_counts=True)
+    keep = counts[codes] >= 2
+    arr, codes = arr[keep], codes[keep]
+    _, codes, counts = np.unique(codes, return_inverse=True, return_counts=True)
+    k = counts.size
+    if k < 2:
+        return TestResult(0.0, 1.0, int(arr.size), 0, False)
+    codes = codes.astype(np.int64)
+    observed = float(between_cell_spread(arr, codes, k))
+    means = np.bincount(codes, weights=arr, minlength=k) / counts
+    resid = arr - means[codes]
+    if small_sample_correction:
+        resid = resid * np.sqrt(counts / (counts - 1.0))[codes]
+    threshold = observed - _TIE_RTOL * max(observed, 1e-300)
+    rng = np.random.default_rng(seed)
+    hits, left = 0, n_permutations
+    while left:
+        m = min(left, _CHUNK)
+        signs = rng.integers(0, 2, size=(m, arr.size), dtype=np.int8) * 2 - 1
+        hits += int((between_cell_spread(signs * resid, codes, k) >= threshold).sum())
+        left -= m
+    return TestResult(
+        observed, (1 + hits) / (1 + n_permutations), int(arr.size), n_permutations, False
+    )
+
+
+def paired_differences(
+    rows: pd.DataFrame,
+    method: str,
+    baseline: str,
+    metric: str,
+    *,
+    budget: int | None = None,
+    level: str = "query",
+) -> pd.DataFrame:
+    """Per-unit differences ``method − baseline`` of ``metric``.
+
+    Rows are paired on (benchmark, seed, episode, query); queries present for only one
+    method are dropped. ``level="episode"`` averages the per-query differences within
+    each episode (the episode-level test). Returns a frame with ``seed``, ``cell`` (for
+    ``level="query"``), ``episode``, and ``d``.
+    """
+    if level not in ("query", "episode"):
+        raise ConfigError(f"level must be 'query' or 'episode', got {level!r}")
+    sub = rows if budget is None else rows[rows["budget"] == budget]
+    key = [c for c in QUERY_KEY if c in sub.columns]
+    if budget is None:
+        key.append("budget")
+    a = sub[sub["method"] == method].set_index(key)
+    b = sub[sub["method"] == baseline].set_index(key)
+    if a.empty or b.empty:
+        missing = method if a.empty else baseline
+        raise InvalidInputError(f"no rows for method {missing!r} (budget {budget})")
+    joined = a[[metric, "cell"]].join(b[[metric]].add_suffix("_b"), how="inner")
+    joined["d"] = joined[metric] - joined[f"{metric}_b"]
+    out = joined.reset_index()
+    if level == "episode":
+        group = [c for c in ("benchmark", "seed", "episode") if c in out.columns]
+        out = out.groupby(group, sort=False)["d"].mean().reset_index()
+    return out
+
+
+def paired_test(
+    rows: pd.DataFrame,
+    method: str,
+    baseline: str,
+    metric: str,
+    *,
+    budget: int | None = None,
+    level: str = "query",
+    n_permutations: int = N_PERMUTATIONS,
+    seed: int = 0,
+) -> tuple[float, float, int]:
+    """Sign-flip test of ``method − baseline``: per seed, Fisher-combined across seeds.
+
+    Returns ``(mean difference, p-value, number of units)``.
+    """
+    diffs = paired_differences(rows, method, baseline, metric, budget=budget, level=level)
+    groups = (
+        [g["d"].to_numpy() for _, g in diffs.groupby("seed", sort=True)]
+        if "seed" in diffs
+        else [diffs["d"].to_numpy()]
+    )
+    pvals = [sign_flip_test(g, n_permutations=n_permutations, seed=seed).p_value for g in groups]
+    return float(diffs["d"].mean()), fisher_combine(pvals), len(diffs)
+
+
+METRIC_NAMES: dict[str, str] = {"recall": "Recall", "hit1": "Hit@1", "hit2": "Hit@2"}
+
+
+def format_p(p: float) -> str:
+    """A p-value as a table shows it: three decimals, ``<.001`` below that."""
+    if p != p:  # NaN
+        return "–"
+    if p < 0.001:
+        return "<.001"
+    return f"{p:.3f}".lstrip("0") if p < 1 else "1.000"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A reference method against others at one budget: means, differences, CIs, p.
+
+    ``table`` has one row per (method, metric) with columns ``method``, ``metric``,
+    ``ref_mean``, ``mean``, ``diff``, ``ci_low``, ``ci_high``, ``p_query``,
+    ``p_episode``, ``n_queries``, ``n_episodes``.
+    """
+
+    reference: str
+    budget: int
+    table: pd.DataFrame
+    n_permutations: int
+
+    def to_markdown(self) -> str:
+        """The comparison as a Markdown table."""
+        head = (
+            f"| method | metric | {self.reference} | method | Δ | 95% CI | p (query) | "
+            "p (episode) | n q / ep |\n|---|---|---|---|---|---|---|---|---|"
+        )
+        lines = [head]
+        for r in self.table.itertuples(index=False):
+            lines.append(
+                f"| {r.method} | {METRIC_NAMES.get(r.metric, r.metric)} | {r.ref_mean:.3f} | "
+                f"{r.mean:.3f} | {r.diff:+.3f} | [{r.ci_low:+.3f}, {r.ci_high:+.3f}] | "
+                f"{format_p(r.p_query)} | {format_p(r.p_episode)} | "
+                f"{r.n_queries} / {r.n_episodes} |"
+            )
+        return "\n".join(lines)
+
+
+def compare(
+    rows: pd.DataFrame,
+    *,
+    reference: str,
+    budget: int,
+    methods: Sequence[str] | None = None,
+    metrics: Sequence[str] = ("recall", "hit2"),
+    n_permutations: int = N_PERMUTATIONS,
+    seed: int = 0,
+) -> Comparison:
+    """Compare ``reference`` with each other method at ``budget``: query- and
+    episode-level sign-flip tests (Fisher-combined across seeds) and a bootstrap CI of
+    the per-query difference ``diff = reference − method``.
+    """
+    present = list(dict.fromkeys(rows["method"]))
+    if reference not in present:
+        raise InvalidInputError(f"reference method {reference!r} has no rows")
+    others = [m for m in (methods or present) if m != reference and m in present]
+    out = []
+    for m in others:
+        for metric in metrics:
+            dq = paired_differences(rows, reference, m, metric, budget=budget)
+            _, pq, nq = paired_test(
+                rows, reference, m, metric, budget=budget, n_permutations=n_permutations, seed=seed
+            )
+            _, pe, ne = paired_test(
+                rows,
+                reference,
+                m,
+                metric,
+                budget=budget,
+                level="episode",
+                n_permutations=n_permutations,
+                seed=seed,
+            )
+            lo, hi = bootstrap_ci(dq["d"].to_numpy(), seed=seed)
+            ref_mean = float(dq[metric].mean())
+            out.append(
+                {
+                    "method": m,
+                    "metric": metric,
+                    "ref_mean": ref_mean,
+                    "mean": float(dq[f"{metric}_b"].mean()),
+                    "diff": float(dq["d"].mean()),
+                    "ci_low": lo,
+                    "ci_high": hi,
+                    "p_query": pq,
+                    "p_episode": pe,
+                    "n_queries": nq,
+                    "n_episodes": ne,
+                }
+            )
+    return Comparison(reference, int(budget), pd.DataFrame(out), n_permutations)
