@@ -1,0 +1,7 @@
+"""OSU construction (SPEC §4): views, temporal splitting, caps, the OSU pool, and the
+statistics the analysis reads (evidence-OSU membership, reachability)."""
+
+from osumem.osu.config import VIEWS, OSUConfig
+from osumem.osu.pool import OSUPool
+
+__all__ = ["VIEWS", "OSUConfig", "OSUPool"]

@@ -1,0 +1,131 @@
+"""Candidate groups of each view (SPEC §4): keyed grouping, temporal-gap splitting,
+S_max chunking, and the similarity view's k-NN communities.
+
+Everything here produces *raw* groups (before the f_min filter and the M_max cap,
+which :mod:`osumem.osu.pool` applies across views).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from osumem.osu.config import OSUConfig
+from osumem.types import IntArray, MemoryView
+
+#: A raw group: (view, key, member positions in increasing order).
+RawGroup = tuple[str, str, IntArray]
+
+
+def split_segments(positions: NDArray[np.int64], max_gap: float, max_size: int) -> list[IntArray]:
+    """Split sorted ``positions`` wherever consecutive members are more than ``max_gap``
+    apart (a gap of exactly ``max_gap`` does not split), then cut each segment into
+    consecutive chunks of at most ``max_size`` (S_max) members."""
+    pos = np.asarray(positions, dtype=np.int64)
+    if pos.size == 0:
+        return []
+    if math.isinf(max_gap):
+        segments = [pos]
+    else:
+        cuts = np.flatnonzero(np.diff(pos) > max_gap) + 1
+        segments = np.split(pos, cuts)
+    out: list[IntArray] = []
+    for seg in segments:
+        out.extend(seg[i : i + max_size] for i in range(0, seg.shape[0], max_size))
+    return out
+
+
+def step_keys(view: MemoryView, name: str, start: int = 0) -> Iterable[tuple[int, str]]:
+    """``(position, key)`` pairs of annotation view ``name`` for steps ``start..n-1``.
+
+    Entity: one pair per entity string of the step; tool: the (non-empty) tool
+    signature; subgoal: the (non-empty) subgoal label.
+    """
+    if name == "entity":
+        for p in range(start, view.n):
+            for e in sorted(view.entities[p]):
+                yield p, e
+        return
+    column = view.tool_signatures if name == "tool" else view.subgoals
+    for p in range(start, view.n):
+        key = column[p]
+        if key:
+            yield p, str(key)
+
+
+def annotation_groups(view: MemoryView, name: str, config: OSUConfig) -> list[RawGroup]:
+    """Raw groups of annotation view ``name`` (entity, tool or subgoal) over ``view``:
+    every key's steps, split at gaps over Δ_view and chunked at S_max."""
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for p, key in step_keys(view, name):
+        by_key[key].append(p)
+    delta = config.split_threshold(name)
+    groups: list[RawGroup] = []
+    for key, members in by_key.items():
+        for seg in split_segments(np.asarray(members), delta, config.max_osu_size):
+            groups.append((name, key, seg))
+    return groups
+
+
+def annotated_mask(view: MemoryView) -> NDArray[np.bool_]:
+    """True for steps with at least one entity, a tool signature or a subgoal."""
+    has_ent = np.fromiter((bool(e) for e in view.entities), dtype=bool, count=view.n)
+    return has_ent | (view.tool_signatures != "") | (view.subgoals != "")
+
+
+def knn_edges(embeddings: NDArray[np.float32], k: int) -> tuple[IntArray, IntArray]:
+    """Edges ``(src, dst)`` of the cosine k-NN graph (each node to its k most similar
+    other nodes; rows are unit length so cosine is a dot product)."""
+    n = embeddings.shape[0]
+    k = min(k, n - 1)
+    if k < 1:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    sims = embeddings @ embeddings.T
+    np.fill_diagonal(sims, -np.inf)
+    nn = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+    src = np.repeat(np.arange(n, dtype=np.int64), k)
+    return src, nn.reshape(-1).astype(np.int64)
+
+
+def communities(n: int, src: IntArray, dst: IntArray, method: str, seed: int) -> list[IntArray]:
+    """Communities of the undirected graph on ``n`` nodes, with a fixed seed:
+    Leiden (leidenalg, modularity) or Louvain (networkx)."""
+    if n == 0:
+        return []
+    if method == "leiden":
+        import igraph as ig
+        import leidenalg
+
+        graph = ig.Graph(n=n, edges=np.column_stack([src, dst]).tolist(), directed=False)
+        graph.simplify(multiple=True, loops=True)
+        part = leidenalg.find_partition(graph, leidenalg.ModularityVertexPartition, seed=seed)
+        return [np.sort(np.asarray(c, dtype=np.int64)) for c in part]
+    import networkx as nx
+
+    g = nx.Graph()
+    g.add_nodes_from(range(n))
+    g.add_edges_from(zip(src.tolist(), dst.tolist(), strict=True))
+    comms = nx.community.louvain_communities(g, seed=seed)
+    return sorted((np.sort(np.fromiter(c, dtype=np.int64)) for c in comms), key=lambda a: a[0])
+
+
+def similarity_groups(view: MemoryView, config: OSUConfig, seed: int) -> list[RawGroup]:
+    """Raw groups of the similarity view: communities of the cosine k-NN graph (k =
+    ``knn_k``) over the steps in scope, each chunked at S_max in time order."""
+    scope = (
+        np.arange(view.n, dtype=np.int64)
+        if config.similarity_scope == "all"
+        else np.flatnonzero(~annotated_mask(view)).astype(np.int64)
+    )
+    if scope.size < 2:
+        return []
+    src, dst = knn_edges(view.embeddings[scope], config.knn_k)
+    groups: list[RawGroup] = []
+    for c, members in enumerate(communities(scope.size, src, dst, config.community, seed)):
+        for seg in split_segments(scope[members], math.inf, config.max_osu_size):
+            groups.append(("similarity", f"community{c}", seg))
+    return groups

@@ -1,0 +1,226 @@
+"""OSU-Mem retrieval (SPEC §5) and its variants, all configurations of the same code.
+
+* :class:`OSUMem`: budgeted coarse-to-fine expansion. Coarse: OSU centroids by cosine,
+  keep the top K = ceil(ρ·B / mean OSU token cost). Fine: the kept OSUs' members by
+  step cosine, with a budget-gated novelty penalty (B ≥ 192). Leftover budget is filled
+  from the flat cosine ranking. Disjoint (``max_memberships=1``), sim-only
+  (``views=("similarity",)``), no-novelty (``novelty=False``) and the M_max sweep are
+  config overrides.
+* :class:`OSUMemGF`: + ground-truth filtering, an ORACLE (``is_oracle = True``): the
+  coarse stage keeps only OSUs that contain evidence.
+* :class:`OSUMemCoverage`: coverage-guided greedy: cosine + β per newly covered OSU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Self
+
+import numpy as np
+import scipy.sparse as sp
+from numpy.typing import NDArray
+
+from osumem.errors import ConfigError
+from osumem.osu.config import OSUConfig
+from osumem.osu.pool import OSUPool
+from osumem.retrieve.base import Retriever, RetrieverConfig, greedy_pack, pack_first_fit
+from osumem.types import IntArray, MemoryView
+
+
+@dataclass(frozen=True, kw_only=True)
+class OSUMemConfig(OSUConfig, RetrieverConfig):
+    """OSU-Mem: the construction fields of :class:`~osumem.osu.config.OSUConfig`
+    (Δ_gap, S_max, f_min, M_max, views, view priority, k) plus retrieval:
+
+    Attributes:
+        coarse_ratio: ρ, K = ceil(ρ·B / mean OSU token cost) OSUs kept by the coarse
+            stage.
+        novelty: whether the novelty penalty is used at all.
+        novelty_weight: γ, a candidate's fine score is cos(q, h_i) − γ·max(0, max_j
+            cos(h_i, h_j)) over already-selected steps j.
+        novelty_min_budget: the penalty is active only when B ≥ this (paper: 192).
+        fill_from_flat: fill leftover budget from the flat cosine ranking.
+    """
+
+    coarse_ratio: float = 2.0
+    novelty: bool = True
+    novelty_weight: float = 0.2
+    novelty_min_budget: int = 192
+    fill_from_flat: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.coarse_ratio > 0:
+            raise ConfigError(f"osumem.coarse_ratio (ρ) must be > 0, got {self.coarse_ratio}")
+        if self.novelty_weight < 0:
+            raise ConfigError(f"osumem.novelty_weight (γ) must be >= 0, got {self.novelty_weight}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class OSUMemCoverageConfig(OSUConfig, RetrieverConfig):
+    """Coverage-guided OSU-Mem: construction fields plus ``coverage_bonus`` β (paper
+    .12, swept over .04–.20): a step scores cos(q, h_i) + β per OSU it belongs to that no
+    selected step covers yet."""
+
+    coverage_bonus: float = 0.12
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.coverage_bonus < 0:
+            raise ConfigError(
+                f"osumem_coverage.coverage_bonus (β) must be >= 0, got {self.coverage_bonus}"
+            )
+
+
+@dataclass(frozen=True)
+class CoarseResult:
+    """What the coarse stage decided for one query: the visible membership matrix
+    (steps < limit), each OSU's score, the kept OSUs (best first) and K."""
+
+    members: sp.csc_matrix
+    scores: NDArray[np.float64]
+    kept: IntArray
+    k: int
+
+
+class _PoolRetriever(Retriever):
+    """Shared fit/update over an :class:`OSUPool`."""
+
+    pool_: OSUPool | None = None
+
+    def _build(self, view: MemoryView) -> None:
+        self.pool_ = OSUPool.build(view, self.config.osu_config(), self.seed)  # type: ignore[attr-defined]
+
+    def update(self, view: MemoryView) -> Self:
+        """Add the new tail steps of ``view`` to the OSU pool incrementally."""
+        if self.pool_ is None or self.view_ is None:
+            return self.fit(view)
+        self.pool_.add(view)
+        self.view_ = view
+        return self
+
+    def _visible(self, limit: int) -> tuple[sp.csc_matrix, NDArray[np.float32], IntArray]:
+        """Membership, centroids and costs restricted to steps < ``limit``: later members
+        are dropped and centroids/costs recomputed from the visible ones (OSUs left
+        empty get a zero centroid and cost 0)."""
+        pool = self.pool_
+        assert pool is not None and self.view_ is not None
+        if limit >= pool.n_steps:
+            return pool.members, pool.centroids, pool.costs
+        members = pool.members[:limit].tocsc()
+        sums = np.asarray(members.T @ self.view_.embeddings[:limit].astype(np.float64))
+        norms = np.linalg.norm(sums, axis=1, keepdims=True)
+        centroids = (sums / np.where(norms > 0, norms, 1.0)).astype(np.float32)
+        costs = np.asarray(members.T @ self.view_.costs[:limit].astype(np.float64)).astype(np.int64)
+        return members, centroids, costs
+
+
+class OSUMem(_PoolRetriever):
+    """OSU-Mem default: budgeted coarse-to-fine expansion over the OSU pool."""
+
+    name = "osumem"
+    Config = OSUMemConfig
+
+    def coarse(
+        self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None = None
+    ) -> CoarseResult:
+        """The coarse stage: score visible OSUs by centroid cosine, keep the top K."""
+        cfg: OSUMemConfig = self.config  # type: ignore[assignment]
+        members, centroids, costs = self._visible(limit)
+        sizes = np.diff(members.indptr)
+        scores = (centroids @ q).astype(np.float64)
+        eligible = sizes > 0
+        if self.is_oracle:
+            ev = np.zeros(members.shape[0])
+            if evidence is not None and evidence.size:
+                ev[evidence[(evidence >= 0) & (evidence < limit)]] = 1.0
+            eligible &= np.asarray(members.T @ ev) > 0
+        if not eligible.any():
+            return CoarseResult(members, scores, np.empty(0, dtype=np.int64), 0)
+        k = math.ceil(cfg.coarse_ratio * budget / float(costs[eligible].mean()))
+        ranked = np.argsort(-np.where(eligible, scores, -np.inf), kind="stable")
+        kept = ranked[: min(k, int(eligible.sum()))].astype(np.int64)
+        return CoarseResult(members, scores, kept, k)
+
+    def _select(
+        self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
+    ) -> IntArray:
+        assert self.view_ is not None
+        cfg: OSUMemConfig = self.config  # type: ignore[assignment]
+        costs = self.view_.costs
+        cos = self._cosines(q, limit)
+        coarse = self.coarse(q, budget, limit, evidence)
+        sub = coarse.members[:, coarse.kept]
+        cand = np.unique(sub.indices).astype(np.int64)
+        cand = cand[np.argsort(-cos[cand], kind="stable")]
+        if cfg.novelty and budget >= cfg.novelty_min_budget and cand.size:
+            chosen = self._novelty_pack(cand, cos[cand], budget, cfg.novelty_weight)
+        else:
+            chosen = pack_first_fit(cand, costs, budget)
+        if not cfg.fill_from_flat:
+            return chosen
+        left = budget - int(costs[chosen].sum())
+        flat = np.argsort(-cos, kind="stable").astype(np.int64)
+        taken = np.zeros(limit, dtype=bool)
+        taken[chosen] = True
+        extra = pack_first_fit(flat[~taken[flat]], costs, left) if left > 0 else chosen[:0]
+        return np.concatenate([chosen, extra])
+
+    def _novelty_pack(
+        self, cand: IntArray, relevance: NDArray[np.float32], budget: int, gamma: float
+    ) -> IntArray:
+        """Greedy fine stage with the penalty γ·max(0, max cosine to selected steps)."""
+        assert self.view_ is not None
+        H = self.view_.embeddings[cand]
+        max_sim = np.zeros(cand.shape[0])
+
+        def on_pick(j: int) -> NDArray[np.float64]:
+            nonlocal max_sim
+            new_max = np.maximum(max_sim, (H @ H[j]).astype(np.float64))
+            delta = -gamma * (new_max - max_sim)
+            max_sim = new_max
+            return delta
+
+        return greedy_pack(relevance.astype(np.float64), cand, self.view_.costs, budget, on_pick)
+
+
+class OSUMemGF(OSUMem):
+    """OSU-Mem + GF (ground-truth filtering). ORACLE: reads the query's evidence and
+    keeps only OSUs that contain some; an upper bound, never a deployable method."""
+
+    name = "osumem_gf"
+    is_oracle = True
+
+
+class OSUMemCoverage(_PoolRetriever):
+    """Coverage-guided greedy over all visible steps: score = cos(q, h_i) + β · (number
+    of the step's OSUs not yet covered by a selected step)."""
+
+    name = "osumem_coverage"
+    Config = OSUMemCoverageConfig
+
+    def _select(
+        self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
+    ) -> IntArray:
+        assert self.view_ is not None
+        beta = self.config.coverage_bonus  # type: ignore[attr-defined]
+        members, _, _ = self._visible(limit)
+        cand = np.arange(limit, dtype=np.int64)
+        n_osus = np.bincount(members.indices, minlength=limit)[:limit]
+        score = self._cosines(q, limit).astype(np.float64) + beta * n_osus
+        covered = np.zeros(members.shape[1], dtype=bool)
+        csr = members.tocsr()
+
+        def on_pick(j: int) -> NDArray[np.float64] | None:
+            osus = csr.indices[csr.indptr[j] : csr.indptr[j + 1]]
+            new = osus[~covered[osus]]
+            if new.size == 0:
+                return None
+            covered[new] = True
+            hit = np.concatenate(
+                [members.indices[members.indptr[u] : members.indptr[u + 1]] for u in new]
+            )
+            return -beta * np.bincount(hit, minlength=limit).astype(np.float64)
+
+        return greedy_pack(score, cand, self.view_.costs, budget, on_pick)
