@@ -1,0 +1,109 @@
+"""Periodic Summary baseline (SPEC §5): a recent window plus one extractive summary
+step per older chunk (no LLM at retrieval time)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from osumem.errors import ConfigError
+from osumem.retrieve.base import Retriever, RetrieverConfig, pack_first_fit
+from osumem.retrieve.groups import group_argmax, group_centroids, labels_to_incidence
+from osumem.types import FloatMatrix, IntArray, MemoryView
+
+
+@dataclass(frozen=True, kw_only=True)
+class PeriodicSummaryConfig(RetrieverConfig):
+    """Parameters (paper: chunks of 20 steps, a recent window of half the budget; the
+    rest ours, docs/decisions.md).
+
+    * ``chunk_size``: older steps are cut into chunks of this many positions, counted
+      from position 0 (a chunk cut by the recent window keeps its older part).
+    * ``recent_fraction``: the recent window is the longest run of latest steps whose
+      cost fits in ⌊fraction·B⌋.
+    * ``summary_order``: how chunk summaries compete for the rest of the budget:
+      ``"query"`` by the cosine of the chunk centroid with the query (a summary stands
+      for its chunk), ``"recency"`` newest chunk first.
+    * ``fill_leftover``: budget left after the summaries goes on walking back from the
+      window (most recent first), as Replay would.
+    """
+
+    chunk_size: int = 20
+    recent_fraction: float = 0.5
+    summary_order: Literal["query", "recency"] = "query"
+    fill_leftover: bool = True
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.chunk_size < 1:
+            problems.append(f"chunk_size must be >= 1, got {self.chunk_size}")
+        if not 0.0 <= self.recent_fraction <= 1.0:
+            problems.append(f"recent_fraction must be in [0, 1], got {self.recent_fraction}")
+        if self.summary_order not in ("query", "recency"):
+            problems.append(
+                f"summary_order must be 'query' or 'recency', got {self.summary_order!r}"
+            )
+        if problems:
+            raise ConfigError("periodic_summary: " + "; ".join(problems))
+
+
+def central_steps(embeddings: FloatMatrix, chunk_ids: IntArray) -> tuple[IntArray, FloatMatrix]:
+    """Per chunk (ids ``0..C-1``): its most central step (largest cosine to the chunk's
+    normalised centroid; ties to the earliest) and the centroid itself."""
+    members = labels_to_incidence(chunk_ids)
+    centroids = group_centroids(embeddings, members)
+    to_own = np.einsum("ij,ij->i", embeddings, centroids[chunk_ids])
+    return group_argmax(to_own, chunk_ids, members.shape[0]), centroids
+
+
+class PeriodicSummary(Retriever):
+    """Periodic Summary: the recent window (half the budget) first, then one summary
+    step per older chunk of ``chunk_size`` steps (its most central step), then, with
+    ``fill_leftover``, more recent steps; all through the shared first-fit packer."""
+
+    name = "periodic_summary"
+    Config = PeriodicSummaryConfig
+
+    def _build(self, view: MemoryView) -> None:
+        size = self.config.chunk_size  # type: ignore[attr-defined]
+        n_full = view.n // size
+        chunk_ids = np.arange(n_full * size, dtype=np.int64) // size
+        self.summary_, self.chunk_centroids_ = central_steps(
+            view.embeddings[: n_full * size], chunk_ids
+        )
+
+    def _select(
+        self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
+    ) -> IntArray:
+        assert self.view_ is not None
+        cfg: PeriodicSummaryConfig = self.config  # type: ignore[assignment]
+        costs = self.view_.costs
+        # Recent window: the longest suffix of visible steps fitting the recent budget.
+        recent_budget = math.floor(cfg.recent_fraction * budget)
+        back = np.cumsum(costs[:limit][::-1])
+        w = int(np.searchsorted(back, recent_budget, side="right"))
+        older_end = limit - w
+        # Summaries of the older part: precomputed full chunks, plus a cut one.
+        n_full = min(older_end // cfg.chunk_size, self.summary_.shape[0])
+        summaries = self.summary_[:n_full]
+        centroids = self.chunk_centroids_[:n_full]
+        cut_start = n_full * cfg.chunk_size
+        if cut_start < older_end:
+            span = self.view_.embeddings[cut_start:older_end]
+            step, cent = central_steps(span, np.zeros(span.shape[0], dtype=np.int64))
+            summaries = np.append(summaries, cut_start + step)
+            centroids = np.vstack([centroids, cent])
+        if cfg.summary_order == "query":
+            summaries = summaries[np.argsort(-(centroids @ q), kind="stable")]
+        else:
+            summaries = summaries[::-1]
+        parts = [np.arange(limit - 1, older_end - 1, -1, dtype=np.int64), summaries]
+        if cfg.fill_leftover:
+            rest = np.ones(older_end, dtype=bool)
+            rest[summaries] = False
+            parts.append(np.flatnonzero(rest)[::-1].astype(np.int64))
+        return pack_first_fit(np.concatenate(parts), costs, budget)
