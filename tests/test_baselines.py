@@ -198,7 +198,7 @@ def test_periodic_summary_fills_leftover_with_recent_steps():
     # B = 200: window = last 10 steps (100); summaries of chunks 0-9, 10-19 (2 steps);
     # 80 tokens left -> the 8 most recent non-summary older steps
     got = select("periodic_summary", view, q, 200, chunk_size=10, summary_order="recency")
-    assert got[:12] == list(range(29, 19, -1)) + [13, 3]
+    assert got[:12] == [*range(29, 19, -1), 13, 3]
     assert got[12:] == [19, 18, 17, 16, 15, 14, 12, 11]
     assert (
         select(
