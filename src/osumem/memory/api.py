@@ -330,7 +330,7 @@ class Memory:
         self._check_message_sizes(messages)
         held = self.store.pending(namespace)
         combined = [*held, *messages]
-        where = "messages" if not held else f"messages (after {len(held)} held from before)"
+        where = "messages" if not held else f"held+messages (the first {len(held)} held)"
         cut = _open_call_start(combined) if hold_open_calls else len(combined)
         src = namespace if source is None else source
         prefix = self.config.prefix_namespace if prefix_namespace is None else prefix_namespace
@@ -339,8 +339,8 @@ class Memory:
             "boilerplate": self.config.boilerplate,
             "prefix_namespace": prefix,
         }
+        read_messages(combined, where=where, **kwargs)  # validates all, indices as given
         steps = read_messages(combined[:cut], where=where, **kwargs)
-        read_messages(combined[cut:], where=f"{where}, held part", **kwargs)
         new_held = combined[cut:]
         try:
             json.dumps(new_held)
