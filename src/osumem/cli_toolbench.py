@@ -1,0 +1,192 @@
+"""CLI plugin: ``osumem bench toolbench`` and ``osumem reproduce toolbench`` (SPEC §6.3).
+
+Heavy libraries (SBERT, pandas) are imported inside the commands.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from osumem.cli import (
+    _apply_dataclass_overrides,
+    _int_list,
+    common_bench_options,
+    handle_errors,
+    run_and_report,
+    split_overrides,
+)
+
+TOOLBENCH_DEFAULT_METHODS = "flat,osumem,osumem_coverage,osumem_coverage_disjoint"
+TOOLBENCH_DEFAULT_BUDGETS = "200,400,800,1600"
+TOOLBENCH_DEFAULT_SEEDS = "42,123,456"
+#: β values of the paper's sweep and evidence sizes of its sensitivity analysis.
+BETA_SWEEP: tuple[float, ...] = (0.04, 0.08, 0.12, 0.16, 0.20)
+EVIDENCE_SIZES: tuple[int, ...] = (2, 3, 4)
+#: The paper's ToolBench numbers (SPEC §8), for the side-by-side tables.
+PAPER = {
+    "gap_hit2_pp": {200: 6.2, 400: 4.8, 800: 3.7, 1600: 3.8},
+    "gap_recall_pp": {200: 2.7, 400: 3.7, 800: 2.1, 1600: 1.6},
+    "flat_recall": {200: 0.686, 1600: 0.917},
+    "membership_mean": {"overlap": 2.16, "disjoint": 0.87},
+    "membership_median": {"overlap": 2.0, "disjoint": 1.0},
+    "evicted": {"overlap": 0.0, "disjoint": 0.132},
+    "routing_recall_below": 0.17,
+}
+
+
+def load_episodes(data: Path, cfg: Any, seeds: list[int], *, encoder: Any = None) -> list:
+    """Parse the ToolBench files, embed once, and build ``(seed, episode)`` pairs."""
+    from osumem.bench.toolbench import build_corpus, generate
+    from osumem.embed import load_encoder
+    from osumem.ingest.toolbench import read_toolbench
+
+    records = read_toolbench(data, signature_level=cfg.signature_level)
+    enc = encoder if encoder is not None else load_encoder()
+    corpus = build_corpus(records, enc, step_roles=cfg.step_roles, n_neighbors=cfg.n_neighbors)
+    return [(s, ep) for s in seeds for ep in generate(corpus, cfg, s)]
+
+
+def _config(overrides: dict[str, str], episodes: int | None, evidence_size: int | None) -> Any:
+    from osumem.bench.toolbench import ToolBenchConfig
+
+    cfg = ToolBenchConfig()
+    if overrides:
+        cfg = _apply_dataclass_overrides(cfg, overrides, "toolbench")
+    if episodes is not None:
+        cfg = cfg.replace(n_episodes=episodes)
+    if evidence_size is not None:
+        cfg = cfg.replace(evidence_size=evidence_size)
+    return cfg
+
+
+def _stats_line(stats: dict[str, Any]) -> str:
+    return (
+        "toolbench: {episodes} episodes, {mean_steps:.0f} steps, mean cost {mean_cost:.1f}, "
+        "confounders {confounder_share:.1%}, T+ {share_T+:.1%}, E+ {share_E+:.1%}, "
+        "T+E+ {share_T+E+:.1%}".format(**stats)
+    )
+
+
+def register(main: click.Group, bench: click.Group) -> None:
+    """Add ``bench toolbench`` (and ``reproduce toolbench`` when the group exists)."""
+
+    @bench.command("toolbench")
+    @click.option(
+        "--data",
+        type=click.Path(file_okay=False, path_type=Path),
+        required=True,
+        help="Directory with the ToolBench answer files (G1_*.json, G2_*.json).",
+    )
+    @click.option(
+        "--evidence-size",
+        type=int,
+        default=None,
+        help="k, planted evidence steps per episode (default 3).",
+    )
+    @common_bench_options(TOOLBENCH_DEFAULT_METHODS, TOOLBENCH_DEFAULT_BUDGETS)
+    @handle_errors
+    def bench_toolbench(
+        data: Path,
+        evidence_size: int | None,
+        methods: str,
+        budgets: str,
+        episodes: int | None,
+        seeds: str | None,
+        jobs: int,
+        out: Path | None,
+        as_json: bool,
+        overrides: tuple[str, ...],
+        quiet: bool,
+    ) -> None:
+        """The ToolBench planted-evidence probe (SPEC §6.3): per seed 200 episodes of
+        ~500 steps (75% confounders from the 30 nearest-query trajectories), k evidence
+        steps at evenly spaced positions, the target query embedded verbatim (SBERT).
+        Benchmark knobs: --set toolbench.<param>=value (see ToolBenchConfig)."""
+        from osumem.bench.toolbench import construction_stats
+
+        method_over, bench_over = split_overrides(overrides, "toolbench")
+        cfg = _config(bench_over, episodes, evidence_size)
+        seed_list = _int_list(seeds or TOOLBENCH_DEFAULT_SEEDS, "--seeds")
+        eps = load_episodes(data, cfg, seed_list)
+        stats = construction_stats([ep for _, ep in eps])
+        if not as_json:
+            click.echo(_stats_line(stats), err=True)
+        run_and_report(
+            benchmark="toolbench",
+            episodes=eps,
+            methods=methods,
+            budgets=budgets,
+            jobs=jobs,
+            out=out,
+            as_json=as_json,
+            overrides=method_over,
+            meta={"seeds": seed_list, "config": cfg.__dict__, "construction": stats},
+            quiet=quiet,
+        )
+
+    # The report plugin may register after this one: find its group on the module.
+    reproduce = main.commands.get("reproduce")
+    if reproduce is None:
+        try:
+            module = importlib.import_module("osumem.cli_report")
+        except ModuleNotFoundError:
+            module = None
+        reproduce = getattr(module, "reproduce", None)
+    if isinstance(reproduce, click.Group):
+        reproduce.add_command(reproduce_toolbench)
+
+
+@click.command("toolbench")
+@click.option(
+    "--data",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Directory with the ToolBench answer files (G1_*.json, G2_*.json).",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Report directory: rows toolbench*.parquet and toolbench.md are written here.",
+)
+@click.option("--seeds", default=TOOLBENCH_DEFAULT_SEEDS, show_default=True)
+@click.option("--episodes", type=int, default=None, help="Episodes per seed (default 200).")
+@click.option(
+    "--sweep-episodes",
+    type=int,
+    default=None,
+    help="Episodes per seed for the β and evidence-size sweeps (default: --episodes).",
+)
+@click.option("--jobs", type=int, default=-1, show_default=True)
+@click.option("--quiet", is_flag=True)
+@handle_errors
+def reproduce_toolbench(
+    data: Path,
+    out: Path,
+    seeds: str,
+    episodes: int | None,
+    sweep_episodes: int | None,
+    jobs: int,
+    quiet: bool,
+) -> None:
+    """Reproduce the ToolBench tables: main table, β sweep, evidence-size sweep,
+    membership/eviction and coarse-routing recall, beside the paper's numbers."""
+    from osumem.bench.toolbench_report import reproduce
+
+    seed_list = _int_list(seeds, "--seeds")
+    text = reproduce(
+        data,
+        out,
+        seeds=seed_list,
+        episodes=episodes,
+        sweep_episodes=sweep_episodes,
+        jobs=jobs,
+        progress=not quiet,
+    )
+    click.echo(text)
+    click.echo(json.dumps({"written": str(Path(out) / "toolbench.md")}), err=True)
