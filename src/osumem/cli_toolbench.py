@@ -27,16 +27,6 @@ TOOLBENCH_DEFAULT_SEEDS = "42,123,456"
 #: β values of the paper's sweep and evidence sizes of its sensitivity analysis.
 BETA_SWEEP: tuple[float, ...] = (0.04, 0.08, 0.12, 0.16, 0.20)
 EVIDENCE_SIZES: tuple[int, ...] = (2, 3, 4)
-#: The paper's ToolBench numbers (SPEC §8), for the side-by-side tables.
-PAPER = {
-    "gap_hit2_pp": {200: 6.2, 400: 4.8, 800: 3.7, 1600: 3.8},
-    "gap_recall_pp": {200: 2.7, 400: 3.7, 800: 2.1, 1600: 1.6},
-    "flat_recall": {200: 0.686, 1600: 0.917},
-    "membership_mean": {"overlap": 2.16, "disjoint": 0.87},
-    "membership_median": {"overlap": 2.0, "disjoint": 1.0},
-    "evicted": {"overlap": 0.0, "disjoint": 0.132},
-    "routing_recall_below": 0.17,
-}
 
 
 def load_episodes(data: Path, cfg: Any, seeds: list[int], *, encoder: Any = None) -> list:

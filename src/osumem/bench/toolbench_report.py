@@ -15,6 +15,17 @@ import pandas as pd
 OVERLAP = "osumem_coverage"
 DISJOINT = "osumem_coverage_disjoint"
 
+#: The paper's ToolBench numbers (SPEC §8), for the side-by-side tables.
+PAPER = {
+    "gap_hit2_pp": {200: 6.2, 400: 4.8, 800: 3.7, 1600: 3.8},
+    "gap_recall_pp": {200: 2.7, 400: 3.7, 800: 2.1, 1600: 1.6},
+    "flat_recall": {200: 0.686, 1600: 0.917},
+    "membership_mean": {"overlap": 2.16, "disjoint": 0.87},
+    "membership_median": {"overlap": 2.0, "disjoint": 1.0},
+    "evicted": {"overlap": 0.0, "disjoint": 0.132},
+    "routing_recall_below": 0.17,
+}
+
 
 def _p_per_seed(rows: pd.DataFrame, a: str, b: str, metric: str, budget: int) -> list[float]:
     from osumem.evaluate.stats import paired_differences, sign_flip_test
@@ -97,7 +108,6 @@ def reproduce(
         generate,
         routing_recall,
     )
-    from osumem.cli_toolbench import PAPER
     from osumem.embed import load_encoder
     from osumem.evaluate.runner import parse_method_runs, run, write_results
     from osumem.ingest.toolbench import read_toolbench
