@@ -1,0 +1,221 @@
+"""Experiment configuration files (``configs/*.toml``), one per paper table.
+
+Format (TOML, read with :mod:`tomllib`)::
+
+    [experiment]
+    name = "table2"                 # unique; the report section id
+    title = "Table 2: ..."          # the section heading
+    kind = "comparison"             # comparison | sweep | ablation | efficiency
+    benchmark = "synthetic"
+    seeds = [0]
+    budgets = [64, 128, 256, 512]
+    primary_budget = 256            # must be one of budgets
+    reference = "osumem"            # a method spec listed in methods
+    metrics = ["recall", "hit2"]
+    methods = ["osumem", "flat", "osumem[max_memberships=3]"]
+    episodes = 20                   # optional: cap episodes per seed (efficiency)
+    dims = [64, 384]                # efficiency only: embedding dimensions
+    paper_note = "..."              # optional: what the paper says, printed under the title
+    [experiment.benchmark_params]   # optional: benchmark config overrides
+    noise_scale = 0.875
+
+:func:`load_experiments` validates every file and reports every problem at once in a
+single :class:`~osumem.errors.ConfigError` (unknown keys, wrong types, methods that are
+not registered or whose module is not available, budgets, references).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from osumem.errors import ConfigError
+
+KINDS: tuple[str, ...] = ("comparison", "sweep", "ablation", "efficiency")
+METRICS: tuple[str, ...] = ("recall", "hit1", "hit2")
+_KEYS: dict[str, type | tuple[type, ...]] = {
+    "name": str,
+    "title": str,
+    "kind": str,
+    "benchmark": str,
+    "seeds": list,
+    "budgets": list,
+    "primary_budget": int,
+    "reference": str,
+    "metrics": list,
+    "methods": list,
+    "episodes": int,
+    "dims": list,
+    "benchmark_params": dict,
+    "paper_note": str,
+}
+_REQUIRED = ("name", "kind", "benchmark", "budgets", "methods")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Experiment:
+    """One paper table's experiment, validated."""
+
+    name: str
+    title: str
+    kind: str
+    benchmark: str
+    seeds: tuple[int, ...] = (0,)
+    budgets: tuple[int, ...]
+    primary_budget: int
+    reference: str
+    metrics: tuple[str, ...] = ("recall", "hit2")
+    methods: tuple[str, ...]
+    episodes: int | None = None
+    dims: tuple[int, ...] = ()
+    benchmark_params: Mapping[str, Any] = field(default_factory=dict)
+    paper_note: str = ""
+    source: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (written beside the results so the report can read it)."""
+        d = asdict(self)
+        d["benchmark_params"] = dict(self.benchmark_params)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Experiment:
+        """Inverse of :meth:`to_dict` (no validation: the data came from a loaded file)."""
+        d = dict(data)
+        for k in ("seeds", "budgets", "metrics", "methods", "dims"):
+            d[k] = tuple(d.get(k, ()))
+        return cls(**d)
+
+
+def _check_ints(value: Any, key: str, where: str, problems: list[str]) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        problems.append(f"{where}: {key} must be a list of integers, got {value!r}")
+        return ()
+    return tuple(value)
+
+
+def parse_experiment(data: Mapping[str, Any], where: str, problems: list[str]) -> Experiment | None:
+    """Validate one ``[experiment]`` table; append every problem to ``problems``."""
+    from osumem.evaluate.runner import parse_method_runs
+
+    before = len(problems)
+    exp = data.get("experiment")
+    if not isinstance(exp, dict):
+        problems.append(f"{where}: missing [experiment] table")
+        return None
+    for key in sorted(set(exp) - set(_KEYS)):
+        problems.append(f"{where}: unknown key {key!r}; known: {sorted(_KEYS)}")
+    for key in _REQUIRED:
+        if key not in exp:
+            problems.append(f"{where}: missing required key {key!r}")
+    for key, typ in _KEYS.items():
+        if key in exp and not isinstance(exp[key], typ):
+            problems.append(f"{where}: {key} must be {typ}, got {exp[key]!r}")
+    if len(problems) > before:
+        return None
+    kind = exp["kind"]
+    if kind not in KINDS:
+        problems.append(f"{where}: kind must be one of {KINDS}, got {kind!r}")
+    budgets = _check_ints(exp["budgets"], "budgets", where, problems)
+    if any(b <= 0 for b in budgets) or not budgets:
+        problems.append(f"{where}: budgets must be positive and non-empty, got {budgets}")
+    seeds = _check_ints(exp.get("seeds", [0]), "seeds", where, problems)
+    dims = _check_ints(exp.get("dims", []), "dims", where, problems)
+    if kind == "efficiency" and not dims:
+        problems.append(f"{where}: an efficiency experiment needs dims (e.g. [64, 384])")
+    primary = exp.get("primary_budget", budgets[0] if budgets else 0)
+    if budgets and primary not in budgets:
+        problems.append(f"{where}: primary_budget {primary} is not one of budgets {budgets}")
+    methods = exp["methods"]
+    if not all(isinstance(m, str) for m in methods) or not methods:
+        problems.append(f"{where}: methods must be a non-empty list of method specs")
+        methods = []
+    else:
+        try:
+            parse_method_runs(methods)
+        except Exception as exc:  # every unknown / unavailable method at once
+            problems.append(f"{where}: {exc}")
+    reference = exp.get("reference", methods[0] if methods else "")
+    if methods and reference not in methods:
+        problems.append(f"{where}: reference {reference!r} is not among the methods")
+    metrics = exp.get("metrics", ["recall", "hit2"])
+    bad = [m for m in metrics if m not in METRICS]
+    if bad:
+        problems.append(f"{where}: unknown metrics {bad}; known: {METRICS}")
+    episodes = exp.get("episodes")
+    if episodes is not None and episodes < 1:
+        problems.append(f"{where}: episodes must be >= 1, got {episodes}")
+    if len(problems) > before:
+        return None
+    return Experiment(
+        name=exp["name"],
+        title=exp.get("title", exp["name"]),
+        kind=kind,
+        benchmark=exp["benchmark"],
+        seeds=seeds,
+        budgets=budgets,
+        primary_budget=int(primary),
+        reference=reference,
+        metrics=tuple(metrics),
+        methods=tuple(methods),
+        episodes=episodes,
+        dims=dims,
+        benchmark_params=dict(exp.get("benchmark_params", {})),
+        paper_note=exp.get("paper_note", ""),
+        source=where,
+    )
+
+
+def load_experiments(paths: Iterable[Path]) -> list[Experiment]:
+    """Load and validate experiment files; one :class:`ConfigError` lists every problem."""
+    problems: list[str] = []
+    out: list[Experiment] = []
+    for path in paths:
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            problems.append(f"{path}: no such file")
+            continue
+        except tomllib.TOMLDecodeError as exc:
+            problems.append(f"{path}: not valid TOML: {exc}")
+            continue
+        exp = parse_experiment(data, str(path), problems)
+        if exp is not None:
+            out.append(exp)
+    names = [e.name for e in out]
+    for dup in sorted({n for n in names if names.count(n) > 1}):
+        problems.append(f"experiment name {dup!r} is used by more than one file")
+    if problems:
+        raise ConfigError(
+            f"{len(problems)} problem(s) in the experiment configuration:\n  - "
+            + "\n  - ".join(problems)
+        )
+    return out
+
+
+def config_dir() -> Path:
+    """The repository's ``configs/`` directory (next to ``src/``), or ``./configs``."""
+    here = Path(__file__).resolve().parents[3] / "configs"
+    return here if here.is_dir() else Path("configs")
+
+
+def experiment_files(directory: Path, benchmark: str) -> list[Path]:
+    """The experiment files in ``directory`` for ``benchmark`` (``*_<benchmark>.toml``)
+    that hold an ``[experiment]`` table; other files (e.g. a grid another tool reads)
+    are left alone."""
+    out = []
+    for p in sorted(Path(directory).glob(f"*{benchmark}*.toml")):
+        try:
+            data = tomllib.loads(p.read_text())
+        except (OSError, tomllib.TOMLDecodeError):
+            out.append(p)  # let the loader report it
+            continue
+        if "experiment" in data:
+            out.append(p)
+    return out
