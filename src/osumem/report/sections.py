@@ -1,0 +1,329 @@
+"""Report sections: each turns result rows into one Markdown table (p-values from
+:mod:`osumem.evaluate.stats`, the paper's numbers from :mod:`osumem.report.paper`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from osumem.evaluate.metrics import recall_by_distance, summarise
+from osumem.evaluate.stats import (
+    N_PERMUTATIONS,
+    compare,
+    fisher_combine,
+    format_p,
+    interaction_test,
+    paired_differences,
+    paired_test,
+    sign_flip_test,
+)
+from osumem.report.paper import paper_cell
+from osumem.types import CELLS
+
+METRIC_NAMES = {"recall": "Recall", "hit1": "Hit@1", "hit2": "Hit@2"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportSettings:
+    """What the report compares. Method names here are parameters, not special cases.
+
+    Attributes:
+        reference: the designated reference method (p-values are against it).
+        baseline: the method the cell cross-tab and interaction test contrast with.
+        overlap, disjoint: the ToolBench overlap − disjoint pair.
+        n_permutations: permutations per sign-flip test (paper: 10,000).
+        seed: seed of every permutation test and bootstrap.
+    """
+
+    reference: str = "osumem"
+    baseline: str = "flat"
+    overlap: str = "osumem_coverage"
+    disjoint: str = "osumem_coverage_disjoint"
+    n_permutations: int = N_PERMUTATIONS
+    seed: int = 0
+
+
+def paper_benchmark(benchmark: str) -> str:
+    """The key under which the paper's numbers for ``benchmark`` are stored."""
+    b = benchmark.lower()
+    if "stage" in b or "augment" in b:
+        return "taubench_staged"
+    if "weak" in b:
+        return "taubench_weak"
+    for known in ("synthetic", "taubench", "toolbench"):
+        if b.startswith(known):
+            return known
+    return b
+
+
+def primary_budget(benchmark: str, budgets: list[int]) -> int:
+    """The paper's primary budget (400 on ToolBench, else 256) when run, else the
+    middle budget."""
+    want = 400 if paper_benchmark(benchmark) == "toolbench" else 256
+    return want if want in budgets else sorted(budgets)[len(budgets) // 2]
+
+
+def _is_oracle(label: str) -> bool:
+    from osumem.retrieve.registry import get_class, get_spec
+
+    name = label.split("[", 1)[0]
+    try:
+        get_spec(name)
+        return bool(get_class(name).is_oracle)
+    except Exception:
+        return False
+
+
+def read_dir(results: Path) -> dict[str, pd.DataFrame]:
+    """Every row file in ``results`` by its stem (benchmark name)."""
+    out = {}
+    for f in sorted(Path(results).glob("*.parquet")):
+        out[f.stem] = pd.read_parquet(f)
+    if not out:
+        raise FileNotFoundError(f"no result rows (*.parquet) in {results}")
+    return out
+
+
+def comparison_section(
+    rows: pd.DataFrame,
+    exp_methods: list[str],
+    *,
+    reference: str,
+    budget: int,
+    bench_key: str,
+    settings: ReportSettings,
+    metrics: tuple[str, ...] = ("recall", "hit2"),
+) -> str:
+    """Methods × metrics at one budget, paper beside ours, p-values against the
+    reference (episode level first: the paper's n is episodes; query level beside)."""
+    sub = rows[rows["method"].isin(exp_methods) & (rows["budget"] == budget)]
+    if sub.empty or reference not in set(sub["method"]):
+        return f"_No rows for the reference {reference!r} at B = {budget}._\n"
+    cmp = compare(
+        sub,
+        reference=reference,
+        budget=budget,
+        metrics=metrics,
+        n_permutations=settings.n_permutations,
+        seed=settings.seed,
+    ).table
+    means = summarise(sub).set_index("method")
+    head = ["method"]
+    for m in metrics:
+        head += [f"{METRIC_NAMES[m]}", "paper"]
+    for m in metrics:
+        head += [f"p {METRIC_NAMES[m]} (episode)", f"p {METRIC_NAMES[m]} (query)"]
+    head += ["paper p", "queries"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for method in [m for m in exp_methods if m in means.index]:
+        name = method + (" (oracle)" if _is_oracle(method) else "")
+        cells = [f"**{name}**" if method == reference else name]
+        for m in metrics:
+            cells += [f"{means.loc[method, m]:.3f}", paper_cell(bench_key, method, budget, m)]
+        for m in metrics:
+            if method == reference:
+                cells += ["ref", "ref"]
+                continue
+            r = cmp[(cmp["method"] == method) & (cmp["metric"] == m)].iloc[0]
+            cells += [format_p(r["p_episode"]), format_p(r["p_query"])]
+        pp = [paper_cell(bench_key, method, budget, f"p_{m}") for m in metrics]
+        pp_text = " / ".join(pp) if any(p != "–" for p in pp) else "–"
+        if method == reference:
+            pp_text = paper_cell(bench_key, method, budget, "p_vs_baselines")
+        cells += [pp_text, str(int(means.loc[method, "n"]))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def sweep_section(
+    rows: pd.DataFrame,
+    exp_methods: list[str],
+    *,
+    reference: str,
+    bench_key: str,
+    settings: ReportSettings,
+    metrics: tuple[str, ...] = ("recall", "hit2"),
+) -> str:
+    """Per metric: methods × budgets, each cell "ours (episode-level p vs reference)",
+    with the paper's number in brackets where it has one."""
+    sub = rows[rows["method"].isin(exp_methods)]
+    budgets = sorted(sub["budget"].unique())
+    means = summarise(sub).set_index(["method", "budget"])
+    out = []
+    for m in metrics:
+        out.append(f"**{METRIC_NAMES[m]}** — ours (p vs {reference}, episode level) [paper]\n")
+        head = ["method", *[f"B={b}" for b in budgets]]
+        out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for method in [x for x in exp_methods if x in set(sub["method"])]:
+            cells = [method]
+            for b in budgets:
+                if (method, b) not in means.index:
+                    cells.append("–")
+                    continue
+                text = f"{means.loc[(method, b), m]:.3f}"
+                if method != reference and reference in set(sub["method"]):
+                    _, p, _ = paired_test(
+                        sub,
+                        reference,
+                        method,
+                        m,
+                        budget=int(b),
+                        level="episode",
+                        n_permutations=settings.n_permutations,
+                        seed=settings.seed,
+                    )
+                    text += f" ({format_p(p)})"
+                paper = paper_cell(bench_key, method, int(b), m)
+                if paper != "–":
+                    text += f" [{paper}]"
+                cells.append(text)
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def efficiency_section(eff: pd.DataFrame) -> str:
+    """Efficiency per embedding dimension: absolute numbers, ratios to the reference
+    run beside them, and the paper's numbers."""
+    out = []
+    for dim, g in eff.groupby("dim", sort=False):
+        key = f"efficiency-{dim}"
+        out.append(f"**{dim}-d embeddings**\n")
+        out.append(
+            "| method | retrieve-only ms | × flat | amortised ms | × flat | paper ms "
+            "(retrieve / amortised) | structure KB | storage KB | × flat | paper KB |"
+        )
+        out.append("|---|---|---|---|---|---|---|---|---|---|")
+        for r in g.itertuples(index=False):
+            pm = f"{paper_cell(key, r.method, None, 'retrieve_ms', '.1f')} / " + paper_cell(
+                key, r.method, None, "amortised_ms", ".1f"
+            )
+            out.append(
+                f"| {r.method} | {r.retrieve_ms:.3f} | {r.retrieve_ms_ratio:.2f} | "
+                f"{r.amortised_ms:.3f} | {r.amortised_ms_ratio:.2f} | {pm} | "
+                f"{r.structure_kb:.1f} | {r.storage_kb:.1f} | {r.storage_kb_ratio:.2f} | "
+                f"{paper_cell(key, r.method, None, 'storage_kb', '.0f')} |"
+            )
+        out.append("")
+    return "\n".join(out)
+
+
+def distance_section(rows: pd.DataFrame, budget: int) -> tuple[str, pd.DataFrame]:
+    """Recall by temporal distance at one budget (methods × distance buckets)."""
+    bd = recall_by_distance(rows[rows["budget"] == budget])
+    wide = bd.pivot(index="method", columns="bucket", values="recall")
+    n = bd.groupby("bucket", observed=True)["n"].first()
+    wide = wide.reindex(list(dict.fromkeys(rows["method"])))
+    head = ["method", *[f"{b} (n={int(n[b])})" for b in wide.columns]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for method, r in wide.iterrows():
+        lines.append("| " + " | ".join([str(method), *[f"{v:.3f}" for v in r]]) + " |")
+    return "\n".join(lines) + "\n", bd
+
+
+def _p_from_diffs(diffs: pd.DataFrame, settings: ReportSettings) -> float:
+    """Sign-flip p of paired differences (column ``d``), per seed, Fisher-combined."""
+    if diffs.empty:
+        return float("nan")
+    pvals = [
+        sign_flip_test(
+            g["d"].to_numpy(), n_permutations=settings.n_permutations, seed=settings.seed
+        ).p_value
+        for _, g in diffs.groupby("seed", sort=True)
+    ]
+    return fisher_combine(pvals)
+
+
+def crosstab_section(rows: pd.DataFrame, *, bench_key: str, settings: ReportSettings) -> str:
+    """Per cell and budget: OSU-Mem − baseline Hit@2 and Recall with query-level p,
+    then the method × cell interaction test per budget."""
+    ref, base = settings.reference, settings.baseline
+    budgets = sorted(rows["budget"].unique())
+    out = [
+        f"Differences {ref} − {base} per cell (query level, sign-flip p in brackets); "
+        "paper Hit@2 differences where given.\n",
+        "| cell | n | "
+        + " | ".join(f"B={b} Hit@2" for b in budgets)
+        + " | "
+        + " | ".join(f"B={b} Recall" for b in budgets)
+        + " | paper Hit@2 Δ |",
+        "|" + "---|" * (2 + 2 * len(budgets) + 1),
+    ]
+    per_b = {
+        (int(b), m): paired_differences(rows, ref, base, m, budget=int(b))
+        for b in budgets
+        for m in ("hit2", "recall")
+    }
+    for cell in CELLS:
+        n = int((per_b[(int(budgets[0]), "hit2")]["cell"] == cell).sum())
+        if n == 0:
+            continue
+        cells = [cell, str(n)]
+        for m in ("hit2", "recall"):
+            for b in budgets:
+                d = per_b[(int(b), m)]
+                dc = d[d["cell"] == cell]
+                p = _p_from_diffs(dc, settings)
+                cells.append(f"{dc['d'].mean():+.3f} ({format_p(p)})")
+        paper = [paper_cell(bench_key, cell, int(b), "hit2_gap", "+.3f") for b in budgets]
+        cells.append(" / ".join(paper) if any(x != "–" for x in paper) else "–")
+        out.append("| " + " | ".join(cells) + " |")
+    out.append("")
+    out.append(
+        f"Interaction test ({ref} − {base} per query, centred within cells; "
+        f"statistic: size-weighted between-cell variance; {settings.n_permutations} "
+        "sign flips).\n"
+    )
+    out.append("| budget | p Hit@2 | paper | p Recall | paper | cells |")
+    out.append("|---|---|---|---|---|---|")
+    for b in budgets:
+        res = {}
+        for m in ("hit2", "recall"):
+            d = per_b[(int(b), m)]
+            res[m] = interaction_test(
+                d["d"].to_numpy(),
+                d["cell"].to_numpy(),
+                n_permutations=settings.n_permutations,
+                seed=settings.seed,
+            )
+        ncells = per_b[(int(b), "hit2")]["cell"].nunique()
+        out.append(
+            f"| {b} | {format_p(res['hit2'].p_value)} | "
+            f"{paper_cell(bench_key, 'interaction', int(b), 'p_hit2')} | "
+            f"{format_p(res['recall'].p_value)} | "
+            f"{paper_cell(bench_key, 'interaction', int(b), 'p_recall')} | {ncells} |"
+        )
+    return "\n".join(out) + "\n"
+
+
+def toolbench_section(rows: pd.DataFrame, *, settings: ReportSettings) -> str:
+    """Overlap − disjoint per budget, per-seed p-values Fisher-combined, paper beside."""
+    ov, dj = settings.overlap, settings.disjoint
+    budgets = sorted(rows["budget"].unique())
+    out = [
+        f"{ov} − {dj} (per-seed sign-flip p, Fisher-combined across "
+        f"{rows['seed'].nunique()} seed(s)).\n",
+        "| budget | Δ Hit@2 | p | paper | Δ Recall | p | paper |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for b in budgets:
+        cells = [str(b)]
+        for m in ("hit2", "recall"):
+            diff, p, _ = paired_test(
+                rows,
+                ov,
+                dj,
+                m,
+                budget=int(b),
+                n_permutations=settings.n_permutations,
+                seed=settings.seed,
+            )
+            cells += [
+                f"{diff:+.3f}",
+                format_p(p),
+                paper_cell("toolbench", "overlap-disjoint", int(b), f"{m}_gap", "+.3f"),
+            ]
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
