@@ -48,7 +48,10 @@ class SyntheticConfig:
     event_size: tuple[int, int] = (1, 3)
     #: an event's steps fall inside a window of this many steps (ours)
     event_span: int = 60
-    #: background subgoal segments have a length in this inclusive range (ours)
+    #: how background steps get subgoal labels (ours): "iid" draws one per step from the
+    #: pool, like entity and tool; "segments" labels contiguous runs (``subgoal_segment``)
+    background_subgoals: str = "iid"
+    #: background subgoal segment lengths, inclusive, for background_subgoals="segments"
     subgoal_segment: tuple[int, int] = (5, 15)
     entity_pool: int = 40
     tool_pool: int = 12
@@ -86,6 +89,10 @@ class SyntheticConfig:
                 problems.append(
                     f"{name} must be an increasing range of positive ints, got {(lo, hi)}"
                 )
+        if self.background_subgoals not in ("iid", "segments"):
+            problems.append(
+                f"background_subgoals must be 'iid' or 'segments', got {self.background_subgoals!r}"
+            )
         if self.event_span < self.event_size[1]:
             problems.append("event_span must be at least the largest event_size")
         if self.event_span > self.min_steps:
@@ -138,12 +145,15 @@ def generate_episode(cfg: SyntheticConfig, seed: int, index: int) -> Episode:
         event=rng.integers(0, d, n_events),
     )
 
-    # Background annotations: subgoals in contiguous segments, entity and tool per step.
+    # Background annotations: entity, tool and subgoal per step (or subgoal segments).
     entity = rng.integers(0, cfg.entity_pool, n)
     tool = rng.integers(0, cfg.tool_pool, n)
-    seg_lens = rng.integers(cfg.subgoal_segment[0], cfg.subgoal_segment[1] + 1, n)
-    seg_of_step = np.repeat(np.arange(n), seg_lens)[:n]
-    subgoal = rng.integers(0, cfg.subgoal_pool, n)[seg_of_step]
+    if cfg.background_subgoals == "segments":
+        seg_lens = rng.integers(cfg.subgoal_segment[0], cfg.subgoal_segment[1] + 1, n)
+        seg_of_step = np.repeat(np.arange(n), seg_lens)[:n]
+        subgoal = rng.integers(0, cfg.subgoal_pool, n)[seg_of_step]
+    else:
+        subgoal = rng.integers(0, cfg.subgoal_pool, n)
     event = np.full(n, -1, dtype=np.int64)
 
     # Events: steps inside a window, sharing entity and subgoal; tool mostly shared.
