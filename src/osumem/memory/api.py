@@ -38,15 +38,19 @@ from osumem.memory.store import (
     NamespaceData,
     StepRow,
 )
+from osumem.memory.validate import (
+    OversizedInputError,
+    check_message_sizes,
+    check_namespace,
+    continue_segments,
+    open_call_start,
+    step_row,
+)
 from osumem.retrieve.base import Retriever, check_budget
 from osumem.types import MemoryView, Step, l2_normalise
 
 #: The namespace used when none is given.
 DEFAULT_NAMESPACE = "default"
-
-
-class OversizedInputError(InvalidInputError):
-    """A message or step text is longer than the memory's ``max_text_chars``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -291,10 +295,13 @@ class Memory:
         the step texts are encoded. A step with an empty ``namespace`` gets
         ``namespace`` as its source name. Nothing is written if any step is invalid.
         """
-        _check_namespace(namespace)
+        check_namespace(namespace)
         if isinstance(steps, Step) or not isinstance(steps, Sequence):
             raise InvalidInputError("steps: expected a list of Step records")
-        rows = [self._row(s, f"steps[{i}]", namespace) for i, s in enumerate(steps)]
+        rows = [
+            step_row(s, f"steps[{i}]", namespace, self.config.max_text_chars)
+            for i, s in enumerate(steps)
+        ]
         return self._append(namespace, rows, embeddings, pending=None)
 
     def add_messages(
@@ -324,14 +331,14 @@ class Memory:
         """
         from osumem.ingest.openai_chat import read_messages
 
-        _check_namespace(namespace)
+        check_namespace(namespace)
         if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
             raise InvalidInputError("messages: expected a list of message dicts")
-        self._check_message_sizes(messages)
+        check_message_sizes(messages, self.config.max_text_chars)
         held = self.store.pending(namespace)
         combined = [*held, *messages]
         where = "messages" if not held else f"held+messages (the first {len(held)} held)"
-        cut = _open_call_start(combined) if hold_open_calls else len(combined)
+        cut = open_call_start(combined) if hold_open_calls else len(combined)
         src = namespace if source is None else source
         prefix = self.config.prefix_namespace if prefix_namespace is None else prefix_namespace
         kwargs = {
@@ -346,7 +353,7 @@ class Memory:
             json.dumps(new_held)
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(f"{where}: held messages are not JSON data ({exc})") from None
-        steps = self._continue_segments(steps, namespace, src)
+        steps = continue_segments(steps, self.store.count_role(namespace, "user"), src)
         for i, s in enumerate(steps):
             if len(s.text) > self.config.max_text_chars:
                 raise OversizedInputError(
@@ -357,70 +364,11 @@ class Memory:
         if enc is not None:
             costs = enc.count_tokens([s.text for s in steps])
             steps = [replace(s, cost=int(c)) for s, c in zip(steps, costs, strict=True)]
-        rows = [self._row(s, f"{where}: step {i}", namespace) for i, s in enumerate(steps)]
+        rows = [
+            step_row(s, f"{where}: step {i}", namespace, self.config.max_text_chars)
+            for i, s in enumerate(steps)
+        ]
         return self._append(namespace, rows, None, pending=new_held)
-
-    def _continue_segments(self, steps: list[Step], namespace: str, source: str) -> list[Step]:
-        """Renumber the reader's automatic subgoal labels (segment k = k-th user turn of
-        this add) to continue the namespace's segment count across adds."""
-        before = self.store.count_role(namespace, "user")
-        out, local = [], 0
-        for s in steps:
-            if s.role == "user":
-                local += 1
-            auto = f"{source}:sg{local}" if source else f"sg{local}"
-            if s.subgoal == auto and before:
-                k = before + local
-                s = replace(s, subgoal=f"{source}:sg{k}" if source else f"sg{k}")
-            out.append(s)
-        return out
-
-    def _check_message_sizes(self, messages: Sequence[Any]) -> None:
-        limit = self.config.max_text_chars
-        for i, msg in enumerate(messages):
-            if not isinstance(msg, Mapping):
-                continue  # the reader names the malformed message
-            content = msg.get("content")
-            size = len(content) if isinstance(content, str) else 0
-            if isinstance(content, list):
-                size = sum(len(str(p.get("text", ""))) for p in content if isinstance(p, Mapping))
-            if size > limit:
-                raise OversizedInputError(
-                    f"messages[{i}].content: {size} characters; max_text_chars is {limit}"
-                )
-
-    def _row(self, s: Any, where: str, namespace: str) -> StepRow:
-        if not isinstance(s, Step):
-            raise InvalidInputError(f"{where}: expected a Step, got {type(s).__name__}")
-        if not isinstance(s.role, str) or not s.role:
-            raise InvalidInputError(f"{where}: role must be a non-empty string")
-        for name in ("text", "tool_action", "tool_signature", "subgoal", "namespace"):
-            if not isinstance(getattr(s, name), str):
-                raise InvalidInputError(f"{where}: {name} must be a string")
-        if len(s.text) > self.config.max_text_chars:
-            raise OversizedInputError(
-                f"{where}: text has {len(s.text)} characters; "
-                f"max_text_chars is {self.config.max_text_chars}"
-            )
-        if isinstance(s.cost, bool) or not isinstance(s.cost, int | np.integer) or s.cost <= 0:
-            raise InvalidInputError(f"{where}: cost must be a positive integer, got {s.cost!r}")
-        if not all(isinstance(e, str) for e in s.entities):
-            raise InvalidInputError(f"{where}: entities must be strings")
-        try:
-            args = json.dumps(dict(s.arguments), sort_keys=True, ensure_ascii=False)
-        except (TypeError, ValueError) as exc:
-            raise InvalidInputError(f"{where}: arguments are not JSON data ({exc})") from None
-        return StepRow(
-            role=s.role,
-            text=s.text,
-            tool_action=s.tool_action,
-            arguments_json=args,
-            tool_signature=s.tool_signature,
-            entities=tuple(sorted(s.entities)),
-            subgoal=s.subgoal,
-            source=s.namespace or namespace,
-            cost=int(s.cost),
-        )
 
     def _append(
         self,
@@ -516,27 +464,3 @@ class Memory:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _check_namespace(namespace: Any) -> None:
-    if not isinstance(namespace, str) or not namespace:
-        raise InvalidInputError(f"namespace: expected a non-empty string, got {namespace!r}")
-
-
-def _open_call_start(messages: Sequence[Any]) -> int:
-    """Index of the last assistant message whose tool calls are still unanswered when
-    only tool messages follow it (the agent is waiting for tool results); otherwise
-    ``len(messages)``."""
-    for i in range(len(messages) - 1, -1, -1):
-        msg = messages[i]
-        if not isinstance(msg, Mapping):
-            return len(messages)
-        role = msg.get("role")
-        if role == "tool":
-            continue
-        if role != "assistant" or not isinstance(msg.get("tool_calls"), list):
-            return len(messages)
-        ids = {c.get("id") for c in msg["tool_calls"] if isinstance(c, Mapping)}
-        answered = {m.get("tool_call_id") for m in messages[i + 1 :] if isinstance(m, Mapping)}
-        return i if ids - answered else len(messages)
-    return len(messages)
