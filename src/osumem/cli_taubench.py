@@ -1,0 +1,169 @@
+"""``osumem bench taubench`` (SPEC §6.2). Plugin of :mod:`osumem.cli`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+
+def default_methods() -> str:
+    """All registered non-oracle methods whose modules import."""
+    from osumem.errors import UnknownMethodError
+    from osumem.retrieve.registry import available, get_class
+
+    names = []
+    for name in available():
+        try:
+            cls = get_class(name)
+        except (UnknownMethodError, ImportError):
+            continue
+        if not cls.is_oracle:
+            names.append(name)
+    return ",".join(names)
+
+
+def build_taubench(
+    data: Path,
+    cfg: Any,
+    seeds: list[int],
+    *,
+    stage_d: bool = False,
+    encoder: str = "sbert",
+    cache: Path | None = None,
+) -> tuple[list[tuple[int, Any]], dict[str, Any]]:
+    """Load, embed (cached) and build the episodes for every seed; returns
+    ``[(seed, episode)]`` and the construction statistics."""
+    from osumem.bench.augment import StageDConfig
+    from osumem.bench.augment import stage_d as augment
+    from osumem.bench.taubench import construction_stats, generate, source_views
+    from osumem.embed import CachedEncoder, HashingEncoder, load_encoder
+    from osumem.ingest.taubench import load_taubench, match_stats
+
+    sources = load_taubench(data, prefix_namespace=cfg.prefix_namespace, match=cfg.match)
+    if encoder == "hashing":
+        enc: Any = CachedEncoder(HashingEncoder(384), cache) if cache else HashingEncoder(384)
+    else:
+        enc = load_encoder(cache=cache if cache else True)
+    views = source_views(sources, enc)
+    eps = []
+    for s in seeds:
+        for ep in generate(sources, views, cfg, s):
+            if stage_d:
+                dcfg = StageDConfig(
+                    min_query_distance=cfg.min_query_distance,
+                    query_mode=cfg.query_mode,
+                    query_noise=cfg.query_noise,
+                )
+                ep = augment(ep, dcfg, s)
+            eps.append((s, ep))
+    stats = {
+        **match_stats(sources, min_evidence=cfg.min_evidence),
+        **construction_stats([e for _, e in eps]),
+    }
+    return eps, stats
+
+
+def register(main: click.Group, bench: click.Group) -> None:
+    """Add ``bench taubench`` to the CLI."""
+    from osumem.cli import (
+        DEFAULT_BUDGETS,
+        _apply_dataclass_overrides,
+        _int_list,
+        common_bench_options,
+        handle_errors,
+        run_and_report,
+        split_overrides,
+    )
+
+    @bench.command("taubench")
+    @click.option(
+        "--data",
+        type=click.Path(dir_okay=False, path_type=Path),
+        required=True,
+        help="tau-bench results JSON (e.g. shared/data/taubench/gpt-4o-airline.json).",
+    )
+    @click.option(
+        "--query-mode",
+        type=click.Choice(["noisy_mean", "single_step"]),
+        default="noisy_mean",
+        show_default=True,
+        help="Query vector: noisy mean of the evidence, or one random evidence step + noise.",
+    )
+    @click.option("--no-prefix", is_flag=True, help="Turn namespace prefixing off (the pitfall).")
+    @click.option("--stage-d", is_flag=True, help="Stage D augmentation (3 copies per evidence).")
+    @click.option(
+        "--encoder",
+        type=click.Choice(["sbert", "hashing"]),
+        default="sbert",
+        show_default=True,
+        help="Step encoder (sbert: all-MiniLM-L6-v2 offline).",
+    )
+    @click.option(
+        "--cache",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Embedding cache file (default $OSUMEM_CACHE_DIR or ~/.cache/osumem).",
+    )
+    @common_bench_options("ALL", DEFAULT_BUDGETS)
+    @handle_errors
+    def bench_taubench(
+        data: Path,
+        query_mode: str,
+        no_prefix: bool,
+        stage_d: bool,
+        encoder: str,
+        cache: Path | None,
+        methods: str,
+        budgets: str,
+        episodes: int | None,
+        seeds: str | None,
+        jobs: int,
+        out: Path | None,
+        as_json: bool,
+        overrides: tuple[str, ...],
+        quiet: bool,
+    ) -> None:
+        """tau-bench (SPEC §6.2): concatenated airline trajectories, focal evidence far
+        from the query. Benchmark knobs: --set taubench.<param>=value (TauBenchConfig).
+        --methods ALL (default) runs every registered non-oracle method."""
+        from osumem.bench.taubench import TauBenchConfig
+
+        method_over, bench_over = split_overrides(overrides, "taubench")
+        cfg = TauBenchConfig(query_mode=query_mode, prefix_namespace=not no_prefix)
+        if bench_over:
+            cfg = _apply_dataclass_overrides(cfg, bench_over, "taubench")
+        if episodes is not None:
+            cfg = cfg.replace(n_episodes=episodes)
+        seed_list = _int_list(seeds, "--seeds") if seeds else [0]
+        eps, stats = build_taubench(
+            data, cfg, seed_list, stage_d=stage_d, encoder=encoder, cache=cache
+        )
+        if not as_json:
+            click.echo(
+                "taubench: {trajectories} trajectories, {gt_actions} ground-truth actions, "
+                "matched exact {matched_exact} / relaxed {matched_relaxed}; {episodes} "
+                "episodes, {queries} queries, {mean_evidence:.2f} evidence/query, "
+                "cells {cells}".format(**stats),
+                err=True,
+            )
+        name = "taubench" + ("_stage_d" if stage_d else "")
+        run_and_report(
+            benchmark=name,
+            episodes=eps,
+            methods=default_methods() if methods == "ALL" else methods,
+            budgets=budgets,
+            jobs=jobs,
+            out=out,
+            as_json=as_json,
+            overrides=method_over,
+            meta={
+                "seeds": seed_list,
+                "config": cfg.__dict__,
+                "stage_d": stage_d,
+                "encoder": encoder,
+                "construction": stats,
+            },
+            quiet=quiet,
+        )
