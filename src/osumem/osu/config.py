@@ -31,8 +31,10 @@ class OSUConfig:
             within a view go to the OSU with the higher centroid coherence.
         knn_k: k of the similarity view's cosine k-NN graph.
         community: ``"leiden"`` (leidenalg, modularity) or ``"louvain"`` (networkx).
-        similarity_scope: ``"all"`` (the similarity view covers every step) or
-            ``"unannotated"`` (only steps with no entity, tool signature or subgoal).
+        similarity_scope: ``"fallback"`` (the paper's "fallback for steps that lack
+            entity or tool annotations": the similarity view covers the steps with no
+            entity and no tool signature *of the enabled views*, so with
+            ``views=("similarity",)`` it covers every step) or ``"all"`` (every step).
         similarity_refresh: incremental ``add`` recomputes the similarity view once at
             least this many steps arrived since its last refresh (batch refresh).
     """
@@ -45,7 +47,7 @@ class OSUConfig:
     view_priority: tuple[str, ...] = VIEWS
     knn_k: int = 10
     community: str = "leiden"
-    similarity_scope: str = "all"
+    similarity_scope: str = "fallback"
     similarity_refresh: int = 16
 
     def __post_init__(self) -> None:
@@ -69,9 +71,9 @@ class OSUConfig:
             problems.append(f"knn_k must be >= 1, got {self.knn_k}")
         if self.community not in COMMUNITY_METHODS:
             problems.append(f"community must be one of {COMMUNITY_METHODS}, got {self.community}")
-        if self.similarity_scope not in ("all", "unannotated"):
+        if self.similarity_scope not in ("fallback", "all"):
             problems.append(
-                f"similarity_scope must be 'all' or 'unannotated', got {self.similarity_scope}"
+                f"similarity_scope must be 'fallback' or 'all', got {self.similarity_scope}"
             )
         if self.similarity_refresh < 1:
             problems.append(f"similarity_refresh must be >= 1, got {self.similarity_refresh}")

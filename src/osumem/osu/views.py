@@ -71,10 +71,16 @@ def annotation_groups(view: MemoryView, name: str, config: OSUConfig) -> list[Ra
     return groups
 
 
-def annotated_mask(view: MemoryView) -> NDArray[np.bool_]:
-    """True for steps with at least one entity, a tool signature or a subgoal."""
-    has_ent = np.fromiter((bool(e) for e in view.entities), dtype=bool, count=view.n)
-    return has_ent | (view.tool_signatures != "") | (view.subgoals != "")
+def annotated_mask(view: MemoryView, views: tuple[str, ...]) -> NDArray[np.bool_]:
+    """True for steps carrying an entity (when the entity view is enabled) or a tool
+    signature (when the tool view is enabled): the steps the similarity view's
+    fallback scope leaves out."""
+    out = np.zeros(view.n, dtype=bool)
+    if "entity" in views:
+        out |= np.fromiter((bool(e) for e in view.entities), dtype=bool, count=view.n)
+    if "tool" in views:
+        out |= view.tool_signatures != ""
+    return out
 
 
 def knn_edges(embeddings: NDArray[np.float32], k: int) -> tuple[IntArray, IntArray]:
@@ -115,11 +121,12 @@ def communities(n: int, src: IntArray, dst: IntArray, method: str, seed: int) ->
 
 def similarity_groups(view: MemoryView, config: OSUConfig, seed: int) -> list[RawGroup]:
     """Raw groups of the similarity view: communities of the cosine k-NN graph (k =
-    ``knn_k``) over the steps in scope, each chunked at S_max in time order."""
+    ``knn_k``) over the steps in scope (``similarity_scope``), each chunked at S_max in
+    time order."""
     scope = (
         np.arange(view.n, dtype=np.int64)
         if config.similarity_scope == "all"
-        else np.flatnonzero(~annotated_mask(view)).astype(np.int64)
+        else np.flatnonzero(~annotated_mask(view, config.views)).astype(np.int64)
     )
     if scope.size < 2:
         return []

@@ -1,0 +1,176 @@
+"""Coarse-stage diagnostics and reachability (SPEC §7, Propositions 4.1/4.2).
+
+``p_v`` is the empirical probability that an evidence step is reached through view
+``v``: one of its view-``v`` OSUs is kept by the coarse stage (a step with no view-``v``
+OSU is not reached through ``v``). Under the independence model the overlap pool
+reaches an evidence step with P = 1 − Π_v (1 − p_v); the assumption-free union bound is
+P ≥ max_v p_v. Both are set beside the empirical reach (the step is in any kept OSU).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from numpy.typing import NDArray
+
+from osumem.osu.config import VIEWS
+from osumem.osu.stats import DEFAULT_MODES, queries_by_time
+from osumem.retrieve.base import check_budget
+from osumem.retrieve.osumem import OSUMem
+from osumem.retrieve.registry import create
+from osumem.types import Episode
+
+
+@dataclass(frozen=True)
+class CoarseDiagnostics:
+    """The coarse stage of one query.
+
+    Attributes:
+        k: K, the number of OSUs the budget allows.
+        osus: one row per kept OSU, best first: ``rank, osu, view, key, score, size,
+            cost, n_evidence``.
+        evidence: one row per evidence step: ``step, n_osus, views, in_kept,
+            kept_views``.
+        routing_recall: share of evidence steps inside some kept OSU.
+    """
+
+    k: int
+    osus: pd.DataFrame
+    evidence: pd.DataFrame
+    routing_recall: float
+
+
+def coarse_diagnostics(
+    retriever: OSUMem,
+    query: NDArray[Any],
+    budget: int,
+    *,
+    evidence: Sequence[int],
+    before: int | None = None,
+) -> CoarseDiagnostics:
+    """Which OSUs a fitted :class:`OSUMem` keeps for ``query`` at ``budget``, their
+    views, and whether each evidence step lies in a kept OSU (coarse routing recall)."""
+    view = retriever.view_
+    pool = retriever.pool_
+    if view is None or pool is None:
+        raise ValueError("coarse_diagnostics: fit the retriever first")
+    b = check_budget(budget)
+    limit = view.n if before is None else max(0, min(int(before), view.n))
+    q = view.check_query(query)
+    ev = np.asarray([e for e in evidence if 0 <= e < limit], dtype=np.int64)
+    coarse = retriever.coarse(q, b, limit, ev)
+    members = coarse.members
+    names = pool.view_names()
+    csr = members.tocsr()
+    kept_set = set(coarse.kept.tolist())
+    ev_mask = np.zeros(members.shape[0], dtype=bool)
+    ev_mask[ev] = True
+    osu_rows = []
+    for rank, u in enumerate(coarse.kept.tolist()):
+        mem = members.indices[members.indptr[u] : members.indptr[u + 1]]
+        osu_rows.append(
+            {
+                "rank": rank,
+                "osu": u,
+                "view": names[u],
+                "key": pool.keys[u],
+                "score": float(coarse.scores[u]),
+                "size": int(mem.size),
+                "cost": int(view.costs[mem].sum()),
+                "n_evidence": int(ev_mask[mem].sum()),
+            }
+        )
+    ev_rows = []
+    for e in ev.tolist():
+        osus = csr.indices[csr.indptr[e] : csr.indptr[e + 1]].tolist()
+        kept = [u for u in osus if u in kept_set]
+        ev_rows.append(
+            {
+                "step": e,
+                "n_osus": len(osus),
+                "views": tuple(sorted({names[u] for u in osus})),
+                "in_kept": bool(kept),
+                "kept_views": tuple(sorted({names[u] for u in kept})),
+            }
+        )
+    ev_df = pd.DataFrame(ev_rows, columns=["step", "n_osus", "views", "in_kept", "kept_views"])
+    recall = float(ev_df["in_kept"].mean()) if len(ev_df) else float("nan")
+    return CoarseDiagnostics(coarse.k, pd.DataFrame(osu_rows), ev_df, recall)
+
+
+def reach_rows(
+    episodes: Iterable[Episode],
+    budgets: Sequence[int],
+    modes: Mapping[str, Mapping[str, Any]] = DEFAULT_MODES,
+    *,
+    method: str = "osumem",
+    seed: int = 0,
+) -> pd.DataFrame:
+    """One row per (mode, budget, evidence step): whether the step is reached through
+    each view (``via_entity`` …) and at all (``reached``) by the coarse stage of
+    ``method`` configured with each mode's overrides."""
+    rows: list[dict[str, Any]] = []
+    for episode in episodes:
+        for t, queries in queries_by_time(episode):
+            prefix = episode.view.prefix(t)
+            for mode, changes in modes.items():
+                r = create(method, {k: str(v) for k, v in changes.items()}, seed=seed)
+                if not isinstance(r, OSUMem):
+                    raise TypeError(f"reach_rows: {method!r} is not a coarse-to-fine OSU-Mem")
+                r.fit(prefix)
+                for q in queries:
+                    for b in budgets:
+                        d = coarse_diagnostics(r, q.vector, b, evidence=q.evidence)
+                        for row in d.evidence.itertuples(index=False):
+                            rows.append(
+                                {
+                                    "mode": mode,
+                                    "budget": int(b),
+                                    "episode": episode.episode_id,
+                                    "query": q.qid,
+                                    "cell": q.cell,
+                                    "step": row.step,
+                                    "k": d.k,
+                                    "reached": row.in_kept,
+                                    **{f"via_{v}": v in row.kept_views for v in VIEWS},
+                                    **{f"has_{v}": v in row.views for v in VIEWS},
+                                }
+                            )
+    return pd.DataFrame(rows)
+
+
+def reachability(
+    episodes: Iterable[Episode],
+    budgets: Sequence[int],
+    modes: Mapping[str, Mapping[str, Any]] = DEFAULT_MODES,
+    *,
+    method: str = "osumem",
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Per (mode, budget): empirical p_v per view, P_reach under the independence model
+    1 − Π_v(1 − p_v), the union bound max_v p_v, and the empirical reach."""
+    rows = reach_rows(episodes, budgets, modes, method=method, seed=seed)
+    cols = ["mode", "budget", "n_evidence", *(f"p_{v}" for v in VIEWS)]
+    cols += ["p_reach_independence", "p_reach_union_bound", "p_reach_empirical", "mean_k"]
+    if rows.empty:
+        return pd.DataFrame(columns=cols)
+    out = []
+    for (mode, b), g in rows.groupby(["mode", "budget"], sort=False):
+        p = {v: float(g[f"via_{v}"].mean()) for v in VIEWS}
+        out.append(
+            {
+                "mode": mode,
+                "budget": b,
+                "n_evidence": len(g),
+                **{f"p_{v}": p[v] for v in VIEWS},
+                "p_reach_independence": 1.0 - float(np.prod([1.0 - x for x in p.values()])),
+                "p_reach_union_bound": max(p.values()),
+                "p_reach_empirical": float(g["reached"].mean()),
+                "mean_k": float(g["k"].mean()),
+            }
+        )
+    return pd.DataFrame(out, columns=cols)
