@@ -193,3 +193,27 @@ def test_read_log_shapes(tmp_path) -> None:
         read_log(bad)
     with pytest.raises(DataFileError):
         read_log(tmp_path / "missing.json")
+
+
+def test_observation_cut_to_max_chars_with_marker() -> None:
+    from osumem.errors import ConfigError
+    from osumem.ingest.openai_chat import CUT_MARKER
+
+    whole = read_messages(LOG, namespace="ep1")
+    cut = read_messages(LOG, namespace="ep1", max_observation_chars=5)
+    by_call = {s.tool_action: s.text for s in cut if s.tool_action}
+    # "Error: reservation not found" (28 chars) is cut to "Error" + marker
+    assert by_call["cancel_reservation"].endswith("\nresult: Error" + CUT_MARKER)
+    assert by_call["get_reservation_details"].endswith("\nresult: {}")  # fits: unchanged
+    assert [s.text for s in whole if s.tool_action == "cancel_reservation"] == [
+        'call: cancel_reservation({"reservation_id":"ABC123"})\n'
+        "result: Error: reservation not found"
+    ]
+    # non-tool steps and annotations are untouched by the cut
+    assert [s.text for s in whole if not s.tool_action] == [
+        s.text for s in cut if not s.tool_action
+    ]
+    assert [s.entities for s in whole] == [s.entities for s in cut]
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ConfigError, match="max_observation_chars"):
+            read_messages(LOG, max_observation_chars=bad)

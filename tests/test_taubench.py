@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 from osumem.bench.augment import StageDConfig, stage_d
-from osumem.bench.taubench import TauBenchConfig, construction_stats, generate, source_views
+from osumem.bench.taubench import (
+    TauBenchConfig,
+    construction_stats,
+    generate,
+    query_vector,
+    source_views,
+)
 from osumem.embed import HashingEncoder
 from osumem.errors import ConfigError
 from osumem.ingest.taubench import load_taubench, match_actions, match_stats
@@ -45,9 +51,9 @@ def test_relaxed_prefers_most_agreeing_arguments_and_uses_each_step_once() -> No
     assert pos == (0, 1) and n == 2  # most agreeing (1) first, then the earliest tie (0)
 
 
-def _tiny_file(tmp_path, n_tasks: int = 8):
+def _tiny_file(tmp_path, n_tasks: int = 8, trials: int = 1):
     recs = []
-    for t in range(n_tasks):
+    for t, trial in [(t, r) for t in range(n_tasks) for r in range(trials)]:
         traj = [{"role": "system", "content": "policy"}]
         for k in range(10):
             traj.append({"role": "user", "content": f"task {t} turn {k}"})
@@ -74,7 +80,7 @@ def _tiny_file(tmp_path, n_tasks: int = 8):
         recs.append(
             {
                 "task_id": t,
-                "trial": 0,
+                "trial": trial,
                 "reward": 1.0,
                 "traj": traj,
                 "info": {"task": {"instruction": f"do {t}", "actions": actions}},
@@ -94,16 +100,78 @@ def test_synthetic_file_episodes_respect_lengths_distance_and_cells(tmp_path) ->
     cfg = TauBenchConfig(n_episodes=6, min_steps=60, max_steps=100, min_query_distance=30)
     eps = generate(src, views, cfg, seed=3)
     for ep in eps:
-        (q,) = ep.queries
-        assert 60 <= ep.view.n <= 100 and q.t == ep.view.n
-        assert q.t - max(q.evidence) >= 30
-        ns = ep.meta["focal"]
-        assert all(ep.view.namespaces[e] == ns for e in q.evidence)
-        assert q.cell == "T+E+"  # same signature, shared rid entity
-        assert abs(float(np.linalg.norm(q.vector)) - 1) < 1e-5
+        assert 60 <= ep.view.n <= 100
+        assert ep.meta["focal"] in ep.meta["queried"]
+        for q in ep.queries:
+            assert q.t == ep.view.n and q.t - max(q.evidence) >= 30
+            ns = q.qid.split("-", 1)[1]
+            assert all(ep.view.namespaces[e] == ns for e in q.evidence)
+            assert q.cell == "T+E+"  # same signature, shared rid entity
+            assert abs(float(np.linalg.norm(q.vector)) - 1) < 1e-5
     again = generate(src, views, cfg, seed=3)
     np.testing.assert_array_equal(eps[0].queries[0].vector, again[0].queries[0].vector)
-    assert construction_stats(eps)["cells"]["T+E+"] == 6
+    n_q = sum(len(ep.queries) for ep in eps)
+    assert construction_stats(eps)["cells"]["T+E+"] == n_q
+
+
+def test_every_distant_source_gives_a_query_up_to_the_cap(tmp_path) -> None:
+    """Each source (23 steps, evidence at 20 and 21) whose evidence lies >= 30 steps
+    before the episode end gives one query; the cap keeps the focal source's."""
+    src = load_taubench(_tiny_file(tmp_path, n_tasks=10))
+    views = source_views(src, HashingEncoder(16))
+    cfg = TauBenchConfig(
+        n_episodes=5,
+        min_steps=90,
+        max_steps=100,
+        min_query_distance=30,
+        max_queries_per_episode=10,
+    )
+    for ep in generate(src, views, cfg, seed=1):
+        start, want = 0, []
+        for ns in ep.meta["sources"]:  # 4 sources of 23 steps: 92 steps
+            if ep.view.n - (start + 21) >= 30:
+                want.append(ns)
+            start += 23
+        assert ep.view.n == 92 and ep.meta["queried"] == want == ep.meta["sources"][:2]
+        assert [q.qid.split("-", 1)[1] for q in ep.queries] == want
+    capped = generate(src, views, cfg.replace(max_queries_per_episode=1), seed=1)
+    assert all([q.qid.split("-", 1)[1] for q in ep.queries] == [ep.meta["focal"]] for ep in capped)
+
+
+def test_sources_of_an_episode_have_distinct_tasks(tmp_path) -> None:
+    src = load_taubench(_tiny_file(tmp_path, n_tasks=6, trials=3))
+    views = source_views(src, HashingEncoder(16))
+    cfg = TauBenchConfig(n_episodes=8, min_steps=90, max_steps=120, min_query_distance=30)
+    for ep in generate(src, views, cfg, seed=0):
+        tasks = [ns.split("r")[0] for ns in ep.meta["sources"]]
+        assert len(tasks) == len(set(tasks)) >= 4
+    same = generate(src, views, cfg.replace(exclude_same_task=False), seed=0)
+    assert any(
+        len({ns.split("r")[0] for ns in ep.meta["sources"]}) < len(ep.meta["sources"])
+        for ep in same
+    )
+
+
+def test_query_noise_modes() -> None:
+    rng = np.random.default_rng(0)
+    emb = rng.standard_normal((10, 384)).astype(np.float32)
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    mean = emb[[1, 2, 3]].mean(axis=0)
+    mean /= np.linalg.norm(mean)
+    cos = {}
+    for mode in ("per_coordinate", "norm"):
+        qs = [
+            query_vector(emb, [1, 2, 3], mode="noisy_mean", noise=0.25, rng=rng, noise_mode=mode)
+            for _ in range(20)
+        ]
+        cos[mode] = float(np.mean([q @ mean for q in qs]))
+    # per coordinate: noise norm ≈ .25·√384 ≈ 4.9, cos ≈ 1/√(1 + 24) = .2;
+    # as a norm: noise norm ≈ .25, cos ≈ 1/√(1 + .0625) ≈ .97
+    assert 0.15 < cos["per_coordinate"] < 0.25 and cos["norm"] > 0.95
+    with pytest.raises(ConfigError):
+        query_vector(emb, [1], mode="noisy_mean", noise=0.1, rng=rng, noise_mode="l2")
+    with pytest.raises(ConfigError):
+        TauBenchConfig(query_noise_mode="l2")
 
 
 def test_prefix_off_lets_strings_bridge_sources(tmp_path) -> None:
@@ -121,7 +189,13 @@ def test_prefix_off_lets_strings_bridge_sources(tmp_path) -> None:
 def test_stage_d_copies_inherit_annotations(tmp_path) -> None:
     src = load_taubench(_tiny_file(tmp_path))
     views = source_views(src, HashingEncoder(32))
-    cfg = TauBenchConfig(n_episodes=3, min_steps=60, max_steps=100, min_query_distance=30)
+    cfg = TauBenchConfig(
+        n_episodes=3,
+        min_steps=60,
+        max_steps=100,
+        min_query_distance=30,
+        max_queries_per_episode=1,
+    )
     ep = generate(src, views, cfg, seed=0)[0]
     aug = stage_d(ep, StageDConfig(min_query_distance=30, copy_noise=0.1), seed=0)
     (q0,), (q1,) = ep.queries, aug.queries
@@ -156,7 +230,12 @@ def test_real_file_matching_counts(shared_data) -> None:
     for s in src[:40]:
         for e in s.evidence:
             assert s.steps[e].role == "tool" and s.steps[e].tool_action
-    views = source_views(src[:60], HashingEncoder(64))
-    eps = generate(src[:60], views, TauBenchConfig(n_episodes=5), seed=0)
+    views = source_views(src, HashingEncoder(16))
+    eps = generate(src, views, TauBenchConfig(), seed=0)
     assert all(150 <= ep.view.n <= 300 for ep in eps)
     assert all(q.t - max(q.evidence) >= 100 for ep in eps for q in ep.queries)
+    # the counts reported beside the paper's 125 / 328 / 56 T+E+ / 44 T-E+ (cells come
+    # from annotations only, so the encoder does not matter)
+    st = construction_stats(eps)
+    assert (st["episodes"], st["queries"]) == (125, 326)
+    assert st["cells"] == {"T+E+": 21, "T+E-": 0, "T-E+": 25, "T-E-": 280}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,12 @@ def build_taubench(
     from osumem.embed import CachedEncoder, HashingEncoder, load_encoder
     from osumem.ingest.taubench import load_taubench, match_stats
 
-    sources = load_taubench(data, prefix_namespace=cfg.prefix_namespace, match=cfg.match)
+    sources = load_taubench(
+        data,
+        prefix_namespace=cfg.prefix_namespace,
+        match=cfg.match,
+        max_observation_chars=cfg.max_observation_chars,
+    )
     if encoder == "hashing":
         enc: Any = CachedEncoder(HashingEncoder(384), cache) if cache else HashingEncoder(384)
     else:
@@ -55,6 +61,7 @@ def build_taubench(
                     min_query_distance=cfg.min_query_distance,
                     query_mode=cfg.query_mode,
                     query_noise=cfg.query_noise,
+                    query_noise_mode=cfg.query_noise_mode,
                 )
                 ep = augment(ep, dcfg, s)
             eps.append((s, ep))
@@ -167,3 +174,73 @@ def register(main: click.Group, bench: click.Group) -> None:
             },
             quiet=quiet,
         )
+
+    @click.command("taubench")
+    @click.option(
+        "--data",
+        type=click.Path(dir_okay=False, path_type=Path),
+        required=True,
+        help="tau-bench results JSON (e.g. shared/data/taubench/gpt-4o-airline.json).",
+    )
+    @click.option(
+        "--out",
+        type=click.Path(file_okay=False, path_type=Path),
+        required=True,
+        help="Results directory (taubench*.parquet, report.md, taubench_summary.md).",
+    )
+    @click.option("--jobs", type=int, default=-1, show_default=True, help="Parallel workers.")
+    @click.option("--episodes", type=int, default=None, help="Episodes per seed (default 125).")
+    @click.option("--seeds", default="0", show_default=True, help="Comma-separated seeds.")
+    @click.option(
+        "--encoder",
+        type=click.Choice(["sbert", "hashing"]),
+        default="sbert",
+        show_default=True,
+        help="Step encoder (sbert: all-MiniLM-L6-v2 offline).",
+    )
+    @click.option(
+        "--cache",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Embedding cache file (default $OSUMEM_CACHE_DIR or ~/.cache/osumem).",
+    )
+    @click.option("--permutations", type=int, default=10_000, show_default=True)
+    @click.option("--quiet", is_flag=True, help="No progress output.")
+    @handle_errors
+    def reproduce_taubench(
+        data: Path,
+        out: Path,
+        jobs: int,
+        episodes: int | None,
+        seeds: str,
+        encoder: str,
+        cache: Path | None,
+        permutations: int,
+        quiet: bool,
+    ) -> None:
+        """The paper's tau-bench experiments: all methods at B = 64..512 (prefix on), the
+        weaker single-step queries, the query-noise scaling check, Stage D and prefix off;
+        rows taubench*.parquet, then report.md with the paper's numbers beside ours."""
+        from osumem.bench.taubench_report import reproduce
+
+        methods = [*default_methods().split(","), "osumem_gf"]
+        info = reproduce(
+            data,
+            out,
+            all_methods=list(dict.fromkeys(methods)),
+            episodes=episodes,
+            seeds=_int_list(seeds, "--seeds"),
+            jobs=jobs,
+            encoder=encoder,
+            cache=cache,
+            n_permutations=permutations,
+            progress=not quiet,
+            build=build_taubench,
+        )
+        click.echo(json.dumps(info, indent=2))
+
+    # `reproduce` is created by the report plugin, registered before this one
+    # (osumem.cli.PLUGIN_MODULES); without it there is no `reproduce taubench`.
+    group = main.commands.get("reproduce")
+    if isinstance(group, click.Group):
+        group.add_command(reproduce_taubench)

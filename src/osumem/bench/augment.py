@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from osumem.bench.taubench import QUERY_MODES, query_vector
+from osumem.bench.taubench import NOISE_MODES, QUERY_MODES, query_vector
 from osumem.errors import ConfigError
 from osumem.evaluate.cells import cell_of
 from osumem.types import Episode, MemoryView, Query, l2_normalise
@@ -40,6 +40,8 @@ class StageDConfig:
     min_query_distance: int = 100
     query_mode: str = "noisy_mean"
     query_noise: float = 0.25
+    #: "per_coordinate" or "norm" (osumem.bench.taubench.query_vector)
+    query_noise_mode: str = "per_coordinate"
 
     def __post_init__(self) -> None:
         if self.copies < 1:
@@ -50,6 +52,8 @@ class StageDConfig:
             raise ConfigError("stage D: evidence must be 'anchor' or 'all'")
         if self.query_mode not in QUERY_MODES:
             raise ConfigError(f"stage D: query_mode must be one of {QUERY_MODES}")
+        if self.query_noise_mode not in NOISE_MODES:
+            raise ConfigError(f"stage D: query_noise_mode must be one of {NOISE_MODES}")
 
 
 def _take(view: MemoryView, rows: np.ndarray, emb: np.ndarray) -> MemoryView:
@@ -114,7 +118,12 @@ def stage_d(episode: Episode, cfg: StageDConfig, seed: int) -> Episode:
             ev = [int(new_pos[e]) for e in q.evidence] + copies
         evidence = tuple(sorted(ev))
         vec = query_vector(
-            new_view.embeddings, evidence, mode=cfg.query_mode, noise=cfg.query_noise, rng=rng
+            new_view.embeddings,
+            evidence,
+            mode=cfg.query_mode,
+            noise=cfg.query_noise,
+            rng=rng,
+            noise_mode=cfg.query_noise_mode,
         )
         queries.append(
             Query(

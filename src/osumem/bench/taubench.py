@@ -1,21 +1,34 @@
 """The tau-bench benchmark (SPEC §6.2): trajectories concatenated into long episodes.
 
-Each episode has one focal source (a trajectory with at least ``min_evidence`` matched
-ground-truth actions) and filler trajectories drawn at random (never of the focal's
-task when ``exclude_same_task``) until the total length reaches a target drawn
-uniformly in [``min_steps``, ``max_steps``], never above ``max_steps``. The focal source
-sits at a random slot such that every evidence step is at least
-``min_query_distance`` steps before the query time (the end of the episode, t = n).
-Its evidence is re-offset to the episode's coordinates.
+Each episode is built around one focal source (a trajectory with at least
+``min_evidence`` matched ground-truth actions, focal sources taken in a seeded order)
+plus filler trajectories drawn at random until the total length reaches a target drawn
+uniformly in [``min_steps``, ``max_steps``], never above ``max_steps``. With
+``exclude_same_task`` no two sources of an episode share a task (tau-bench has several
+trials per task, near-duplicates of each other). The focal source sits at a random slot
+such that every evidence step is at least ``min_query_distance`` steps before the query
+time (the end of the episode, t = n).
+
+Queries: every source of the episode with at least ``min_evidence`` evidence steps, all
+at least ``min_query_distance`` steps before t, gives one query (its instruction is the
+query text, its evidence re-offset to the episode's coordinates); the focal source
+always, the others in a seeded random choice up to ``max_queries_per_episode`` in all.
 
 Query vector (``query_mode``):
 
-* ``"noisy_mean"``: ℓ2-normalise(m̂ + σ·ε), m̂ the normalised mean of the focal
-  evidence embeddings, ε ~ N(0, I_d) per coordinate, σ = ``query_noise`` = .25;
+* ``"noisy_mean"``: ℓ2-normalise(m̂ + noise), m̂ the normalised mean of the evidence
+  embeddings;
 * ``"single_step"``: the same with one random evidence step in place of the mean
   (the paper's weaker construction).
 
-Namespace prefixing of entities and tool signatures is on by default
+Noise (``query_noise_mode``): ``"per_coordinate"`` (default) adds σ·ε, ε ~ N(0, I_d),
+σ = ``query_noise`` = .25 per coordinate (the synthetic benchmark's reading; at 384-d
+its norm is ≈ σ√d ≈ 4.9, so the query keeps little of m̂); ``"norm"`` adds σ·ε/√d,
+a perturbation of expected norm σ.
+
+Step texts: each tool response is cut to ``max_observation_chars`` characters (200 by
+default; ``None`` keeps it whole), so a step costs tens of tokens as the paper's
+budgets imply. Namespace prefixing of entities and tool signatures is on by default
 (``prefix_namespace``); turning it off reproduces the paper's pitfall.
 """
 
@@ -36,6 +49,7 @@ from osumem.ingest.taubench import TauSource
 from osumem.types import Episode, MemoryView, Query, l2_normalise
 
 QUERY_MODES: tuple[str, ...] = ("noisy_mean", "single_step")
+NOISE_MODES: tuple[str, ...] = ("per_coordinate", "norm")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,16 +61,22 @@ class TauBenchConfig:
     max_steps: int = 300
     #: a focal source needs at least this many matched evidence steps (Hit@2 needs 2)
     min_evidence: int = 2
-    #: every focal evidence step lies at least this many steps before the query (ours)
+    #: every evidence step of a query lies at least this many steps before it (ours)
     min_query_distance: int = 100
+    #: queries per episode at most: the focal source's plus other eligible sources (ours)
+    max_queries_per_episode: int = 3
     query_mode: str = "noisy_mean"
-    #: σ, per coordinate, of the Gaussian noise added to the query direction
+    #: σ of the Gaussian noise added to the query direction
     query_noise: float = 0.25
+    #: "per_coordinate" (σ per coordinate) or "norm" (σ = expected norm of the noise)
+    query_noise_mode: str = "per_coordinate"
     prefix_namespace: bool = True
     #: "relaxed" or "exact" ground-truth action matching (osumem.ingest.taubench)
     match: str = "relaxed"
-    #: no filler trajectory shares the focal source's task (other trials of it)
+    #: no two sources of an episode share a task (other trials of it)
     exclude_same_task: bool = True
+    #: tool responses in step texts are cut to this many characters (None: whole)
+    max_observation_chars: int | None = 200
 
     def __post_init__(self) -> None:
         problems = []
@@ -72,6 +92,12 @@ class TauBenchConfig:
             problems.append(f"query_mode must be one of {QUERY_MODES}")
         if self.query_noise < 0:
             problems.append("query_noise must be >= 0")
+        if self.query_noise_mode not in NOISE_MODES:
+            problems.append(f"query_noise_mode must be one of {NOISE_MODES}")
+        if self.max_queries_per_episode < 1:
+            problems.append("max_queries_per_episode must be >= 1")
+        if self.max_observation_chars is not None and self.max_observation_chars < 0:
+            problems.append("max_observation_chars must be None or >= 0")
         if self.match not in ("exact", "relaxed"):
             problems.append("match must be 'exact' or 'relaxed'")
         if problems:
@@ -92,8 +118,11 @@ def query_vector(
     mode: str,
     noise: float,
     rng: np.random.Generator,
+    noise_mode: str = "per_coordinate",
 ) -> NDArray[np.float32]:
     """A query direction built from evidence embeddings (see the module docstring)."""
+    if noise_mode not in NOISE_MODES:
+        raise ConfigError(f"query noise mode must be one of {NOISE_MODES}, got {noise_mode!r}")
     ev = np.asarray(evidence, dtype=np.int64)
     if mode == "noisy_mean":
         base = embeddings[ev].mean(axis=0)
@@ -102,7 +131,8 @@ def query_vector(
     else:
         raise ConfigError(f"query mode must be one of {QUERY_MODES}, got {mode!r}")
     base = l2_normalise(base)[0].astype(np.float64)
-    q = base + noise * rng.standard_normal(base.shape[0])
+    scale = noise if noise_mode == "per_coordinate" else noise / np.sqrt(base.shape[0])
+    q = base + scale * rng.standard_normal(base.shape[0])
     return l2_normalise(q)[0]
 
 
@@ -155,24 +185,24 @@ def build_episode(
     rng: np.random.Generator,
     episode_id: str,
 ) -> Episode:
-    """One concatenated episode around source ``focal`` (see the module docstring)."""
+    """One concatenated episode around source ``focal`` with its queries (see the
+    module docstring)."""
     fsrc = sources[focal]
-    pool = [
-        i
-        for i in range(len(sources))
-        if i != focal
-        and len(sources[i].steps) > 0
-        and not (cfg.exclude_same_task and sources[i].task_id == fsrc.task_id)
-    ]
     target = int(rng.integers(cfg.min_steps, cfg.max_steps + 1))
     total = len(fsrc.steps)
     fillers: list[int] = []
-    for i in rng.permutation(pool):
+    tasks = {fsrc.task_id}
+    for i in rng.permutation(len(sources)):
         if total >= target:
             break
-        if total + len(sources[i].steps) <= cfg.max_steps:
-            fillers.append(int(i))
-            total += len(sources[i].steps)
+        i = int(i)
+        src = sources[i]
+        if i == focal or not src.steps or (cfg.exclude_same_task and src.task_id in tasks):
+            continue
+        if total + len(src.steps) <= cfg.max_steps:
+            fillers.append(i)
+            tasks.add(src.task_id)
+            total += len(src.steps)
     n = total
     last_ev = max(fsrc.evidence)
     offsets = np.concatenate([[0], np.cumsum([len(sources[i].steps) for i in fillers])])
@@ -180,25 +210,47 @@ def build_episode(
     slot = int(rng.choice(valid)) if valid else 0
     order = [*fillers[:slot], focal, *fillers[slot:]]
     view = concat_views([views[i] for i in order])
-    off = int(offsets[slot])
-    evidence = tuple(off + e for e in fsrc.evidence)
-    q = query_vector(view.embeddings, evidence, mode=cfg.query_mode, noise=cfg.query_noise, rng=rng)
-    query = Query(
-        qid=f"{episode_id}-{fsrc.namespace}",
-        vector=q,
-        t=n,
-        evidence=evidence,
-        text=fsrc.instruction,
-        cell=cell_of(view, evidence),
-    )
+    starts = np.concatenate([[0], np.cumsum([len(sources[i].steps) for i in order])])
+    eligible = [
+        k
+        for k, i in enumerate(order)
+        if i != focal
+        and len(sources[i].evidence) >= cfg.min_evidence
+        and n - (starts[k] + max(sources[i].evidence)) >= cfg.min_query_distance
+    ]
+    extra = rng.permutation(eligible)[: cfg.max_queries_per_episode - 1] if eligible else []
+    chosen = sorted([slot, *(int(k) for k in extra)])
+    queries = []
+    for k in chosen:
+        src = sources[order[k]]
+        evidence = tuple(int(starts[k]) + e for e in src.evidence)
+        q = query_vector(
+            view.embeddings,
+            evidence,
+            mode=cfg.query_mode,
+            noise=cfg.query_noise,
+            rng=rng,
+            noise_mode=cfg.query_noise_mode,
+        )
+        queries.append(
+            Query(
+                qid=f"{episode_id}-{src.namespace}",
+                vector=q,
+                t=n,
+                evidence=evidence,
+                text=src.instruction,
+                cell=cell_of(view, evidence),
+            )
+        )
     return Episode(
         episode_id=episode_id,
         view=view,
-        queries=(query,),
+        queries=tuple(queries),
         meta={
             "benchmark": "taubench",
             "focal": fsrc.namespace,
             "sources": [sources[i].namespace for i in order],
+            "queried": [sources[order[k]].namespace for k in chosen],
             "distance_ok": bool(valid),
         },
     )
@@ -248,4 +300,5 @@ def construction_stats(episodes: Sequence[Episode]) -> dict[str, Any]:
         "mean_steps": float(np.mean(lengths)) if lengths else 0.0,
         "min_evidence_distance": int(min(q.t - max(q.evidence) for q in qs)) if qs else 0,
         "unique_focal": len({ep.meta.get("focal") for ep in episodes}),
+        "unique_query_sources": len({q.qid.split("-", 1)[1] for q in qs}),
     }

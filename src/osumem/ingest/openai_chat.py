@@ -17,7 +17,9 @@ Tool-call step text (documented format, what is embedded and token-counted)::
     result: <tool response content>
 
 The ``result:`` line is absent while a call has no response. Tool errors are ordinary
-responses (their text is the observation). Entities come from the call's argument dict
+responses (their text is the observation). With ``max_observation_chars`` set, an
+observation longer than that is cut to its first ``max_observation_chars`` characters
+followed by :data:`CUT_MARKER` (the default ``None`` keeps it whole). Entities come from the call's argument dict
 (:func:`osumem.annotate.extract_entities`); the tool signature is
 :func:`osumem.annotate.tool_signature` (empty for boilerplate tools). Subgoal: a
 message's explicit ``"subgoal"`` field if present, else ``"<namespace>:sg<k>"`` where
@@ -43,11 +45,13 @@ from osumem.annotate import (
     tool_signature,
 )
 from osumem.embed import Encoder
-from osumem.errors import DataFileError, InvalidInputError
+from osumem.errors import ConfigError, DataFileError, InvalidInputError
 from osumem.types import MemoryView, Step
 
 #: Roles that never become steps.
 SYSTEM_ROLES: frozenset[str] = frozenset({"system", "developer"})
+#: Appended to an observation cut by ``max_observation_chars``.
+CUT_MARKER = " …[cut]"
 #: Every role the reader accepts.
 KNOWN_ROLES: frozenset[str] = SYSTEM_ROLES | {"user", "assistant", "tool"}
 
@@ -90,6 +94,14 @@ def _parse_arguments(raw: Any, where: str) -> dict[str, Any]:
     return dict(raw)
 
 
+def cut_observation(observation: str, max_chars: int | None) -> str:
+    """``observation`` cut to ``max_chars`` characters plus :data:`CUT_MARKER` when it
+    is longer; unchanged when ``max_chars`` is None or it fits."""
+    if max_chars is None or len(observation) <= max_chars:
+        return observation
+    return observation[:max_chars] + CUT_MARKER
+
+
 def call_text(name: str, arguments: Mapping[str, Any], observation: str | None) -> str:
     """The text of a tool-call step (see the module docstring for the format)."""
     args = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -103,6 +115,7 @@ def read_messages(
     namespace: str = "",
     boilerplate: Iterable[str] = DEFAULT_BOILERPLATE,
     prefix_namespace: bool = False,
+    max_observation_chars: int | None = None,
     where: str = "messages",
 ) -> list[Step]:
     """Turn one OpenAI-format chat log into steps (SPEC §3).
@@ -113,6 +126,8 @@ def read_messages(
         boilerplate: tool names that get no tool signature (no tool OSU).
         prefix_namespace: prefix entities and tool signatures with ``namespace::`` so
             strings from different sources never collide when logs are concatenated.
+        max_observation_chars: cut each tool response stored in the step text to this
+            many characters (plus :data:`CUT_MARKER`); ``None`` (default) keeps it whole.
         where: how error messages name the log (e.g. a file name).
 
     Returns:
@@ -125,6 +140,14 @@ def read_messages(
     """
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
         raise LogFormatError(f"{where}: expected a list of messages")
+    if max_observation_chars is not None and (
+        isinstance(max_observation_chars, bool)
+        or not isinstance(max_observation_chars, int)
+        or max_observation_chars < 0
+    ):
+        raise ConfigError(
+            f"max_observation_chars must be None or an integer >= 0, got {max_observation_chars!r}"
+        )
     boiler = frozenset(boilerplate)
     steps: list[Step] = []
     # tool_call_id -> indices (into steps) of calls still waiting for a response, oldest
@@ -216,7 +239,7 @@ def read_messages(
                 raise LogFormatError(f"{at}: tool message has no 'content'")
             k = pending[call_id].pop(0)
             s = steps[k]
-            obs = _content_text(msg["content"], at)
+            obs = cut_observation(_content_text(msg["content"], at), max_observation_chars)
             steps[k] = replace(s, text=call_text(s.tool_action, s.arguments, obs))
     return steps
 

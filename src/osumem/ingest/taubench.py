@@ -104,10 +104,12 @@ def load_taubench(
     prefix_namespace: bool = True,
     boilerplate: Iterable[str] = DEFAULT_BOILERPLATE,
     match: str = "relaxed",
+    max_observation_chars: int | None = None,
 ) -> list[TauSource]:
     """Read a tau-bench results file (a list of ``{task_id, trial, reward, info: {task:
     {instruction, actions}}, traj}``) into :class:`TauSource` records, one per
-    trajectory, namespace ``t<task_id>r<trial>``.
+    trajectory, namespace ``t<task_id>r<trial>``. ``max_observation_chars`` cuts each
+    tool response in the step texts (:func:`osumem.ingest.openai_chat.read_messages`).
 
     Raises :class:`DataFileError` when the file is missing and
     :class:`InvalidInputError` naming the record for a malformed one.
@@ -140,6 +142,7 @@ def load_taubench(
             namespace=ns,
             boilerplate=boiler,
             prefix_namespace=prefix_namespace,
+            max_observation_chars=max_observation_chars,
             where=f"{where}.traj",
         )
         actions = task.get("actions") or []
