@@ -254,9 +254,9 @@ def _apply_dataclass_overrides(cfg: Any, values: dict[str, str], where: str) -> 
 #: Modules that add commands to the CLI; each defines ``register(main, bench)``.
 #: They must import only light modules at import time (heavy ones inside commands).
 PLUGIN_MODULES: tuple[str, ...] = (
+    "osumem.cli_report",  # first: it creates the `reproduce` group the others extend
     "osumem.cli_taubench",
     "osumem.cli_toolbench",
-    "osumem.cli_report",
     "osumem.cli_memory",
 )
 

@@ -48,6 +48,8 @@ class ReportSettings:
 def paper_benchmark(benchmark: str) -> str:
     """The key under which the paper's numbers for ``benchmark`` are stored."""
     b = benchmark.lower()
+    if b.startswith("taubench_no"):  # prefix-off / noise-scaling checks: no paper numbers
+        return b
     if "stage" in b or "augment" in b:
         return "taubench_staged"
     if "weak" in b:
