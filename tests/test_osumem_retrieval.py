@@ -84,14 +84,14 @@ def test_gf_oracle_keeps_only_osus_with_evidence():
     assert sel.positions.tolist() == [4, 5]
 
 
-def test_coverage_bonus_prefers_new_osus():
+def test_coverage_beta_prefers_new_osus():
     view = _routing_view()
     flat = create("flat").fit(view).retrieve(E[0], 30).positions.tolist()
-    zero = OSUMemCoverage(create("osumem_coverage").config.replace(coverage_bonus=0.0))
+    zero = OSUMemCoverage(create("osumem_coverage").config.replace(beta=0.0))
     assert zero.fit(view).retrieve(E[0], 30).positions.tolist() == flat == [0, 2, 3]
     # β = .3: after 0 (A) and 2 (B), step 3 lost its bonus (B covered) while step 4
     # still has C's: .51 + .3 > .51
-    beta = OSUMemCoverage(create("osumem_coverage").config.replace(coverage_bonus=0.3))
+    beta = OSUMemCoverage(create("osumem_coverage").config.replace(beta=0.3))
     assert beta.fit(view).retrieve(E[0], 30).positions.tolist() == [0, 2, 4]
 
 
@@ -101,7 +101,7 @@ def test_registry_variants_and_sweep():
     assert make_config("osumem_sim_only").views == ("similarity",)
     assert make_config("osumem_no_novelty").novelty is False
     assert make_config("osumem_coverage_disjoint").max_memberships == 1
-    assert make_config("osumem_coverage").coverage_bonus == pytest.approx(0.12)
+    assert make_config("osumem_coverage").beta == pytest.approx(0.12)
     over = parse_overrides(["osumem.max_memberships=3"])
     assert make_config("osumem", params_for("osumem", over)).max_memberships == 3
     assert make_config("osumem_disjoint", params_for("osumem_disjoint", over)).max_memberships == 1

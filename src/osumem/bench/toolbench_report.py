@@ -190,15 +190,12 @@ def reproduce(
     ]
     sweep_cfg = cfg.replace(n_episodes=sweep_n)
     sweep_eps = main_eps if sweep_n == cfg.n_episodes else episodes_for(sweep_cfg)
-    beta_methods = [f"{m}[coverage_bonus={b}]" for b in betas for m in (OVERLAP, DISJOINT)]
+    beta_methods = [f"{m}[beta={b}]" for b in betas for m in (OVERLAP, DISJOINT)]
     beta_rows = go(sweep_eps, beta_methods, "toolbench_beta", {"betas": list(betas)})
     parts += ["## β sweep (overlap − disjoint, pp)", ""]
     parts += _sweep_lines(
         beta_rows,
-        [
-            (f"β={b}", f"{OVERLAP}[coverage_bonus={b}]", f"{DISJOINT}[coverage_bonus={b}]")
-            for b in betas
-        ],
+        [(f"β={b}", f"{OVERLAP}[beta={b}]", f"{DISJOINT}[beta={b}]") for b in betas],
         budgets,
     )
     ev_frames = []

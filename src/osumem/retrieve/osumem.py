@@ -59,18 +59,16 @@ class OSUMemConfig(OSUConfig, RetrieverConfig):
 
 @dataclass(frozen=True, kw_only=True)
 class OSUMemCoverageConfig(OSUConfig, RetrieverConfig):
-    """Coverage-guided OSU-Mem: construction fields plus ``coverage_bonus`` β (paper
+    """Coverage-guided OSU-Mem: construction fields plus ``beta`` β (paper
     .12, swept over .04–.20): a step scores cos(q, h_i) + β per OSU it belongs to that no
     selected step covers yet."""
 
-    coverage_bonus: float = 0.12
+    beta: float = 0.12
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.coverage_bonus < 0:
-            raise ConfigError(
-                f"osumem_coverage.coverage_bonus (β) must be >= 0, got {self.coverage_bonus}"
-            )
+        if self.beta < 0:
+            raise ConfigError(f"osumem_coverage.beta (β) must be >= 0, got {self.beta}")
 
 
 @dataclass(frozen=True)
@@ -204,7 +202,7 @@ class OSUMemCoverage(_PoolRetriever):
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
         assert self.view_ is not None
-        beta = self.config.coverage_bonus  # type: ignore[attr-defined]
+        beta = self.config.beta  # type: ignore[attr-defined]
         members, _, _ = self._visible(limit)
         cand = np.arange(limit, dtype=np.int64)
         n_osus = np.bincount(members.indices, minlength=limit)[:limit]
