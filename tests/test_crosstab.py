@@ -78,3 +78,9 @@ def test_summary_puts_paper_numbers_beside_ours(tmp_path) -> None:
     line = next(x for x in text.splitlines() if x.startswith("| T+E+ | hit2"))
     assert "+1.000 (.125) [+.161]" in line and "[+.232]" in line
     assert "[.002]" in text  # the paper's interaction p at B = 256
+
+
+def test_reproduce_taubench_is_registered() -> None:
+    from osumem.cli import main
+
+    assert {"taubench", "synthetic"} <= set(main.commands["reproduce"].commands)

@@ -8,7 +8,9 @@ Variants (one row file each, ``<name>.parquet``):
 * ``taubench_noisenorm``: query noise of expected norm σ instead of σ per coordinate
   (a calibration check: Flat's Hit@2 under both readings);
 * ``taubench_stage_d``: Stage D augmentation;
-* ``taubench_noprefix``: namespace prefixing off (the paper's pitfall).
+* ``taubench_noprefix``: namespace prefixing off (the paper's pitfall);
+* ``taubench_obs0``: tool responses cut to nothing (steps are the calls alone), the
+  sensitivity of the cross-tab to the observation cut.
 """
 
 from __future__ import annotations
@@ -75,6 +77,11 @@ def default_variants(all_methods: Sequence[str]) -> list[Variant]:
             methods=("osumem", "flat", "osumem_disjoint"),
             changes=(("prefix_namespace", False),),
         ),
+        Variant(
+            name="taubench_obs0",
+            methods=("osumem", "flat", "flat_mmr", "osumem_disjoint"),
+            changes=(("max_observation_chars", 0),),
+        ),
     ]
 
 
@@ -114,6 +121,15 @@ def summary_markdown(results: Path, *, n_permutations: int = N_PERMUTATIONS) -> 
             "",
         ]
         md += _crosstab_md(main, "taubench", n_permutations)
+    obs0 = data.get("taubench_obs0")
+    if obs0 is not None:
+        md += [
+            "**Sensitivity: steps are the calls alone** (`max_observation_chars = 0`); "
+            f"Flat Hit@2 at B = {PRIMARY}: {_mean(obs0, 'flat', PRIMARY, 'hit2'):.3f} "
+            "(paper .045).",
+            "",
+            *_crosstab_md(obs0, "taubench", n_permutations),
+        ]
     weak = data.get("taubench_weak")
     if weak is not None and main is not None:
         md += [
