@@ -41,6 +41,11 @@ class OSUMemConfig(OSUConfig, RetrieverConfig):
             cos(h_i, h_j)) over already-selected steps j.
         novelty_min_budget: the penalty is active only when B ≥ this (paper: 192).
         fill_from_flat: fill leftover budget from the flat cosine ranking.
+        coarse_k_rule: how K follows the budget. ``"mean_cost"`` (default, SPEC §5):
+            K = ceil(ρ·B / mean OSU token cost). ``"union_cost"``: keep OSUs in centroid
+            order until their *distinct* members hold ρ·B tokens, so K does not shrink
+            relative to the pool when overlapping OSUs share members (a post-hoc
+            sensitivity variant, docs/decisions.md).
     """
 
     coarse_ratio: float = 2.0
@@ -48,9 +53,14 @@ class OSUMemConfig(OSUConfig, RetrieverConfig):
     novelty_weight: float = 0.2
     novelty_min_budget: int = 192
     fill_from_flat: bool = True
+    coarse_k_rule: str = "mean_cost"
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.coarse_k_rule not in ("mean_cost", "union_cost"):
+            raise ConfigError(
+                f"osumem.coarse_k_rule must be 'mean_cost' or 'union_cost', got {self.coarse_k_rule!r}"
+            )
         if not self.coarse_ratio > 0:
             raise ConfigError(f"osumem.coarse_ratio (ρ) must be > 0, got {self.coarse_ratio}")
         if self.novelty_weight < 0:
@@ -136,10 +146,28 @@ class OSUMem(_PoolRetriever):
             eligible &= np.asarray(members.T @ ev) > 0
         if not eligible.any():
             return CoarseResult(members, scores, np.empty(0, dtype=np.int64), 0)
-        k = math.ceil(cfg.coarse_ratio * budget / float(costs[eligible].mean()))
-        ranked = np.argsort(-np.where(eligible, scores, -np.inf), kind="stable")
-        kept = ranked[: min(k, int(eligible.sum()))].astype(np.int64)
+        n_eligible = int(eligible.sum())
+        ranked = np.argsort(-np.where(eligible, scores, -np.inf), kind="stable")[:n_eligible]
+        if cfg.coarse_k_rule == "union_cost":
+            k = self._union_k(members[:, ranked], cfg.coarse_ratio * budget, limit)
+        else:
+            k = math.ceil(cfg.coarse_ratio * budget / float(costs[eligible].mean()))
+        kept = ranked[: min(k, n_eligible)].astype(np.int64)
         return CoarseResult(members, scores, kept, k)
+
+    def _union_k(self, ranked_members: sp.csc_matrix, target: float, limit: int) -> int:
+        """Smallest K whose first K OSUs (in rank order) cover ``target`` tokens of
+        distinct steps (all of them when the pool holds fewer)."""
+        assert self.view_ is not None
+        n_cols = ranked_members.shape[1]
+        col_of = np.repeat(np.arange(n_cols), np.diff(ranked_members.indptr))
+        first = np.full(limit, n_cols, dtype=np.int64)
+        np.minimum.at(first, ranked_members.indices, col_of)
+        covered = first < n_cols
+        gained = np.bincount(
+            first[covered], weights=self.view_.costs[:limit][covered], minlength=n_cols
+        )
+        return int(np.searchsorted(np.cumsum(gained), target, side="left")) + 1
 
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
