@@ -183,7 +183,11 @@ def bench() -> None:
     """Run a benchmark: methods × budgets, per-query rows, a summary table."""
 
 
-SYNTHETIC_DEFAULT_METHODS = "no_memory,flat,flat_mmr"
+#: Table 2 of the paper: the nine baselines and OSU-Mem.
+SYNTHETIC_DEFAULT_METHODS = (
+    "no_memory,truncated_replay,sliding_window,periodic_summary,flat,flat_mmr,coverage,"
+    "disjoint_hierarchy,tree,osumem"
+)
 
 
 @bench.command("synthetic")
