@@ -95,3 +95,25 @@ def test_similarity_view_is_seeded():
     assert {v for v, _, _ in a} == {"similarity"}
     louvain = OSUPool.build(ep.view, OSUConfig(views=("similarity",), community="louvain"), seed=7)
     assert louvain.memberships_per_step().min() >= 0 and louvain.n_osus > 1
+
+
+def test_lazy_derivation_after_adds_equals_eager_build():
+    """Adds only extend raw groups; the derived pool (read after the last add) equals
+    a batch build on the annotation views, and reading between adds changes nothing."""
+    from osumem.bench.synthetic import SyntheticConfig, generate_episode
+    from osumem.osu.config import OSUConfig
+    from osumem.osu.pool import OSUPool
+
+    view = generate_episode(SyntheticConfig(n_episodes=1), 11, 0).view
+    cfg = OSUConfig(views=("entity", "tool", "subgoal"))
+    lazy = OSUPool.build(view.prefix(10), cfg)
+    eager = OSUPool.build(view.prefix(10), cfg)
+    for t in range(20, view.n + 1, 10):
+        lazy.add(view.prefix(t))
+        eager.add(view.prefix(t))
+        _ = eager.members  # force derivation at every step
+    lazy.add(view)
+    eager.add(view)
+    batch = OSUPool.build(view, cfg)
+    assert lazy.signature() == eager.signature() == batch.signature()
+    assert lazy.n_steps == view.n

@@ -55,6 +55,7 @@ class OSUPool:
         self._open = _OpenGroups()
         self._similarity: list[RawGroup] = []
         self._similarity_upto = 0
+        self._dirty = False
         self._set_empty(0, 0)
 
     # -- construction ----------------------------------------------------------------
@@ -108,7 +109,9 @@ class OSUPool:
         self.view_ = view
         if view.n - self._similarity_upto >= cfg.similarity_refresh:
             self._refresh_similarity(view)
-        self._derive()
+        # The derivation (f_min, M_max cap, centroids) runs lazily at the next read, so
+        # a burst of adds (or a store replaying its adds) derives once.
+        self._dirty = True
         return self
 
     def _refresh_similarity(self, view: MemoryView) -> None:
@@ -117,18 +120,23 @@ class OSUPool:
         self._similarity_upto = view.n
 
     def _set_empty(self, n: int, d: int) -> None:
-        self.members = sp.csc_matrix((n, 0), dtype=np.float32)
-        self.view_codes = np.empty(0, dtype=np.int8)
-        self.keys = np.empty(0, dtype=object)
-        self.centroids = np.empty((0, d), dtype=np.float32)
-        self.costs = np.empty(0, dtype=np.int64)
-        self.spans = np.empty((0, 2), dtype=np.int64)
-        self.sizes = np.empty(0, dtype=np.int64)
-        self.coherence = np.empty(0, dtype=np.float32)
+        self._members = sp.csc_matrix((n, 0), dtype=np.float32)
+        self._view_codes = np.empty(0, dtype=np.int8)
+        self._keys = np.empty(0, dtype=object)
+        self._centroids = np.empty((0, d), dtype=np.float32)
+        self._costs = np.empty(0, dtype=np.int64)
+        self._spans = np.empty((0, 2), dtype=np.int64)
+        self._sizes = np.empty(0, dtype=np.int64)
+        self._coherence = np.empty(0, dtype=np.float32)
 
     def raw_groups(self) -> list[RawGroup]:
         """The raw groups (before f_min and the cap) of the enabled views."""
         return [*self._open.groups, *self._similarity]
+
+    def _ensure(self) -> None:
+        if self._dirty:
+            self._dirty = False
+            self._derive()
 
     def _derive(self) -> None:
         """f_min → M_max cap by view priority (ties: coherence) → f_min again."""
@@ -173,23 +181,73 @@ class OSUPool:
             self._set_empty(n, d)
             return
         st, gi = steps[keep], new_id[gids[keep]]
-        self.members = sp.csc_matrix(
+        self._members = sp.csc_matrix(
             (np.ones(st.shape[0], dtype=np.float32), (st, gi)), shape=(n, m)
         )
-        self.members.sort_indices()
-        sums = np.asarray(self.members.T @ H)
+        self._members.sort_indices()
+        sums = np.asarray(self._members.T @ H)
         norms = np.linalg.norm(sums, axis=1)
-        self.sizes = np.diff(self.members.indptr).astype(np.int64)
-        self.centroids = (sums / np.where(norms > 0, norms, 1.0)[:, None]).astype(np.float32)
-        self.coherence = (norms / self.sizes).astype(np.float32)
-        self.costs = np.asarray(self.members.T @ view.costs.astype(np.float64)).astype(np.int64)
-        idx = self.members.indices
-        self.spans = np.column_stack(
-            [idx[self.members.indptr[:-1]], idx[self.members.indptr[1:] - 1]]
+        self._sizes = np.diff(self._members.indptr).astype(np.int64)
+        self._centroids = (sums / np.where(norms > 0, norms, 1.0)[:, None]).astype(np.float32)
+        self._coherence = (norms / self._sizes).astype(np.float32)
+        self._costs = np.asarray(self._members.T @ view.costs.astype(np.float64)).astype(np.int64)
+        idx = self._members.indices
+        self._spans = np.column_stack(
+            [idx[self._members.indptr[:-1]], idx[self._members.indptr[1:] - 1]]
         ).astype(np.int64)
         alive_idx = np.flatnonzero(alive)
-        self.view_codes = np.array([VIEWS.index(groups[i][0]) for i in alive_idx], dtype=np.int8)
-        self.keys = np.array([groups[i][1] for i in alive_idx], dtype=object)
+        self._view_codes = np.array([VIEWS.index(groups[i][0]) for i in alive_idx], dtype=np.int8)
+        self._keys = np.array([groups[i][1] for i in alive_idx], dtype=object)
+
+    # -- derived state (computed lazily after adds) -----------------------------------
+
+    @property
+    def members(self) -> sp.csc_matrix:
+        """``(n_steps, m)`` CSC 0/1 step × OSU membership matrix."""
+        self._ensure()
+        return self._members
+
+    @property
+    def view_codes(self) -> NDArray[np.int8]:
+        """``(m,)`` index into VIEWS of each OSU's view."""
+        self._ensure()
+        return self._view_codes
+
+    @property
+    def keys(self) -> NDArray[np.object_]:
+        """``(m,)`` each OSU's key."""
+        self._ensure()
+        return self._keys
+
+    @property
+    def centroids(self) -> NDArray[np.float32]:
+        """``(m, d)`` normalised mean member embeddings."""
+        self._ensure()
+        return self._centroids
+
+    @property
+    def costs(self) -> IntArray:
+        """``(m,)`` total token cost of each OSU's members."""
+        self._ensure()
+        return self._costs
+
+    @property
+    def spans(self) -> IntArray:
+        """``(m, 2)`` first and last member position."""
+        self._ensure()
+        return self._spans
+
+    @property
+    def sizes(self) -> IntArray:
+        """``(m,)`` member counts."""
+        self._ensure()
+        return self._sizes
+
+    @property
+    def coherence(self) -> NDArray[np.float32]:
+        """``(m,)`` mean cosine of the members to the centroid."""
+        self._ensure()
+        return self._coherence
 
     # -- accessors -------------------------------------------------------------------
 
