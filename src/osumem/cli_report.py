@@ -95,7 +95,8 @@ def reproduce_synthetic_into(
 
     All configs are validated first (every problem reported at once). The quality
     experiments share one run: the union of their methods and budgets over the same
-    episodes, written to ``synthetic.parquet``.
+    episodes, written to ``synthetic.parquet``. Reachability and evidence-OSU membership
+    (overlap vs disjoint, every budget, the same episodes) go to ``analysis/``.
     """
     from osumem import __version__
     from osumem.bench.synthetic import construction_stats, generate
@@ -143,6 +144,12 @@ def reproduce_synthetic_into(
         name="synthetic",
     )
     timings = {"quality_s": round(quality_s, 1)}
+    from osumem.evaluate.osu_analysis import write_osu_analysis
+
+    if progress:
+        click.echo("reachability and evidence-OSU membership (overlap vs disjoint)", err=True)
+    analysis = write_osu_analysis(out, "synthetic", eps, budgets, jobs=jobs)
+    timings["reach_membership_s"] = analysis["seconds"]
     if eff:
         import pandas as pd
 

@@ -23,7 +23,8 @@ from osumem.evaluate.heuristic import verdict_from_cells
 from osumem.evaluate.metrics import summarise
 from osumem.report import figures
 from osumem.report.experiment import KINDS, Experiment
-from osumem.report.paper import paper_cell
+from osumem.report.osu_sections import membership_section, reach_section, read_analysis
+from osumem.report.paper import paper_cell, paper_value
 from osumem.report.sections import (
     ReportSettings,
     comparison_section,
@@ -38,6 +39,18 @@ from osumem.report.sections import (
 )
 
 __all__ = ["ReportSettings", "build_report", "paper_benchmark", "primary_budget", "read_dir"]
+
+
+def _construction(stats: dict[str, Any], bench_key: str) -> str:
+    """The construction statistics, the paper's number beside each one it reports."""
+    parts = []
+    for k, v in stats.items():
+        text = f"{k} = {v:.3f}" if isinstance(v, float) else f"{k} = {v}"
+        paper = paper_value(bench_key, "construction", None, k)
+        if paper is not None:
+            text += f" [{paper:.3f}]" if isinstance(v, float) else f" [{paper:.0f}]"
+        parts.append(text)
+    return ", ".join(parts)
 
 
 def build_report(
@@ -81,11 +94,8 @@ def build_report(
         ]
         if "construction" in meta:
             md.append(
-                "Construction: "
-                + ", ".join(
-                    f"{k} = {v:.3f}" if isinstance(v, float) else f"{k} = {v}"
-                    for k, v in meta["construction"].items()
-                )
+                "Construction [paper's number in brackets where it has one]: "
+                + _construction(meta["construction"], bench_key)
                 + "."
             )
         md.append("")
@@ -197,6 +207,24 @@ def build_report(
             verdict.to_markdown(),
             "",
         ]
+        reach, member = read_analysis(results, name)
+        if reach is not None:
+            md += [
+                "### Reachability (Propositions 4.1/4.2), overlap vs disjoint",
+                "",
+                reach_section(
+                    reach,
+                    bench_key=bench_key,
+                    n_permutations=settings.n_permutations,
+                    seed=settings.seed,
+                ),
+            ]
+        if member is not None:
+            md += [
+                "### Evidence-OSU membership, overlap vs disjoint",
+                "",
+                membership_section(member, bench_key=bench_key),
+            ]
         have = set(rows["method"])
         if cells.nunique() > 1 and {settings.reference, settings.baseline} <= have:
             md += [

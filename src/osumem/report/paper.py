@@ -27,6 +27,15 @@ PAPER: dict[PaperKey, float] = {
     ("synthetic", "osumem_sim_only", 256, "hit2"): 0.014,
     ("synthetic", "osumem_no_novelty", 256, "p_recall"): 0.307,
     ("synthetic", "osumem_no_novelty", 256, "p_hit2"): 0.876,
+    # Benchmark construction (counts and sharing rates; SPEC §6)
+    ("synthetic", "construction", None, "episodes_with_queries"): 197.0,
+    ("synthetic", "construction", None, "queries"): 907.0,
+    ("synthetic", "construction", None, "share_identical_signature"): 0.393,
+    ("synthetic", "construction", None, "share_same_action"): 0.834,
+    ("taubench", "construction", None, "episodes"): 125.0,
+    ("taubench", "construction", None, "queries"): 328.0,
+    ("taubench", "construction", None, "mean_evidence"): 3.5,
+    ("taubench", "construction", None, "share_T+E+"): 0.171,
     # Efficiency (64-d synthetic; 384-d SBERT)
     ("efficiency-64", "osumem", None, "amortised_ms"): 8.3,
     ("efficiency-64", "osumem", None, "storage_kb"): 209.0,

@@ -79,9 +79,14 @@ def _is_oracle(label: str) -> bool:
 
 
 def read_dir(results: Path) -> dict[str, pd.DataFrame]:
-    """Every row file in ``results`` by its stem (benchmark name)."""
+    """Every row file in ``results`` by its stem (benchmark name). Parquet files that
+    are not per-query retrieval rows (no ``method``/``budget`` column) are skipped."""
+    import pyarrow.parquet as pq
+
     out = {}
     for f in sorted(Path(results).glob("*.parquet")):
+        if not {"method", "budget", "query"} <= set(pq.read_schema(f).names):
+            continue
         out[f.stem] = pd.read_parquet(f)
     if not out:
         raise FileNotFoundError(f"no result rows (*.parquet) in {results}")

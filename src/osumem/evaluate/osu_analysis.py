@@ -1,0 +1,213 @@
+"""Reachability and evidence-OSU membership for any benchmark (SPEC §7).
+
+:func:`osu_analysis_rows` takes episodes (of any benchmark) and returns two row tables,
+built on every query's causal prefix exactly as the retrieval runner fits methods:
+
+- **reach rows**, one per (mode, budget, evidence step): whether the coarse stage of
+  the default coarse-to-fine OSU-Mem keeps an OSU of view ``v`` holding the step
+  (``via_<view>``) and any OSU holding it (``reached``);
+- **membership rows**, one per (mode, evidence step): the number of OSUs the step
+  belongs to, in total and per view.
+
+Modes are OSU-Mem overrides: overlap (``max_memberships = 5``, i.e. ``osumem``) and
+disjoint (``max_memberships = 1``, i.e. ``osumem_disjoint``). :func:`write_osu_analysis`
+stores them under ``<results>/analysis/<name>_reach.parquet`` and
+``<name>_membership.parquet`` — a sub-folder, so tools that read every ``*.parquet`` of
+a results directory as per-query retrieval rows never mistake them for such.
+:func:`reach_table`, :func:`membership_table` and :func:`reach_difference` aggregate
+them for the report. Retrieval numbers never come from these files.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from osumem.osu.config import VIEWS
+from osumem.osu.stats import DEFAULT_MODES
+from osumem.types import Episode
+
+#: Sub-folder of a results directory holding derived analysis tables.
+ANALYSIS_DIR = "analysis"
+
+
+def _pairs(episodes: Sequence[Episode] | Sequence[tuple[int, Episode]]) -> list[tuple[int, Any]]:
+    out: list[tuple[int, Any]] = []
+    for item in episodes:
+        if isinstance(item, tuple):
+            out.append((int(item[0]), item[1]))
+        else:
+            out.append((0, item))
+    return out
+
+
+def _one_episode(
+    seed: int,
+    episode: Episode,
+    budgets: Sequence[int],
+    modes: Mapping[str, Mapping[str, Any]],
+    method: str,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    from osumem.osu.reach import reach_rows
+    from osumem.osu.stats import evidence_membership_rows
+
+    reach = reach_rows([episode], budgets, modes, method=method, seed=seed)
+    member = evidence_membership_rows([episode], modes, seed=seed)
+    reach.insert(0, "seed", seed)
+    member.insert(0, "seed", seed)
+    return reach, member
+
+
+def osu_analysis_rows(
+    episodes: Sequence[Episode] | Sequence[tuple[int, Episode]],
+    budgets: Sequence[int],
+    *,
+    modes: Mapping[str, Mapping[str, Any]] = DEFAULT_MODES,
+    method: str = "osumem",
+    jobs: int = 1,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Reach rows and membership rows for ``episodes`` (plain episodes, seed 0, or
+    ``(seed, episode)`` pairs as :func:`osumem.evaluate.runner.run` takes them; the seed
+    seeds the OSU construction like the runner's). ``method`` must be a coarse-to-fine
+    OSU-Mem (default ``osumem``); ``modes`` maps a mode name to its overrides."""
+    from joblib import Parallel, delayed
+
+    pairs = _pairs(episodes)
+    budgets = [int(b) for b in budgets]
+    parts = Parallel(n_jobs=jobs)(
+        delayed(_one_episode)(s, ep, budgets, modes, method) for s, ep in pairs
+    )
+    reach = [r for r, _ in parts if not r.empty]
+    member = [m for _, m in parts if not m.empty]
+    return (
+        pd.concat(reach, ignore_index=True) if reach else pd.DataFrame(),
+        pd.concat(member, ignore_index=True) if member else pd.DataFrame(),
+    )
+
+
+def analysis_paths(results: Path, name: str) -> tuple[Path, Path]:
+    """Where :func:`write_osu_analysis` puts ``name``'s reach and membership rows."""
+    d = Path(results) / ANALYSIS_DIR
+    return d / f"{name}_reach.parquet", d / f"{name}_membership.parquet"
+
+
+def write_osu_analysis(
+    results: Path,
+    name: str,
+    episodes: Sequence[Episode] | Sequence[tuple[int, Episode]],
+    budgets: Sequence[int],
+    *,
+    modes: Mapping[str, Mapping[str, Any]] = DEFAULT_MODES,
+    method: str = "osumem",
+    jobs: int = 1,
+) -> dict[str, Any]:
+    """Compute :func:`osu_analysis_rows` and write them beside the row file ``name``
+    (e.g. ``"synthetic"``, ``"toolbench"``) of a results directory; ``osumem report``
+    then adds the reachability and membership sections to that benchmark. Returns the
+    paths, row counts and seconds taken."""
+    start = time.perf_counter()
+    reach, member = osu_analysis_rows(episodes, budgets, modes=modes, method=method, jobs=jobs)
+    rpath, mpath = analysis_paths(results, name)
+    rpath.parent.mkdir(parents=True, exist_ok=True)
+    for df, path in ((reach, rpath), (member, mpath)):
+        tmp = path.with_name(f".{path.name}.tmp")
+        df.to_parquet(tmp, index=False)
+        tmp.replace(path)
+    info = {
+        "method": method,
+        "modes": {k: dict(v) for k, v in modes.items()},
+        "budgets": [int(b) for b in budgets],
+        "reach_rows": len(reach),
+        "membership_rows": len(member),
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+    rpath.with_name(f"{name}_analysis.json").write_text(json.dumps(info, indent=2) + "\n")
+    return {"reach": str(rpath), "membership": str(mpath), **info}
+
+
+def reach_table(reach: pd.DataFrame) -> pd.DataFrame:
+    """Per (mode, budget): evidence steps, empirical p_v per view, P_reach under the
+    independence model 1 − Π_v(1 − p_v), the union bound max_v p_v, the empirical reach
+    (= coarse routing recall: share of evidence inside a kept OSU) and mean K."""
+    cols = ["mode", "budget", "n_evidence", *(f"p_{v}" for v in VIEWS)]
+    cols += ["p_reach_independence", "p_reach_union_bound", "p_reach_empirical", "mean_k"]
+    if reach.empty:
+        return pd.DataFrame(columns=cols)
+    out = []
+    for (mode, b), g in reach.groupby(["mode", "budget"], sort=False):
+        p = np.array([g[f"via_{v}"].mean() for v in VIEWS], dtype=float)
+        out.append(
+            [
+                mode,
+                int(b),
+                len(g),
+                *p.tolist(),
+                float(1.0 - np.prod(1.0 - p)),
+                float(p.max()),
+                float(g["reached"].mean()),
+                float(g["k"].mean()),
+            ]
+        )
+    return pd.DataFrame(out, columns=cols)
+
+
+def reach_difference(
+    reach: pd.DataFrame,
+    first: str = "overlap",
+    second: str = "disjoint",
+    *,
+    n_permutations: int = 10_000,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Per budget: empirical reach of ``first`` minus ``second`` mode, paired by query
+    (mean reach of each query's evidence), two-sided sign-flip p per seed,
+    Fisher-combined."""
+    from osumem.evaluate.stats import fisher_combine, sign_flip_test
+
+    cols = ["budget", "n_queries", "diff", "p"]
+    if reach.empty or not {first, second} <= set(reach["mode"]):
+        return pd.DataFrame(columns=cols)
+    per_q = (
+        reach.groupby(["mode", "budget", "seed", "episode", "query"], sort=False)["reached"]
+        .mean()
+        .unstack("mode")
+        .dropna(subset=[first, second])
+    )
+    per_q["d"] = per_q[first] - per_q[second]
+    out = []
+    for b, g in per_q.groupby(level="budget", sort=True):
+        pvals = [
+            sign_flip_test(s["d"].to_numpy(), n_permutations=n_permutations, seed=seed).p_value
+            for _, s in g.groupby(level="seed", sort=True)
+        ]
+        out.append([int(b), len(g), float(g["d"].mean()), fisher_combine(pvals)])
+    return pd.DataFrame(out, columns=cols)
+
+
+def membership_table(member: pd.DataFrame) -> pd.DataFrame:
+    """Per mode: evidence steps, mean and median OSUs per evidence step, share of
+    evidence in no OSU, and the mean membership per view."""
+    cols = ["mode", "n_evidence", "mean_osus", "median_osus", "share_no_osu"]
+    cols += [f"mean_{v}" for v in VIEWS]
+    if member.empty:
+        return pd.DataFrame(columns=cols)
+    out = []
+    for mode, g in member.groupby("mode", sort=False):
+        n = g["n_osus"].to_numpy()
+        out.append(
+            [
+                mode,
+                int(n.size),
+                float(n.mean()),
+                float(np.median(n)),
+                float((n == 0).mean()),
+                *(float(g[f"n_{v}"].mean()) for v in VIEWS),
+            ]
+        )
+    return pd.DataFrame(out, columns=cols)
