@@ -36,7 +36,10 @@ class OSUConfig:
             entity and no tool signature *of the enabled views*, so with
             ``views=("similarity",)`` it covers every step) or ``"all"`` (every step).
         similarity_refresh: incremental ``add`` recomputes the similarity view once at
-            least this many steps arrived since its last refresh (batch refresh).
+            least this many steps arrived since its last refresh (batch refresh) ...
+        similarity_refresh_ratio: ... and at least this fraction of the steps it
+            covered then, so refreshes are geometric (O(log n) k-NN + community runs
+            over a growing memory instead of O(n)).
     """
 
     gap: int = 4
@@ -49,6 +52,7 @@ class OSUConfig:
     community: str = "leiden"
     similarity_scope: str = "fallback"
     similarity_refresh: int = 16
+    similarity_refresh_ratio: float = 0.25
 
     def __post_init__(self) -> None:
         problems = []
@@ -77,6 +81,10 @@ class OSUConfig:
             )
         if self.similarity_refresh < 1:
             problems.append(f"similarity_refresh must be >= 1, got {self.similarity_refresh}")
+        if self.similarity_refresh_ratio < 0:
+            problems.append(
+                f"similarity_refresh_ratio must be >= 0, got {self.similarity_refresh_ratio}"
+            )
         if problems:
             raise ConfigError(f"{type(self).__name__}: " + "; ".join(problems))
 
@@ -103,4 +111,5 @@ class OSUConfig:
             community=self.community,
             similarity_scope=self.similarity_scope,
             similarity_refresh=self.similarity_refresh,
+            similarity_refresh_ratio=self.similarity_refresh_ratio,
         )

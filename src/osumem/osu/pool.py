@@ -79,8 +79,8 @@ class OSUPool:
         """Extend the pool to ``view``, which must extend the current view by new steps
         at the end. New steps join their key's open group when within Δ_view of its
         last member and under S_max, else open a new group; the similarity view is
-        recomputed once ``similarity_refresh`` steps have arrived since its last
-        refresh. Returns ``self``."""
+        recomputed once ``max(similarity_refresh, similarity_refresh_ratio × covered)``
+        steps have arrived since its last refresh. Returns ``self``."""
         old = self.view_
         start = 0 if old is None else old.n
         if view.n < start:
@@ -107,7 +107,8 @@ class OSUPool:
                 last[(name, key)] = len(groups)
                 groups.append((name, key, np.array([p], dtype=np.int64)))
         self.view_ = view
-        if view.n - self._similarity_upto >= cfg.similarity_refresh:
+        due = max(cfg.similarity_refresh, cfg.similarity_refresh_ratio * self._similarity_upto)
+        if view.n - self._similarity_upto >= due:
             self._refresh_similarity(view)
         # The derivation (f_min, M_max cap, centroids) runs lazily at the next read, so
         # a burst of adds (or a store replaying its adds) derives once.
