@@ -204,8 +204,8 @@ def test_background_composition_and_placement() -> None:
         # 3 neighbours x 4 steps = 12 distinct confounders, each drawn 2 or 3 times
         _, counts = np.unique(ep.view.texts[mask], return_counts=True)
         assert counts.size == 12 and counts.min() >= 2 and counts.max() <= 3
-        # namespace prefixes: evidence entities never shared with the background
-        assert all(e.startswith(target + "::") for i in q.evidence for e in ep.view.entities[i])
+        # default: no namespace prefix, so entities stay as parsed
+        assert all("::" not in e for i in q.evidence for e in ep.view.entities[i])
         assert np.allclose(q.vector, corpus.query_embeddings[t])
     stats = construction_stats(eps)
     assert stats["confounder_share"] == pytest.approx(0.75)
@@ -224,3 +224,72 @@ def test_generation_is_deterministic_and_validated() -> None:
         list(generate(corpus, cfg.replace(evidence_size=5), 7))
     with pytest.raises(ConfigError):
         ToolBenchConfig(confounder_share=1.5)
+
+
+def test_namespace_prefix_off_by_default_on_as_option() -> None:
+    corpus = _corpus()
+    off = ToolBenchConfig(n_episodes=2, background_size=40, n_neighbors=3)
+    assert off.namespace_prefix is False
+    on = off.replace(namespace_prefix=True)
+    for a, b in zip(generate(corpus, off, 3), generate(corpus, on, 3), strict=True):
+        (q,) = a.queries
+        target = a.meta["target"]
+        assert b.meta["target"] == target and b.queries[0].evidence == q.evidence
+        for i in q.evidence:
+            # same step, raw vs prefixed annotations
+            assert a.view.tool_signatures[i] == f"api{target.split(':')[1]}()"
+            assert b.view.tool_signatures[i] == f"{target}::{a.view.tool_signatures[i]}"
+            assert {f"{target}::{e}" for e in a.view.entities[i]} == set(b.view.entities[i])
+        # unprefixed, two trajectories passing "day": 0 share the entity string "0"
+        shared = [set(a.view.entities[i]) & {"0"} for i in range(a.view.n)]
+        assert sum(bool(x) for x in shared) >= 2
+        assert not any("0" in b.view.entities[i] for i in range(b.view.n))
+
+
+def test_beta_override_reaches_the_disjoint_variant() -> None:
+    from osumem.retrieve.registry import create, params_for, parse_overrides
+
+    over = parse_overrides(["osumem_coverage.beta=0.08", "osumem_coverage.gap=16"])
+    disj = create("osumem_coverage_disjoint", params_for("osumem_coverage_disjoint", over))
+    over_ = create("osumem_coverage", params_for("osumem_coverage", over))
+    assert disj.config.beta == over_.config.beta == 0.08
+    assert disj.config.gap == over_.config.gap == 16
+    assert disj.config.max_memberships == 1 and over_.config.max_memberships == 5
+
+
+def test_reproduce_writes_rows_summary_and_report(tmp_path) -> None:
+    from osumem.bench.toolbench_report import Sensitivity, reproduce
+
+    recs = []
+    for r in range(40):
+        calls = [(f"f{j}_for_api{r % 7}", f'{{"city": "c{r % 5}", "day": {j}}}') for j in range(4)]
+        recs.append({"query": f"query about topic {r % 3} item {r}", "calls": calls})
+    data = tmp_path / "data"
+    data.mkdir()
+    import json
+
+    payload = {str(i): _record(x["query"], x["calls"], []) for i, x in enumerate(recs)}
+    (data / "G1_tool.json").write_text(json.dumps(payload))
+    out = tmp_path / "out"
+    text = reproduce(
+        data,
+        out,
+        seeds=(1, 2),
+        episodes=3,
+        sweep_episodes=2,
+        betas=(0.12,),
+        evidence_sizes=(3,),
+        sensitivity=(Sensitivity(name="toolbench_sens_x", label="x", method_params={"gap": 16}),),
+        jobs=1,
+        progress=False,
+        encoder=HashingEncoder(32),
+        config=ToolBenchConfig(background_size=40, n_neighbors=5),
+    )
+    for name in ("toolbench", "toolbench_beta", "toolbench_k3", "toolbench_sens_x"):
+        assert (out / f"{name}.parquet").exists()
+    assert (out / "analysis" / "toolbench_membership.parquet").exists()
+    assert (out / "toolbench_summary.md").read_text() == text
+    assert "SENSITIVITY (not used to pick defaults): x" in text
+    assert "+6.2" in text and "(2.16)" in text  # the paper's numbers beside ours
+    report = (out / "report.md").read_text()
+    assert report.rstrip().endswith(text.rstrip())

@@ -142,15 +142,26 @@ def register(main: click.Group, bench: click.Group) -> None:
     "--out",
     type=click.Path(file_okay=False, path_type=Path),
     required=True,
-    help="Report directory: rows toolbench*.parquet and toolbench.md are written here.",
+    help="Report directory: toolbench*.parquet, toolbench_summary.md, report.md.",
 )
 @click.option("--seeds", default=TOOLBENCH_DEFAULT_SEEDS, show_default=True)
 @click.option("--episodes", type=int, default=None, help="Episodes per seed (default 200).")
 @click.option(
     "--sweep-episodes",
     type=int,
-    default=None,
-    help="Episodes per seed for the β and evidence-size sweeps (default: --episodes).",
+    default=100,
+    show_default=True,
+    help="Episodes per seed for the β and evidence-size sweeps.",
+)
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Run the sweeps at the main size (--episodes, default 200) as in the paper.",
+)
+@click.option(
+    "--no-sensitivity",
+    is_flag=True,
+    help="Skip the labelled sensitivity runs (prefix on, similarity over all, Δ_gap 16).",
 )
 @click.option("--jobs", type=int, default=-1, show_default=True)
 @click.option("--quiet", is_flag=True)
@@ -160,13 +171,17 @@ def reproduce_toolbench(
     out: Path,
     seeds: str,
     episodes: int | None,
-    sweep_episodes: int | None,
+    sweep_episodes: int,
+    full: bool,
+    no_sensitivity: bool,
     jobs: int,
     quiet: bool,
 ) -> None:
-    """Reproduce the ToolBench tables: main table, β sweep, evidence-size sweep,
-    membership/eviction and coarse-routing recall, beside the paper's numbers."""
-    from osumem.bench.toolbench_report import reproduce
+    """Reproduce the ToolBench tables: main table (3 seeds x 200 episodes), β sweep and
+    evidence-size sweep (100 episodes per seed unless --full), membership/eviction,
+    coarse-routing recall and labelled sensitivity runs, beside the paper's numbers.
+    Writes toolbench*.parquet, toolbench_summary.md and report.md under --out."""
+    from osumem.bench.toolbench_report import DEFAULT_SENSITIVITY, reproduce
 
     seed_list = _int_list(seeds, "--seeds")
     text = reproduce(
@@ -174,9 +189,10 @@ def reproduce_toolbench(
         out,
         seeds=seed_list,
         episodes=episodes,
-        sweep_episodes=sweep_episodes,
+        sweep_episodes=None if full else sweep_episodes,
+        sensitivity=() if no_sensitivity else DEFAULT_SENSITIVITY,
         jobs=jobs,
         progress=not quiet,
     )
     click.echo(text)
-    click.echo(json.dumps({"written": str(Path(out) / "toolbench.md")}), err=True)
+    click.echo(json.dumps({"written": str(Path(out) / "toolbench_summary.md")}), err=True)

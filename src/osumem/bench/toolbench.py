@@ -14,8 +14,11 @@ A confounder pool (30 trajectories of ~5 steps) is smaller than the ~375 confoun
 wanted, so confounders are drawn by *balanced replication*: the pool is shuffled and
 repeated until enough steps are drawn, so every pool step appears ⌊r⌋ or ⌈r⌉ times.
 Unrelated steps are drawn without replacement. Every step keeps its source trajectory
-as namespace; with ``namespace_prefix`` its entities and tool signature are prefixed
-with it (SPEC §3, concatenation), so strings never bridge trajectories.
+as namespace. Entities and tool signatures are *not* prefixed by default, so a
+confounder calling the evidence's API (or passing the same argument value) shares its
+tool (entity) OSU, as in the paper's probe; ``namespace_prefix=True`` prefixes them
+with the source trajectory (SPEC §3's tau-bench concatenation rule), so strings never
+bridge trajectories (a sensitivity setting here).
 
 Every distinct step text and every query is embedded once (:func:`build_corpus`);
 episodes only index into those vectors.
@@ -51,8 +54,12 @@ class ToolBenchConfig:
     n_neighbors: int = 30
     #: which step roles enter the pool (ours: tool calls and assistant text)
     step_roles: tuple[str, ...] = ("tool", "assistant")
-    #: prefix entities and tool signatures with the source trajectory (ours)
-    namespace_prefix: bool = True
+    #: prefix entities and tool signatures with the source trajectory. Off by default:
+    #: SPEC §3 prescribes prefixing for the tau-bench concatenation only, and the
+    #: paper's ToolBench membership (2.16 vs .87, 13.2% evicted) needs evidence to
+    #: share OSUs with confounders of the same API (docs/decisions.md). True is kept
+    #: as a sensitivity setting.
+    namespace_prefix: bool = False
     #: tool signature granularity passed to the reader: "api" (the paper's reading:
     #: ``<fname>_for_<api>`` share the API) or "function" (ours: name + declared keys)
     signature_level: str = "api"
