@@ -84,3 +84,20 @@ def test_reproduce_taubench_is_registered() -> None:
     from osumem.cli import main
 
     assert {"taubench", "synthetic"} <= set(main.commands["reproduce"].commands)
+
+
+def test_summary_shows_sharing_rates_beside_prefix_on_and_off(tmp_path) -> None:
+    import json
+
+    rows(budgets=(64, 128, 256, 512)).to_parquet(tmp_path / "taubench.parquet")
+    rows(budgets=(64, 128, 256, 512), benchmark="taubench_noprefix").to_parquet(
+        tmp_path / "taubench_noprefix.parquet"
+    )
+    for name, share in (("taubench", 0.0), ("taubench_noprefix", 0.0141)):
+        rates = {"entity": share / 2, "signature": share, "either": share}
+        (tmp_path / f"{name}.json").write_text(
+            json.dumps({"construction": {"cross_source_sharing": rates}})
+        )
+    text = summary_markdown(tmp_path, n_permutations=99)
+    assert "| on | 0.0000 | 0.0000 | 0.0000 |" in text
+    assert "| off | 0.0070 | 0.0141 | 0.0141 |" in text

@@ -239,3 +239,64 @@ def test_real_file_matching_counts(shared_data) -> None:
     st = construction_stats(eps)
     assert (st["episodes"], st["queries"]) == (125, 326)
     assert st["cells"] == {"T+E+": 21, "T+E-": 0, "T-E+": 25, "T-E-": 280}
+
+
+def test_cross_source_sharing_counts_pairs_by_hand() -> None:
+    from osumem.bench.taubench import cross_source_sharing
+    from osumem.ingest.openai_chat import steps_to_view
+
+    steps = [
+        Step(
+            role="tool",
+            tool_action="f",
+            tool_signature="f(a)",
+            entities=frozenset({"x"}),
+            namespace="A",
+        ),
+        Step(
+            role="tool",
+            tool_action="f",
+            tool_signature="f(a)",
+            entities=frozenset({"y"}),
+            namespace="B",
+        ),
+        Step(
+            role="tool",
+            tool_action="g",
+            tool_signature="g(b)",
+            entities=frozenset({"x"}),
+            namespace="B",
+        ),
+        Step(role="user", text="hi", namespace="B"),
+        Step(role="user", text="yo", namespace="A"),
+    ]
+    view = steps_to_view(steps, HashingEncoder(8))
+    # cross pairs: A{0,4} x B{1,2,3} = 6; (0,1) share the signature, (0,2) the entity
+    # "x"; same-source pair (1,2) shares nothing anyway; empty signatures never match
+    assert cross_source_sharing(view) == {"pairs": 6, "entity": 1, "signature": 1, "either": 2}
+
+
+def test_prefixing_removes_cross_source_sharing(tmp_path) -> None:
+    from osumem.bench.taubench import sharing_rates
+
+    path = _tiny_file(tmp_path)
+    cfg = TauBenchConfig(n_episodes=3, min_steps=60, max_steps=100, min_query_distance=30)
+    rates = {}
+    for prefix in (True, False):
+        src = load_taubench(path, prefix_namespace=prefix)
+        rates[prefix] = sharing_rates(generate(src, source_views(src, HashingEncoder(8)), cfg, 0))
+    assert rates[True] == {"entity": 0.0, "signature": 0.0, "either": 0.0}
+    # off: both calls of every source have the signature cancel(n,rid), and "0"/"1"
+    # (the n argument) recur across sources
+    assert rates[False]["signature"] > 0 and rates[False]["entity"] > 0
+    assert rates[False]["either"] >= max(rates[False]["entity"], rates[False]["signature"])
+
+
+def test_calls_alone_is_the_default_and_200_chars_the_sensitivity_variant() -> None:
+    from osumem.bench.taubench_report import default_variants
+
+    assert TauBenchConfig().max_observation_chars == 0
+    variants = {v.name: dict(v.changes) for v in default_variants(["flat"])}
+    assert variants["taubench_obs200"] == {"max_observation_chars": 200}
+    assert all(name.startswith("taubench") for name in variants)
+    assert "max_observation_chars" not in variants["taubench"]

@@ -26,9 +26,10 @@ Noise (``query_noise_mode``): ``"per_coordinate"`` (default) adds σ·ε, ε ~ N
 its norm is ≈ σ√d ≈ 4.9, so the query keeps little of m̂); ``"norm"`` adds σ·ε/√d,
 a perturbation of expected norm σ.
 
-Step texts: each tool response is cut to ``max_observation_chars`` characters (200 by
-default; ``None`` keeps it whole), so a step costs tens of tokens as the paper's
-budgets imply. Namespace prefixing of entities and tool signatures is on by default
+Step texts: each tool response is cut to ``max_observation_chars`` characters (0 by
+default: a tool-call step is the call alone; ``None`` keeps the response whole), so an
+evidence step costs tens of tokens as the paper's budgets imply (docs/decisions.md:
+the paper's non-zero Hit@2 differences at B = 64 need two evidence steps in 64 tokens). Namespace prefixing of entities and tool signatures is on by default
 (``prefix_namespace``); turning it off reproduces the paper's pitfall.
 """
 
@@ -75,8 +76,9 @@ class TauBenchConfig:
     match: str = "relaxed"
     #: no two sources of an episode share a task (other trials of it)
     exclude_same_task: bool = True
-    #: tool responses in step texts are cut to this many characters (None: whole)
-    max_observation_chars: int | None = 200
+    #: tool responses in step texts are cut to this many characters (None: whole;
+    #: default 0, the call alone; 200 is the sensitivity variant)
+    max_observation_chars: int | None = 0
 
     def __post_init__(self) -> None:
         problems = []
@@ -282,8 +284,51 @@ def generate(
     ]
 
 
+def cross_source_sharing(view: MemoryView) -> dict[str, int]:
+    """Count the step pairs of ``view`` from different sources (namespaces) and how many
+    of them share an entity string, an identical non-empty tool signature, or either.
+
+    With namespace prefixing on, annotations of different sources never coincide, so
+    every count but ``pairs`` is 0; with it off, generic strings (a cabin class, a
+    count, a tool template) link unrelated tasks (SPEC §3). Vectorised over the
+    step × annotation incidence matrix.
+    """
+    n = view.n
+    ent_ids: dict[str, int] = {}
+    rows, cols = [], []
+    for i, ents in enumerate(view.entities):
+        for e in ents:
+            rows.append(i)
+            cols.append(ent_ids.setdefault(e, len(ent_ids)))
+    inc = np.zeros((n, max(len(ent_ids), 1)), dtype=np.float32)
+    inc[rows, cols] = 1.0
+    share_ent = (inc @ inc.T) > 0
+    sig = view.tool_signatures.astype(str)
+    share_sig = (sig[:, None] == sig[None, :]) & (sig != "")[:, None]
+    ns = view.namespaces.astype(str)
+    upper = np.triu(ns[:, None] != ns[None, :], k=1)
+    return {
+        "pairs": int(upper.sum()),
+        "entity": int((upper & share_ent).sum()),
+        "signature": int((upper & share_sig).sum()),
+        "either": int((upper & (share_ent | share_sig)).sum()),
+    }
+
+
+def sharing_rates(episodes: Sequence[Episode]) -> dict[str, float]:
+    """Pooled share of cross-source step pairs that share an entity, a tool signature,
+    or either, over ``episodes`` (see :func:`cross_source_sharing`)."""
+    tot = {"pairs": 0, "entity": 0, "signature": 0, "either": 0}
+    for ep in episodes:
+        for k, v in cross_source_sharing(ep.view).items():
+            tot[k] += v
+    pairs = max(tot["pairs"], 1)
+    return {k: tot[k] / pairs for k in ("entity", "signature", "either")}
+
+
 def construction_stats(episodes: Sequence[Episode]) -> dict[str, Any]:
-    """Episode and query counts, cell sizes, mean evidence and episode lengths."""
+    """Episode and query counts, cell sizes, mean evidence, episode lengths and the
+    cross-source sharing rates (:func:`sharing_rates`)."""
     qs = [q for ep in episodes for q in ep.queries]
     cells: dict[str, int] = {c: 0 for c in ("T+E+", "T+E-", "T-E+", "T-E-")}
     for q in qs:
@@ -301,4 +346,5 @@ def construction_stats(episodes: Sequence[Episode]) -> dict[str, Any]:
         "min_evidence_distance": int(min(q.t - max(q.evidence) for q in qs)) if qs else 0,
         "unique_focal": len({ep.meta.get("focal") for ep in episodes}),
         "unique_query_sources": len({q.qid.split("-", 1)[1] for q in qs}),
+        "cross_source_sharing": sharing_rates(episodes),
     }

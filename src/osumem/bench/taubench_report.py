@@ -9,8 +9,8 @@ Variants (one row file each, ``<name>.parquet``):
   (a calibration check: Flat's Hit@2 under both readings);
 * ``taubench_stage_d``: Stage D augmentation;
 * ``taubench_noprefix``: namespace prefixing off (the paper's pitfall);
-* ``taubench_obs0``: tool responses cut to nothing (steps are the calls alone), the
-  sensitivity of the cross-tab to the observation cut.
+* ``taubench_obs200``: tool responses kept up to 200 characters (the default is the
+  call alone), the sensitivity of the cross-tab to the observation cut.
 """
 
 from __future__ import annotations
@@ -78,9 +78,9 @@ def default_variants(all_methods: Sequence[str]) -> list[Variant]:
             changes=(("prefix_namespace", False),),
         ),
         Variant(
-            name="taubench_obs0",
+            name="taubench_obs200",
             methods=("osumem", "flat", "flat_mmr", "osumem_disjoint"),
-            changes=(("max_observation_chars", 0),),
+            changes=(("max_observation_chars", 200),),
         ),
     ]
 
@@ -103,8 +103,7 @@ def summary_markdown(results: Path, *, n_permutations: int = N_PERMUTATIONS) -> 
     md = ["## tau-bench: ours beside the paper", ""]
     main = data.get("taubench")
     if main is not None:
-        meta_path = results / "taubench.json"
-        c = json.loads(meta_path.read_text()).get("construction", {}) if meta_path.exists() else {}
+        c = _construction(results, "taubench")
         cells = c.get("cells", {})
         md += [
             "| count | ours | paper |",
@@ -121,14 +120,15 @@ def summary_markdown(results: Path, *, n_permutations: int = N_PERMUTATIONS) -> 
             "",
         ]
         md += _crosstab_md(main, "taubench", n_permutations)
-    obs0 = data.get("taubench_obs0")
-    if obs0 is not None:
+    obs200 = data.get("taubench_obs200")
+    if obs200 is not None:
         md += [
-            "**Sensitivity: steps are the calls alone** (`max_observation_chars = 0`); "
-            f"Flat Hit@2 at B = {PRIMARY}: {_mean(obs0, 'flat', PRIMARY, 'hit2'):.3f} "
+            "**Sensitivity: tool responses kept up to 200 characters** "
+            "(`max_observation_chars = 200`; the default is the call alone); "
+            f"Flat Hit@2 at B = {PRIMARY}: {_mean(obs200, 'flat', PRIMARY, 'hit2'):.3f} "
             "(paper .045).",
             "",
-            *_crosstab_md(obs0, "taubench", n_permutations),
+            *_crosstab_md(obs200, "taubench", n_permutations),
         ]
     weak = data.get("taubench_weak")
     if weak is not None and main is not None:
@@ -159,8 +159,18 @@ def summary_markdown(results: Path, *, n_permutations: int = N_PERMUTATIONS) -> 
         md += _stage_d_md(staged, main, n_permutations)
     nop = data.get("taubench_noprefix")
     if nop is not None and main is not None:
-        md += _prefix_md(main, nop, n_permutations)
+        sharing = {
+            label: _construction(results, name).get("cross_source_sharing", {})
+            for label, name in (("on", "taubench"), ("off", "taubench_noprefix"))
+        }
+        md += _prefix_md(main, nop, n_permutations, sharing)
     return "\n".join(md).rstrip() + "\n"
+
+
+def _construction(results: Path, name: str) -> dict[str, Any]:
+    """The construction statistics recorded in ``<name>.json`` ({} when absent)."""
+    path = results / f"{name}.json"
+    return json.loads(path.read_text()).get("construction", {}) if path.exists() else {}
 
 
 def _crosstab_md(rows: pd.DataFrame, key: str, n_permutations: int) -> list[str]:
@@ -238,12 +248,31 @@ def _stage_d_md(staged: pd.DataFrame, main: pd.DataFrame | None, n_perm: int) ->
     return out
 
 
-def _prefix_md(on: pd.DataFrame, off: pd.DataFrame, n_perm: int) -> list[str]:
+def _prefix_md(
+    on: pd.DataFrame,
+    off: pd.DataFrame,
+    n_perm: int,
+    sharing: dict[str, dict[str, float]] | None = None,
+) -> list[str]:
     out = [
         "**Namespace prefixing on vs off**, Hit@2 / Recall per budget and "
         "osumem − osumem_disjoint Hit@2 (p). Paper: without prefixing the "
         "overlap-vs-disjoint ordering reversed.",
         "",
+    ]
+    if sharing and all(sharing.values()):
+        out += [
+            "Cross-source step pairs sharing an entity / a tool signature / either:",
+            "",
+            "| prefix | entity | signature | either |",
+            "|---|---|---|---|",
+            *(
+                f"| {label} | {r['entity']:.4f} | {r['signature']:.4f} | {r['either']:.4f} |"
+                for label, r in sharing.items()
+            ),
+            "",
+        ]
+    out += [
         "| prefix | B | osumem | osumem_disjoint | flat | osumem − disjoint Hit@2 (p) |",
         "|---|---|---|---|---|---|",
     ]
