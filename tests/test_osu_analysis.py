@@ -138,3 +138,25 @@ def test_toolbench_sections_show_paper_numbers(
     assert "0.87" in line and "13.2%" in line
     assert "< .17" in reach_section(reach, bench_key="toolbench", n_permutations=99)
     assert "< .17" not in reach_section(reach, bench_key="synthetic", n_permutations=99)
+
+
+def test_row_files_of_one_benchmark_get_their_own_figures(tmp_path: Path, episodes: list) -> None:
+    rows = run(episodes, parse_method_runs(["flat", "osumem"]), [64, 256], benchmark="synthetic")
+    write_results(tmp_path, rows, {}, name="synthetic")
+    write_results(tmp_path, rows[rows["method"] == "flat"], {}, name="synthetic_flat_only")
+    md = build_report(tmp_path, settings=ReportSettings(n_permutations=99)).read_text()
+    figs = {p.name for p in (tmp_path / "figures").glob("*.png")}
+    assert {"synthetic_distance.png", "synthetic_flat_only_distance.png"} <= figs
+    assert "figures/synthetic_flat_only_curves.png" in md
+
+
+def test_spec_labels_get_their_registered_alias_and_paper_numbers() -> None:
+    from osumem.report.sections import method_label, registered_alias
+
+    assert registered_alias("osumem[max_memberships=1]") == "osumem_disjoint"
+    assert registered_alias("osumem[max_memberships=5]") == "osumem"
+    assert registered_alias("osumem[max_memberships=3]") == "osumem[max_memberships=3]"
+    assert (
+        method_label("osumem[max_memberships=1]") == "osumem[max_memberships=1] (= osumem_disjoint)"
+    )
+    assert method_label("osumem_gf") == "osumem_gf (oracle)"

@@ -31,9 +31,11 @@ from osumem.report.sections import (
     crosstab_section,
     distance_section,
     efficiency_section,
+    observed_overlap_section,
     paper_benchmark,
     primary_budget,
     read_dir,
+    registered_alias,
     sweep_section,
     toolbench_section,
 )
@@ -80,6 +82,10 @@ def build_report(
         bench = str(rows["benchmark"].iloc[0]) if len(rows) else name
         bench_key = paper_benchmark(bench)
         budgets = sorted(int(b) for b in rows["budget"].unique())
+
+        def paper_lookup(method: str, budget: int, metric: str, key: str = bench_key) -> Any:
+            return paper_value(key, registered_alias(method), budget, metric)
+
         mine = sorted(
             (e for e in exps if e.benchmark == bench and e.kind != "efficiency"),
             key=lambda e: (KINDS.index(e.kind), e.name),
@@ -154,9 +160,10 @@ def build_report(
                 sub = rows[rows["method"].isin(e.methods)]
                 p = figures.budget_curves(
                     sub,
-                    figdir / f"{bench}_{e.name}_curves.png",
+                    figdir / f"{name}_{e.name}_curves.png",
                     metrics=e.metrics,
                     title=f"{bench}: {e.title}",
+                    paper=paper_lookup,
                 )
                 md += [f"![budget-vs-metric curves](figures/{p.name})", ""]
             else:
@@ -179,8 +186,9 @@ def build_report(
         text, bd = distance_section(rows[rows["method"].isin(main_methods)], pb)
         p = figures.distance_bars(
             bd,
-            figdir / f"{bench}_distance.png",
+            figdir / f"{name}_distance.png",
             title=f"{bench}: recall by temporal distance, B = {pb}",
+            order=main_methods,
         )
         md += [
             f"### Recall by temporal distance (B = {pb})",
@@ -191,7 +199,10 @@ def build_report(
         ]
         if not any(e.kind == "sweep" for e in mine) and len(budgets) > 1:
             p = figures.budget_curves(
-                rows[rows["method"].isin(main_methods)], figdir / f"{bench}_curves.png", title=bench
+                rows[rows["method"].isin(main_methods)],
+                figdir / f"{name}_curves.png",
+                title=bench,
+                paper=paper_lookup,
             )
             md += [f"![budget-vs-metric curves](figures/{p.name})", ""]
         one = rows[rows["method"] == rows["method"].iloc[0]]
@@ -206,6 +217,7 @@ def build_report(
             "",
             verdict.to_markdown(),
             "",
+            observed_overlap_section(rows, pb, settings),
         ]
         reach, member = read_analysis(results, name)
         if reach is not None:
@@ -233,18 +245,19 @@ def build_report(
                 crosstab_section(rows, bench_key=bench_key, settings=settings),
             ]
         if {settings.overlap, settings.disjoint} <= have:
-            md += ["### Overlap vs disjoint", "", toolbench_section(rows, settings=settings)]
-            if "flat" in have:
-                flat = summarise(rows[rows["method"] == "flat"]).set_index("budget")
-                md += [
-                    "Flat Vector recall by budget: "
-                    + ", ".join(
-                        f"B={b}: {flat.loc[b, 'recall']:.3f} [paper "
-                        f"{paper_cell(bench_key, 'flat', int(b), 'recall')}]"
-                        for b in flat.index
-                    ),
-                    "",
-                ]
+            md += [
+                f"### Overlap vs disjoint ({settings.overlap} vs {settings.disjoint})",
+                "",
+                toolbench_section(rows, settings=settings, bench_key=bench_key),
+            ]
+            if settings.baseline in have:
+                flat = summarise(rows[rows["method"] == settings.baseline]).set_index("budget")
+                parts = []
+                for b in flat.index:
+                    paper = paper_cell(bench_key, settings.baseline, int(b), "recall")
+                    extra = f" [paper {paper}]" if paper != "–" else ""
+                    parts.append(f"B={b}: {flat.loc[b, 'recall']:.3f}{extra}")
+                md += [f"{settings.baseline} recall by budget: " + ", ".join(parts) + ".", ""]
     eff_path = results / "efficiency.csv"
     if eff_path.exists():
         md += [

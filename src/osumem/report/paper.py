@@ -73,6 +73,8 @@ PAPER: dict[PaperKey, float] = {
     ("taubench_staged", "osumem-osumem_disjoint", 256, "p_hit2_episode"): 0.012,
     ("taubench", "flat", 256, "hit2"): 0.045,
     # ToolBench
+    ("taubench", "T+E+", None, "n"): 56.0,
+    ("taubench", "T-E+", None, "n"): 44.0,
     ("toolbench", "flat", 200, "recall"): 0.686,
     ("toolbench", "flat", 1600, "recall"): 0.917,
     **{
@@ -99,6 +101,8 @@ PAPER_NOTES: dict[PaperKey, str] = {
     ("toolbench", "osumem", None, "routing_recall"): "default coarse-to-fine recall < .17",
     ("taubench", "T+E+", None, "p_hit2"): "p < .05 at every budget (n = 56)",
     ("taubench", "T-E-", 512, "p_hit2"): "p < .001",
+    ("taubench_staged", "flat", 256, "p_vs_reference"): "Hit@2 p = .001 (episode level, Δ +.141)",
+    ("taubench_staged", "osumem_disjoint", 256, "p_vs_reference"): "Hit@2 p = .012 (episode level)",
 }
 
 
@@ -108,11 +112,16 @@ def paper_value(benchmark: str, item: str, budget: int | None, metric: str) -> f
 
 
 def paper_cell(benchmark: str, item: str, budget: int | None, metric: str, fmt: str = ".3f") -> str:
-    """The paper's number formatted for a table cell (``"–"`` when there is none)."""
+    """The paper's number formatted for a table cell (``"–"`` when there is none);
+    ``fmt="p"`` writes a p-value as :func:`osumem.evaluate.stats.format_p` does."""
     v = paper_value(benchmark, item, budget, metric)
     if v is None:
         note = PAPER_NOTES.get((benchmark, item, budget, metric))
         return note if note else "–"
+    if fmt == "p":  # a p-value, written as our tables write them
+        from osumem.evaluate.stats import format_p
+
+        return format_p(v)
     return format(v, fmt)
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import pandas as pd
@@ -19,7 +20,7 @@ from osumem.evaluate.stats import (
     paired_test,
     sign_flip_test,
 )
-from osumem.report.paper import paper_cell
+from osumem.report.paper import paper_cell, paper_value
 from osumem.types import CELLS
 
 METRIC_NAMES = {"recall": "Recall", "hit1": "Hit@1", "hit2": "Hit@2"}
@@ -32,6 +33,7 @@ class ReportSettings:
     Attributes:
         reference: the designated reference method (p-values are against it).
         baseline: the method the cell cross-tab and interaction test contrast with.
+        reference_disjoint: the reference's disjoint (M_max = 1) variant.
         overlap, disjoint: the ToolBench overlap − disjoint pair.
         n_permutations: permutations per sign-flip test (paper: 10,000).
         seed: seed of every permutation test and bootstrap.
@@ -39,6 +41,7 @@ class ReportSettings:
 
     reference: str = "osumem"
     baseline: str = "flat"
+    reference_disjoint: str = "osumem_disjoint"
     overlap: str = "osumem_coverage"
     disjoint: str = "osumem_coverage_disjoint"
     n_permutations: int = N_PERMUTATIONS
@@ -76,6 +79,36 @@ def _is_oracle(label: str) -> bool:
         return bool(get_class(name).is_oracle)
     except Exception:
         return False
+
+
+@lru_cache(maxsize=256)
+def registered_alias(label: str) -> str:
+    """The registered method a spec label is configured identically to (e.g.
+    ``osumem[max_memberships=1]`` → ``osumem_disjoint``), so the paper's numbers for that
+    method apply; the label's own name when no registered method matches."""
+    from osumem.evaluate.runner import parse_method_runs
+    from osumem.retrieve.registry import available, get_spec, make_config
+
+    if "[" not in label:
+        return label
+    try:
+        (run,) = parse_method_runs([label])
+        cfg = make_config(run.method, run.params)
+        target = get_spec(run.method).target
+        for name in [run.method, *available()]:
+            if get_spec(name).target == target and make_config(name) == cfg:
+                return name
+    except Exception:
+        return label
+    return label
+
+
+def method_label(label: str) -> str:
+    """A method's label for a table: its spec, ``(= alias)`` when a spec matches a
+    registered variant, and ``(oracle)`` for oracle methods."""
+    alias = registered_alias(label)
+    text = label + (f" (= {alias})" if alias != label else "")
+    return text + (" (oracle)" if _is_oracle(label) else "")
 
 
 def read_dir(results: Path) -> dict[str, pd.DataFrame]:
@@ -125,20 +158,23 @@ def comparison_section(
     head += ["paper p", "queries"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for method in [m for m in exp_methods if m in means.index]:
-        name = method + (" (oracle)" if _is_oracle(method) else "")
+        name = method_label(method)
+        alias = registered_alias(method)
         cells = [f"**{name}**" if method == reference else name]
         for m in metrics:
-            cells += [f"{means.loc[method, m]:.3f}", paper_cell(bench_key, method, budget, m)]
+            cells += [f"{means.loc[method, m]:.3f}", paper_cell(bench_key, alias, budget, m)]
         for m in metrics:
             if method == reference:
                 cells += ["ref", "ref"]
                 continue
             r = cmp[(cmp["method"] == method) & (cmp["metric"] == m)].iloc[0]
             cells += [format_p(r["p_episode"]), format_p(r["p_query"])]
-        pp = [paper_cell(bench_key, method, budget, f"p_{m}") for m in metrics]
+        pp = [paper_cell(bench_key, alias, budget, f"p_{m}", "p") for m in metrics]
         pp_text = " / ".join(pp) if any(p != "–" for p in pp) else "–"
+        if pp_text == "–":
+            pp_text = paper_cell(bench_key, alias, budget, "p_vs_reference")
         if method == reference:
-            pp_text = paper_cell(bench_key, method, budget, "p_vs_baselines")
+            pp_text = paper_cell(bench_key, alias, budget, "p_vs_baselines")
         cells += [pp_text, str(int(means.loc[method, "n"]))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -164,7 +200,7 @@ def sweep_section(
         head = ["method", *[f"B={b}" for b in budgets]]
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for method in [x for x in exp_methods if x in set(sub["method"])]:
-            cells = [method]
+            cells = [method_label(method)]
             for b in budgets:
                 if (method, b) not in means.index:
                     cells.append("–")
@@ -182,7 +218,7 @@ def sweep_section(
                         seed=settings.seed,
                     )
                     text += f" ({format_p(p)})"
-                paper = paper_cell(bench_key, method, int(b), m)
+                paper = paper_cell(bench_key, registered_alias(method), int(b), m)
                 if paper != "–":
                     text += f" [{paper}]"
                 cells.append(text)
@@ -267,7 +303,8 @@ def crosstab_section(rows: pd.DataFrame, *, bench_key: str, settings: ReportSett
         n = int((per_b[(int(budgets[0]), "hit2")]["cell"] == cell).sum())
         if n == 0:
             continue
-        cells = [cell, str(n)]
+        paper_n = paper_value(bench_key, cell, None, "n")
+        cells = [cell, str(n) + (f" [{paper_n:.0f}]" if paper_n is not None else "")]
         for m in ("hit2", "recall"):
             for b in budgets:
                 d = per_b[(int(b), m)]
@@ -298,14 +335,16 @@ def crosstab_section(rows: pd.DataFrame, *, bench_key: str, settings: ReportSett
         ncells = per_b[(int(b), "hit2")]["cell"].nunique()
         out.append(
             f"| {b} | {format_p(res['hit2'].p_value)} | "
-            f"{paper_cell(bench_key, 'interaction', int(b), 'p_hit2')} | "
+            f"{paper_cell(bench_key, 'interaction', int(b), 'p_hit2', 'p')} | "
             f"{format_p(res['recall'].p_value)} | "
-            f"{paper_cell(bench_key, 'interaction', int(b), 'p_recall')} | {ncells} |"
+            f"{paper_cell(bench_key, 'interaction', int(b), 'p_recall', 'p')} | {ncells} |"
         )
     return "\n".join(out) + "\n"
 
 
-def toolbench_section(rows: pd.DataFrame, *, settings: ReportSettings) -> str:
+def toolbench_section(
+    rows: pd.DataFrame, *, settings: ReportSettings, bench_key: str = "toolbench"
+) -> str:
     """Overlap − disjoint per budget, per-seed p-values Fisher-combined, paper beside."""
     ov, dj = settings.overlap, settings.disjoint
     budgets = sorted(rows["budget"].unique())
@@ -330,7 +369,40 @@ def toolbench_section(rows: pd.DataFrame, *, settings: ReportSettings) -> str:
             cells += [
                 f"{diff:+.3f}",
                 format_p(p),
-                paper_cell("toolbench", "overlap-disjoint", int(b), f"{m}_gap", "+.3f"),
+                paper_cell(bench_key, "overlap-disjoint", int(b), f"{m}_gap", "+.3f"),
             ]
         out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
+
+
+def observed_overlap_section(rows: pd.DataFrame, budget: int, settings: ReportSettings) -> str:
+    """What happened, to set beside the heuristic's prediction: at ``budget``, the
+    reference against its disjoint variant and against the baseline, and the
+    overlap − disjoint pair, where their rows exist (episode-level sign-flip p)."""
+    have = set(rows["method"])
+    pairs = [
+        (settings.reference, settings.reference_disjoint),
+        (settings.overlap, settings.disjoint),
+        (settings.reference, settings.baseline),
+    ]
+    lines = []
+    for a, b in dict.fromkeys(pairs):
+        if not {a, b} <= have:
+            continue
+        parts = []
+        for m in ("hit2", "recall"):
+            diff, p, n = paired_test(
+                rows,
+                a,
+                b,
+                m,
+                budget=budget,
+                level="episode",
+                n_permutations=settings.n_permutations,
+                seed=settings.seed,
+            )
+            parts.append(f"{METRIC_NAMES[m]} {diff:+.3f} (p {format_p(p)})")
+        lines.append(f"- {a} − {b}: " + ", ".join(parts) + f"; {n} episodes")
+    if not lines:
+        return ""
+    return f"Observed at B = {budget} (episode level):\n\n" + "\n".join(lines) + "\n"
