@@ -43,6 +43,8 @@ def budget_curves(
 ) -> Path:
     """One panel per metric: the metric against the budget, a line per method; the
     paper's numbers, where ``paper`` has them, as open stars in the method's colour."""
+    from osumem.report.sections import method_label
+
     plt = _plt()
     s = summarise(rows)
     colour = colours(list(dict.fromkeys(rows["method"])))
@@ -53,7 +55,7 @@ def budget_curves(
         for method, g in s.groupby("method", sort=False):
             g = g.sort_values("budget")
             c = colour.get(str(method))
-            ax.plot(g["budget"], g[metric], marker="o", label=str(method), color=c)
+            ax.plot(g["budget"], g[metric], marker="o", label=method_label(str(method)), color=c)
             for b in g["budget"] if paper is not None else ():
                 v = paper(str(method), int(b), metric)
                 if v is not None:
