@@ -218,8 +218,9 @@ def register(main: click.Group, bench: click.Group) -> None:
         permutations: int,
         quiet: bool,
     ) -> None:
-        """The paper's tau-bench experiments: all methods at B = 64..512 (prefix on), the
-        weaker single-step queries, the query-noise scaling check, Stage D and prefix off;
+        """The paper's tau-bench experiments: all methods at B = 64..512 (prefix on,
+        steps are the calls alone), the weaker single-step queries, the query-noise
+        scaling check, Stage D, prefix off and tool responses kept to 200 characters;
         rows taubench*.parquet, then report.md with the paper's numbers beside ours."""
         from osumem.bench.taubench_report import reproduce
 
