@@ -184,7 +184,7 @@ class HashingEncoder:
             signs = np.where((h >> np.uint64(63)) == 1, -1.0, 1.0).astype(np.float32)
             np.add.at(out[i], buckets, signs)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return out / np.where(norms > 0, norms, 1.0)
+        return (out / np.where(norms > 0, norms, 1.0)).astype(np.float32, copy=False)
 
     def count_tokens(self, texts: Sequence[str]) -> NDArray[np.int64]:
         return np.asarray([max(1, len(word_tokens(t))) for t in texts], dtype=np.int64)

@@ -98,11 +98,11 @@ def stage_d(episode: Episode, cfg: StageDConfig, seed: int) -> Episode:
     order = np.argsort(key, kind="stable")
     new_pos = np.empty_like(order)
     new_pos[order] = np.arange(order.shape[0])
-    emb = view.embeddings[rows].astype(np.float64)
+    noisy = view.embeddings[rows].astype(np.float64)
     is_copy = np.arange(rows.shape[0]) >= n
     noise = rng.standard_normal((int(is_copy.sum()), d)) * (cfg.copy_noise / np.sqrt(d))
-    emb[is_copy] += noise
-    emb = l2_normalise(emb)
+    noisy[is_copy] += noise
+    emb = l2_normalise(noisy)
     new_view = _take(view, rows[order], emb[order])
     queries = []
     for qi, q in enumerate(episode.queries):

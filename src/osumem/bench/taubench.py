@@ -220,8 +220,12 @@ def build_episode(
         and len(sources[i].evidence) >= cfg.min_evidence
         and n - (starts[k] + max(sources[i].evidence)) >= cfg.min_query_distance
     ]
-    extra = rng.permutation(eligible)[: cfg.max_queries_per_episode - 1] if eligible else []
-    chosen = sorted([slot, *(int(k) for k in extra)])
+    extra: list[int] = (
+        [int(k) for k in rng.permutation(eligible)[: cfg.max_queries_per_episode - 1]]
+        if eligible
+        else []
+    )
+    chosen = sorted([slot, *extra])
     queries = []
     for k in chosen:
         src = sources[order[k]]

@@ -318,7 +318,9 @@ def reproduce(
     from osumem.report.build import ReportSettings, build_report
 
     if build is None:
-        from osumem.cli_taubench import build_taubench as build
+        from osumem.cli_taubench import build_taubench
+
+        build = build_taubench
     started = time.perf_counter()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

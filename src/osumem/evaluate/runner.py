@@ -68,7 +68,9 @@ _SPEC_RE = re.compile(r"^(?P<name>[A-Za-z0-9_]+)(?:\[(?P<params>[^\]]*)\])?$")
 
 def split_methods(text: str) -> list[str]:
     """Split a ``--methods`` value on commas outside brackets."""
-    out, depth, cur = [], 0, []
+    out: list[str] = []
+    depth = 0
+    cur: list[str] = []
     for ch in text:
         if ch == "[":
             depth += 1

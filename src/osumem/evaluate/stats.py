@@ -74,7 +74,7 @@ def _all_signs(n: int, start: int = 0, stop: int | None = None) -> NDArray[np.fl
     stop = 2**n if stop is None else stop
     codes = np.arange(start, stop, dtype=np.int64)[:, None]
     bits = (codes >> np.arange(n, dtype=np.int64)) & 1
-    return 1.0 - 2.0 * bits
+    return np.asarray(1.0 - 2.0 * bits, dtype=np.float64)
 
 
 def sign_flip_test(
@@ -119,8 +119,8 @@ def sign_flip_test(
     left = n_permutations
     while left:
         k = min(left, _CHUNK)
-        signs = rng.integers(0, 2, size=(k, n), dtype=np.int8) * 2 - 1
-        hits += int((np.abs(signs @ arr) / n >= threshold).sum())
+        flips = rng.integers(0, 2, size=(k, n), dtype=np.int8) * 2 - 1
+        hits += int((np.abs(flips @ arr) / n >= threshold).sum())
         left -= k
     return TestResult(float(observed), (1 + hits) / (1 + n_permutations), n, n_permutations, False)
 

@@ -205,7 +205,7 @@ def read_messages(
                 cat = f"{at}.tool_calls[{j}]"
                 fn = call.get("function") if isinstance(call, Mapping) else None
                 name = fn.get("name") if isinstance(fn, Mapping) else None
-                if not isinstance(name, str) or not name:
+                if not isinstance(fn, Mapping) or not isinstance(name, str) or not name:
                     raise LogFormatError(f"{cat}: tool call has no function name")
                 call_id = call.get("id")
                 if not isinstance(call_id, str) or not call_id:

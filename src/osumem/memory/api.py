@@ -18,6 +18,7 @@ one), so a reopened store answers exactly as the session that wrote it did.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -341,13 +342,15 @@ class Memory:
         cut = open_call_start(combined) if hold_open_calls else len(combined)
         src = namespace if source is None else source
         prefix = self.config.prefix_namespace if prefix_namespace is None else prefix_namespace
-        kwargs = {
-            "namespace": src,
-            "boilerplate": self.config.boilerplate,
-            "prefix_namespace": prefix,
-        }
-        read_messages(combined, where=where, **kwargs)  # validates all, indices as given
-        steps = read_messages(combined[:cut], where=where, **kwargs)
+        read = functools.partial(
+            read_messages,
+            namespace=src,
+            boilerplate=self.config.boilerplate,
+            prefix_namespace=prefix,
+            where=where,
+        )
+        read(combined)  # validates all, indices as given
+        steps = read(combined[:cut])
         new_held = combined[cut:]
         try:
             json.dumps(new_held)
@@ -376,7 +379,7 @@ class Memory:
         rows: list[StepRow],
         embeddings: NDArray[Any] | None,
         *,
-        pending: list[dict[str, Any]] | None,
+        pending: Sequence[Mapping[str, Any]] | None,
     ) -> list[int]:
         store_dim = self.store.dim
         if embeddings is None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -292,7 +292,7 @@ class MemoryStore:
         embeddings: NDArray[np.float32],
         *,
         model_id: str,
-        pending: list[dict[str, Any]] | None = None,
+        pending: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[int]:
         """Append ``rows`` (with their L2-normalised ``embeddings``) to ``namespace`` in
         one transaction and replace the namespace's held messages by ``pending``.

@@ -154,7 +154,7 @@ def parse_experiment(data: Mapping[str, Any], where: str, problems: list[str]) -
         return None
     return Experiment(
         name=exp["name"],
-        title=exp.get("title", exp["name"]),
+        title=exp["title"] if "title" in exp else exp["name"],
         kind=kind,
         benchmark=exp["benchmark"],
         seeds=seeds,

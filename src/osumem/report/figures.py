@@ -56,7 +56,9 @@ def budget_curves(
             g = g.sort_values("budget")
             c = colour.get(str(method))
             ax.plot(g["budget"], g[metric], marker="o", label=method_label(str(method)), color=c)
-            for b in g["budget"] if paper is not None else ():
+            if paper is None:
+                continue
+            for b in g["budget"]:
                 v = paper(str(method), int(b), metric)
                 if v is not None:
                     any_paper = True

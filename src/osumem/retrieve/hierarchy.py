@@ -55,7 +55,7 @@ class DisjointHierarchyConfig(RetrieverConfig):
 
 
 def subgoal_partition(
-    subgoals: NDArray[object], *, max_gap: int | None, unlabeled_block: int
+    subgoals: NDArray[np.object_], *, max_gap: int | None, unlabeled_block: int
 ) -> IntArray:
     """One partition id per step, ids numbered by each partition's first position.
 
