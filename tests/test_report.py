@@ -81,7 +81,11 @@ def test_paper_numbers() -> None:
     assert paper_cell("efficiency-64", "osumem", None, "amortised_ms", ".1f") == "8.3"
     assert all(isinstance(v, float) for v in PAPER.values())
     assert paper_benchmark("taubench_stage_d") == "taubench_staged"
-    assert paper_benchmark("toolbench_g1") == "toolbench"
+    assert paper_benchmark("toolbench") == "toolbench"
+    # sweeps and sensitivity runs get no paper numbers, but keep the primary budget
+    assert paper_benchmark("toolbench_k2") == "toolbench_k2"
+    assert paper_benchmark("taubench_obs200") == "taubench_obs200"
+    assert primary_budget("toolbench_sens_prefix_on", [200, 400, 800]) == 400
     assert primary_budget("toolbench", [200, 400, 800]) == 400
     assert primary_budget("synthetic", [64, 128]) == 128
 

@@ -51,7 +51,10 @@ class ReportSettings:
 def paper_benchmark(benchmark: str) -> str:
     """The key under which the paper's numbers for ``benchmark`` are stored."""
     b = benchmark.lower()
-    if b.startswith("taubench_no"):  # prefix-off / noise-scaling checks: no paper numbers
+    # Sensitivity runs and sweeps get no paper numbers beside them: the paper's numbers
+    # belong to its main configuration (tau-bench prefix-off / noise / observation-cut
+    # checks; ToolBench beta and evidence-size sweeps and sensitivity runs).
+    if b.startswith(("taubench_no", "taubench_obs", "toolbench_")):
         return b
     if "stage" in b or "augment" in b:
         return "taubench_staged"
@@ -66,7 +69,7 @@ def paper_benchmark(benchmark: str) -> str:
 def primary_budget(benchmark: str, budgets: list[int]) -> int:
     """The paper's primary budget (400 on ToolBench, else 256) when run, else the
     middle budget."""
-    want = 400 if paper_benchmark(benchmark) == "toolbench" else 256
+    want = 400 if benchmark.lower().startswith("toolbench") else 256
     return want if want in budgets else sorted(budgets)[len(budgets) // 2]
 
 
