@@ -123,7 +123,7 @@ def _encode_unique(encoder: Encoder, texts: Sequence[str]) -> NDArray[np.float32
     index = {t: i for i, t in enumerate(uniq)}
     vecs = np.asarray(encoder.encode(uniq), dtype=np.float32)
     norms = np.linalg.norm(vecs, axis=1, keepdims=True)
-    vecs = vecs / np.where(norms > 0, norms, 1.0)
+    vecs = (vecs / np.where(norms > 0, norms, 1.0)).astype(np.float32)
     return vecs[np.fromiter((index[t] for t in texts), dtype=np.int64, count=len(texts))]
 
 

@@ -23,16 +23,12 @@ OVERLAP = "osumem_coverage"
 DISJOINT = "osumem_coverage_disjoint"
 MAIN_METHODS: tuple[str, ...] = ("flat", "osumem", OVERLAP, DISJOINT)
 
-#: The paper's ToolBench numbers (SPEC §8), for the side-by-side tables.
-PAPER = {
-    "gap_hit2_pp": {200: 6.2, 400: 4.8, 800: 3.7, 1600: 3.8},
-    "gap_recall_pp": {200: 2.7, 400: 3.7, 800: 2.1, 1600: 1.6},
-    "flat_recall": {200: 0.686, 1600: 0.917},
-    "membership_mean": {"overlap": 2.16, "disjoint": 0.87},
-    "membership_median": {"overlap": 2.0, "disjoint": 1.0},
-    "evicted": {"overlap": 0.0, "disjoint": 0.132},
-    "routing_recall_below": 0.17,
-}
+
+def _paper(item: str, budget: int | None, metric: str) -> float | None:
+    """The paper's ToolBench number (one table for the whole project: report.paper)."""
+    from osumem.report.paper import paper_value
+
+    return paper_value("toolbench", item, budget, metric)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,12 +82,10 @@ def _fisher(rows: pd.DataFrame, a: str, b: str, metric: str, budget: int) -> tup
     return float(d["d"].mean()), text
 
 
-def gap_table(
-    rows: pd.DataFrame, a: str, b: str, paper: Mapping[str, Mapping[int, float]] | None = None
-) -> str:
+def gap_table(rows: pd.DataFrame, a: str, b: str, *, paper: bool = True) -> str:
     """Markdown: per budget, ``a − b`` Hit@2 and Recall gaps (pp) with per-seed and
     Fisher-combined sign-flip p-values (query level), beside the paper's gaps
-    (``paper=None``: no paper column, for sensitivity runs)."""
+    (``paper=False``: no paper numbers, for sensitivity runs)."""
     lines = [
         f"| B | Hit@2 {a} | Hit@2 {b} | ΔHit@2 pp (paper) | p Fisher (per seed) | "
         f"Recall {a} | Recall {b} | ΔRecall pp (paper) | p Fisher (per seed) |",
@@ -100,10 +94,10 @@ def gap_table(
     for budget in sorted(rows["budget"].unique()):
         cells = [str(int(budget))]
         sub = rows[rows["budget"] == budget]
-        for metric, key in (("hit2", "gap_hit2_pp"), ("recall", "gap_recall_pp")):
+        for metric in ("hit2", "recall"):
             diff, ptext = _fisher(rows, a, b, metric, int(budget))
-            ref = (paper or {}).get(key, {}).get(int(budget))
-            ref_s = f"{ref:+.1f}" if ref is not None else "–"
+            ref = _paper("overlap-disjoint", int(budget), f"{metric}_gap") if paper else None
+            ref_s = f"{100 * ref:+.1f}" if ref is not None else "–"
             cells += [
                 f"{sub.loc[sub['method'] == a, metric].mean():.3f}",
                 f"{sub.loc[sub['method'] == b, metric].mean():.3f}",
@@ -166,9 +160,9 @@ def membership_lines(member: pd.DataFrame, *, paper: bool = True) -> list[str]:
         r = table.loc[mode]
         ref = (
             (
-                f" ({PAPER['membership_mean'][mode]:.2f})",
-                f" ({PAPER['membership_median'][mode]:.0f})",
-                f" ({PAPER['evicted'][mode]:.1%})",
+                f" ({_paper(f'membership_{mode}', None, 'mean'):.2f})",
+                f" ({_paper(f'membership_{mode}', None, 'median'):.0f})",
+                f" ({_paper(f'membership_{mode}', None, 'share_none'):.1%})",
             )
             if paper
             else ("", "", "")
@@ -288,7 +282,7 @@ def reproduce(
         "",
         "## Overlap − disjoint (coverage-guided, β = .12), beside the paper",
         "",
-        gap_table(main, OVERLAP, DISJOINT, PAPER),
+        gap_table(main, OVERLAP, DISJOINT),
         "",
         "## All methods (Recall / Hit@2)",
         "",
@@ -297,7 +291,7 @@ def reproduce(
         "Flat recall: "
         + ", ".join(
             f"B={b}: {flat.get(b, float('nan')):.3f}"
-            + (f" (paper {PAPER['flat_recall'][b]:.3f})" if b in PAPER["flat_recall"] else "")
+            + (f" (paper {ref:.3f})" if (ref := _paper("flat", b, "recall")) is not None else "")
             for b in budgets
         ),
         "",
@@ -347,7 +341,7 @@ def reproduce(
         parts += [
             f"## SENSITIVITY (not used to pick defaults): {sens.label}",
             "",
-            gap_table(rows, a, b, None),
+            gap_table(rows, a, b, paper=False),
             "",
             *membership_lines(s_member, paper=False),
             "",

@@ -171,7 +171,7 @@ def parse_tool_message(message: str, tool_names: Sequence[str] = ()) -> ToolCall
     # The argument string ends with an unescaped quote (then ``, 'respon...``).
     end = re.search(r"(?<!\\)'", raw)
     closed = end is not None
-    if closed:
+    if end is not None:
         raw = raw[: end.start()]
     decoded = _decode_escapes(raw)
     args, cut = parse_arguments(decoded)
