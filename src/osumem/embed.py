@@ -87,8 +87,13 @@ class SBERTEncoder:
             raise DataFileError(f"SBERT model directory not found: {path}")
         try:
             from sentence_transformers import SentenceTransformer
+            from transformers.utils import logging as hf_logging
         except ImportError as exc:
             raise _sbert_missing() from exc
+        # Loading a local model: no weight-loading progress bar, no length warnings
+        # (we count tokens of whole texts on purpose; the encoder truncates itself).
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
         self._model = SentenceTransformer(str(path), device=device)
         self._path = path
         self._batch_size = batch_size
@@ -124,7 +129,9 @@ class SBERTEncoder:
 
     def count_tokens(self, texts: Sequence[str]) -> NDArray[np.int64]:
         tok = self._model.tokenizer
-        enc = tok(list(texts), add_special_tokens=False, truncation=False)["input_ids"]
+        enc = tok(list(texts), add_special_tokens=False, truncation=False, verbose=False)[
+            "input_ids"
+        ]
         return np.asarray([max(1, len(ids)) for ids in enc], dtype=np.int64)
 
 
