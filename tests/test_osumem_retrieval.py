@@ -142,3 +142,21 @@ def test_budget_and_causality(name, budget, before, qseed):
     assert sel.cost <= budget
     assert (sel.positions < min(before, EPISODE.view.n)).all()
     assert np.unique(sel.positions).size == sel.positions.size
+
+
+def test_coverage_flat_top_with_beta_zero_is_flat_and_stays_in_the_head():
+    """candidates="flat_top": with β = 0 and an unbounded head it selects what Flat
+    selects; with a bounded head it never leaves the head of the flat ranking."""
+    ep = generate_episode(SyntheticConfig(n_episodes=1), 4, 0)
+    q = ep.queries[0].vector
+    flat = create("flat").fit(ep.view).retrieve(q, 256)
+    wide = create(
+        "osumem_coverage", {"candidates": "flat_top", "beta": "0", "candidate_ratio": "1e9"}
+    ).fit(ep.view)
+    assert sorted(wide.retrieve(q, 256).positions.tolist()) == sorted(flat.positions.tolist())
+    narrow = create("osumem_coverage", {"candidates": "flat_top", "candidate_ratio": "1"})
+    sel = narrow.fit(ep.view).retrieve(q, 256)
+    order = np.argsort(-(ep.view.embeddings @ (q / np.linalg.norm(q))), kind="stable")
+    head = order[: int(np.searchsorted(np.cumsum(ep.view.costs[order]), 256, side="right"))]
+    assert set(sel.positions.tolist()) <= set(head.tolist())
+    assert sel.cost <= 256

@@ -71,14 +71,29 @@ class OSUMemConfig(OSUConfig, RetrieverConfig):
 class OSUMemCoverageConfig(OSUConfig, RetrieverConfig):
     """Coverage-guided OSU-Mem: construction fields plus ``beta`` β (paper
     .12, swept over .04–.20): a step scores cos(q, h_i) + β per OSU it belongs to that no
-    selected step covers yet."""
+    selected step covers yet.
+
+    ``candidates`` says which steps the greedy runs over: ``"all"`` (default, SPEC §5:
+    every visible step) or ``"flat_top"`` (the head of the flat cosine ranking holding
+    ``candidate_ratio``·B tokens, so the bonus only reorders relevant steps; a post-hoc
+    sensitivity variant, docs/decisions.md)."""
 
     beta: float = 0.12
+    candidates: str = "all"
+    candidate_ratio: float = 2.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.beta < 0:
             raise ConfigError(f"osumem_coverage.beta (β) must be >= 0, got {self.beta}")
+        if self.candidates not in ("all", "flat_top"):
+            raise ConfigError(
+                f"osumem_coverage.candidates must be 'all' or 'flat_top', got {self.candidates!r}"
+            )
+        if not self.candidate_ratio > 0:
+            raise ConfigError(
+                f"osumem_coverage.candidate_ratio must be > 0, got {self.candidate_ratio}"
+            )
 
 
 @dataclass(frozen=True)
@@ -220,8 +235,9 @@ class OSUMemGF(OSUMem):
 
 
 class OSUMemCoverage(_PoolRetriever):
-    """Coverage-guided greedy over all visible steps: score = cos(q, h_i) + β · (number
-    of the step's OSUs not yet covered by a selected step)."""
+    """Coverage-guided greedy over the visible steps (or the flat head, see
+    ``candidates``): score = cos(q, h_i) + β · (number of the step's OSUs not yet
+    covered by a selected step)."""
 
     name = "osumem_coverage"
     Config = OSUMemCoverageConfig
@@ -230,16 +246,25 @@ class OSUMemCoverage(_PoolRetriever):
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
         assert self.view_ is not None
-        beta = self.config.beta  # type: ignore[attr-defined]
+        cfg: OSUMemCoverageConfig = self.config  # type: ignore[assignment]
+        beta = cfg.beta
         members, _, _ = self._visible(limit)
-        cand = np.arange(limit, dtype=np.int64)
+        cos = self._cosines(q, limit).astype(np.float64)
+        if cfg.candidates == "flat_top":
+            order = np.argsort(-cos, kind="stable").astype(np.int64)
+            csum = np.cumsum(self.view_.costs[order])
+            head = int(np.searchsorted(csum, cfg.candidate_ratio * budget, side="right"))
+            cand = order[: max(head, 1)]
+        else:
+            cand = np.arange(limit, dtype=np.int64)
         n_osus = np.bincount(members.indices, minlength=limit)[:limit]
-        score = self._cosines(q, limit).astype(np.float64) + beta * n_osus
+        score = cos[cand] + beta * n_osus[cand]
         covered = np.zeros(members.shape[1], dtype=bool)
         csr = members.tocsr()
 
         def on_pick(j: int) -> NDArray[np.float64] | None:
-            osus = csr.indices[csr.indptr[j] : csr.indptr[j + 1]]
+            step = int(cand[j])
+            osus = csr.indices[csr.indptr[step] : csr.indptr[step + 1]]
             new = osus[~covered[osus]]
             if new.size == 0:
                 return None
@@ -247,6 +272,6 @@ class OSUMemCoverage(_PoolRetriever):
             hit = np.concatenate(
                 [members.indices[members.indptr[u] : members.indptr[u + 1]] for u in new]
             )
-            return -beta * np.bincount(hit, minlength=limit).astype(np.float64)
+            return -beta * np.bincount(hit, minlength=limit)[cand].astype(np.float64)
 
         return greedy_pack(score, cand, self.view_.costs, budget, on_pick)
