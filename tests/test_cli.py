@@ -91,3 +91,17 @@ def test_set_unknown_parameter_is_reported():
         ["bench", "synthetic", "--methods", "flat", "--episodes", "2", "--set", "synthetic.nope=1"],
     )
     assert r.exit_code == 2 and "nope" in r.output
+
+
+def test_experiment_is_checked_before_any_data_is_read(tmp_path):
+    """A bad method, budget or parameter fails at once, before data loading or
+    encoding (the data path here does not even exist)."""
+    missing = str(tmp_path / "missing.json")
+    for args in (
+        ["--methods", "flat,nope"],
+        ["--budgets", "0,64"],
+        ["--methods", "flat", "--set", "osumem.nope=1"],
+    ):
+        r = CliRunner().invoke(main, ["bench", "taubench", "--data", missing, *args])
+        assert r.exit_code == 2, r.output
+        assert "not found" not in r.output

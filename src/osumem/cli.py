@@ -75,11 +75,36 @@ def common_bench_options(default_methods: str, default_budgets: str) -> Callable
             ),
             click.option("--quiet", is_flag=True, help="No progress bar."),
         ]
+        fn = _check_experiment_first(fn)
         for opt in reversed(options):
             fn = opt(fn)
         return fn
 
     return decorate
+
+
+def _check_experiment_first(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Validate ``--methods``, ``--budgets`` and method ``--set`` values before the
+    command loads or encodes any data, reporting every problem at once."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from osumem.evaluate.runner import parse_method_runs, split_methods
+        from osumem.retrieve.base import check_budget
+
+        benchmark = click.get_current_context().info_name or ""
+        try:
+            for b in _int_list(kwargs["budgets"], "--budgets"):
+                check_budget(b)
+            method_over, _ = split_overrides(kwargs.get("overrides", ()), benchmark)
+            if kwargs["methods"] != "ALL":
+                parse_method_runs(split_methods(kwargs["methods"]), method_over)
+        except OSUMemError as exc:
+            click.echo(f"osumem: error: {exc}", err=True)
+            sys.exit(2)
+        return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
