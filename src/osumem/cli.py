@@ -89,14 +89,24 @@ def _check_experiment_first(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from osumem.errors import ConfigError
         from osumem.evaluate.runner import parse_method_runs, split_methods
         from osumem.retrieve.base import check_budget
+        from osumem.retrieve.registry import make_config
 
         benchmark = click.get_current_context().info_name or ""
         try:
             for b in _int_list(kwargs["budgets"], "--budgets"):
                 check_budget(b)
             method_over, _ = split_overrides(kwargs.get("overrides", ()), benchmark)
+            problems = []
+            for name, params in method_over.items():  # --set for methods not run, too
+                try:
+                    make_config(name, params)
+                except OSUMemError as exc:
+                    problems.append(str(exc))
+            if problems:
+                raise ConfigError("; ".join(problems))
             if kwargs["methods"] != "ALL":
                 parse_method_runs(split_methods(kwargs["methods"]), method_over)
         except OSUMemError as exc:
