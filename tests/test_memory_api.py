@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from osumem.embed import HashingEncoder
+from osumem.errors import DimensionError
 from osumem.memory import Memory, Retrieved
 from osumem.osu.config import OSUConfig
 from osumem.osu.pool import OSUPool
@@ -218,3 +219,40 @@ def test_add_steps_with_given_vectors():
         assert mem.store.model_id == "external:d8" and mem.store.dim == 8
         r = mem.retrieve(mem.view().embeddings[2], 6)
         assert r.positions == [2] and r.cost == 5
+
+
+@pytest.mark.parametrize("method", ["osumem", "osumem_disjoint", "tree"])
+def test_before_answers_as_the_memory_did_at_that_time(method):
+    """retrieve(before=k) on a grown memory equals retrieve on a memory that only ever
+    saw the first k steps (same add boundaries): later steps cannot shape the answer."""
+    msgs = conversation(10)
+    grown = Memory.open(encoder=ENC, method=method)
+    for m in msgs:
+        grown.add_messages([m])
+    n = grown.n_steps()
+    compared = 0
+    for k in (7, n // 2, n - 3):
+        young = Memory.open(encoder=ENC, method=method)
+        for m in msgs:
+            if young.n_steps() >= k:
+                break
+            young.add_messages([m])
+        if young.n_steps() != k:  # k falls inside an add: compare at the add boundary
+            continue
+        for q in QUERIES:
+            a = grown.retrieve(q, 96, before=k).positions
+            b = young.retrieve(q, 96).positions
+            assert list(a) == list(b)
+            assert all(p < k for p in a)
+        compared += 1
+    assert compared >= 2
+
+
+def test_first_vectors_must_match_the_encoder():
+    mem = Memory.open(encoder=ENC)
+    steps = [Step(role="user", text=f"t{i}", cost=5) for i in range(3)]
+    with pytest.raises(DimensionError, match="dimension 8"):
+        mem.add_steps(steps, embeddings=np.ones((3, 8)))
+    assert mem.n_steps() == 0
+    mem.add_steps(steps, embeddings=np.ones((3, ENC.dim)))
+    assert len(mem.retrieve("t1", 50).positions) > 0

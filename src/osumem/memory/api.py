@@ -109,6 +109,7 @@ class Memory:
         self._owns_encoder = owns_encoder or encoder_spec is not None
         self._data: dict[str, NamespaceData] = {}
         self._retrievers: dict[str, tuple[Retriever, int]] = {}
+        self._causal_cache: tuple[tuple[str, int, int], Retriever] | None = None
 
     @classmethod
     def open(
@@ -204,22 +205,43 @@ class Memory:
         return data
 
     def _sync(self, namespace: str) -> Retriever | None:
-        from osumem.retrieve.registry import create
 
         data = self._namespace(namespace)
         if data.view.n == 0:
             return None
         retriever, fitted = self._retrievers.get(namespace, (None, 0))
+        retriever, fitted = self._replay(data, data.view.n, retriever, fitted)
+        self._retrievers[namespace] = (retriever, fitted)
+        return retriever
+
+    def _replay(
+        self, data: NamespaceData, upto: int, retriever: Retriever | None = None, fitted: int = 0
+    ) -> tuple[Retriever, int]:
+        """Bring ``retriever`` (a new one when ``None``) from ``fitted`` steps up to
+        ``upto`` along the stored add boundaries, as the writing session did."""
+        from osumem.retrieve.registry import create
+
         if retriever is None:
             retriever = create(self.config.method, self.config.params, seed=self.config.seed)
         ends = data.batch_ends if self.config.replay_batches or fitted else (data.view.n,)
-        for end in ends:
+        for end in [*(e for e in ends if fitted < e < upto), upto]:
             if end <= fitted:
                 continue
             v = data.view.prefix(end)
             retriever = retriever.fit(v) if fitted == 0 else retriever.update(v)
             fitted = end
-        self._retrievers[namespace] = (retriever, fitted)
+        return retriever, fitted
+
+    def _causal(self, namespace: str, before: int) -> Retriever:
+        """A retriever built from the steps before ``before`` only (no later step can
+        shape its OSUs, tree or partitions); the last one is kept for repeated calls."""
+        data = self._namespace(namespace)
+        key = (namespace, before, data.view.n)
+        cached = self._causal_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        retriever, _ = self._replay(data, before)
+        self._causal_cache = (key, retriever)
         return retriever
 
     def retrieve(
@@ -237,6 +259,9 @@ class Memory:
             budget: token budget (default: the memory's ``budget``).
             namespace: which episode to search.
             before: only steps at positions ``< before`` (causality); ``None``: all.
+                The answer is what the memory would have given right after step
+                ``before - 1`` was added: the structure is rebuilt from those steps
+                alone, so later steps cannot influence it.
         """
         b = check_budget(self.config.budget if budget is None else budget)
         if before is not None and (isinstance(before, bool) or not isinstance(before, int)):
@@ -257,10 +282,12 @@ class Memory:
                     f"(model {self.store.model_id!r})"
                 )
         retriever = self._sync(namespace)
-        if retriever is None:
+        if retriever is None or before == 0:
             return Retrieved(namespace, self.config.method, b, (), text)
-        sel = retriever.retrieve(q, b, before=before)
         data = self._namespace(namespace)
+        if before is not None and before < data.view.n:
+            retriever = self._causal(namespace, before)
+        sel = retriever.retrieve(q, b)
         handles = osu_handles(retriever, sel.positions)
         v = data.view
         steps = tuple(
@@ -399,6 +426,19 @@ class Memory:
             raise DimensionError(
                 f"{where}: vectors of dimension {emb.shape[1]}, the memory store holds "
                 f"dimension {store_dim} (model {self.store.model_id!r})"
+            )
+        own = self._encoder
+        # a first add of given vectors must match the encoder the store will record
+        if (
+            embeddings is not None
+            and rows
+            and not store_dim
+            and own is not None
+            and (emb.shape[1] != own.dim)
+        ):
+            raise DimensionError(
+                f"embeddings: vectors of dimension {emb.shape[1]}, the memory's encoder "
+                f"{own.model_id!r} has dimension {own.dim}"
             )
         emb = l2_normalise(emb, what=where) if rows else emb
         model_id = self._model_id_for(embeddings is not None, emb.shape[1])
