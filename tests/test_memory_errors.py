@@ -62,6 +62,7 @@ BAD_MESSAGES = [
     ([{"role": "user", "content": "ok"}, "oops"], LogFormatError, "messages[1]"),
     ([{"content": "no role"}], LogFormatError, "messages[0]: message has no 'role'"),
     ([{"role": "wizard", "content": "x"}], LogFormatError, "unknown role 'wizard'"),
+    ([{"role": "user", "content": "bad \ud800 text"}], InvalidInputError, "not valid Unicode"),
     (
         [{"role": "tool", "tool_call_id": "zz", "content": "x"}],
         LogFormatError,
@@ -145,6 +146,17 @@ BAD_STEPS = [
         lambda: (_steps(), np.ones((2, 31))),
         DimensionError,
         "dimension 31, the memory store holds dimension 32",
+    ),
+    (lambda: ([Step(role="user", text="x\ud800")], None), InvalidInputError, "not valid Unicode"),
+    (
+        lambda: ([Step(role="user", text="x", cost=2**40)], None),
+        InvalidInputError,
+        "exceeds the maximum",
+    ),
+    (
+        lambda: ([Step(role="tool", text="x", arguments={"v": float("nan")})], None),
+        InvalidInputError,
+        "arguments are not JSON",
     ),
     (lambda: (_steps(), np.ones((3, 32))), DimensionError, "expected shape (2, d)"),
     (lambda: (_steps(), np.full((2, 32), np.nan)), NonFiniteError, "row 0"),

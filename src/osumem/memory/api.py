@@ -390,6 +390,8 @@ class Memory:
                     f"{where}: step {i} ({s.role}) text has {len(s.text)} characters; "
                     f"max_text_chars is {self.config.max_text_chars}"
                 )
+        for i, s in enumerate(steps):  # reject bad text before any tokenizer sees it
+            step_row(s, f"{where}: step {i}", namespace, self.config.max_text_chars)
         enc = self._need_encoder("add_messages") if steps else None
         if enc is not None:
             costs = enc.count_tokens([s.text for s in steps])

@@ -49,26 +49,45 @@ def check_message_sizes(messages: Sequence[Any], limit: int) -> None:
             )
 
 
+#: The largest token cost one step may carry (a sanity bound: sums of costs stay exact).
+MAX_STEP_COST = 2**31 - 1
+
+
+def _check_utf8(value: str, where: str, name: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(
+            f"{where}: {name} is not valid Unicode text (position {exc.start})"
+        ) from None
+
+
 def step_row(s: Any, where: str, namespace: str, max_text_chars: int) -> StepRow:
     """Validate one :class:`Step` and turn it into a store row (``where`` names it)."""
     if not isinstance(s, Step):
         raise InvalidInputError(f"{where}: expected a Step, got {type(s).__name__}")
     if not isinstance(s.role, str) or not s.role:
         raise InvalidInputError(f"{where}: role must be a non-empty string")
-    for name in ("text", "tool_action", "tool_signature", "subgoal", "namespace"):
+    for name in ("role", "text", "tool_action", "tool_signature", "subgoal", "namespace"):
         if not isinstance(getattr(s, name), str):
             raise InvalidInputError(f"{where}: {name} must be a string")
+        _check_utf8(getattr(s, name), where, name)
     if len(s.text) > max_text_chars:
         raise OversizedInputError(
             f"{where}: text has {len(s.text)} characters; max_text_chars is {max_text_chars}"
         )
     if isinstance(s.cost, bool) or not isinstance(s.cost, int | np.integer) or s.cost <= 0:
         raise InvalidInputError(f"{where}: cost must be a positive integer, got {s.cost!r}")
+    if s.cost > MAX_STEP_COST:
+        raise InvalidInputError(f"{where}: cost {s.cost} exceeds the maximum {MAX_STEP_COST}")
     if not all(isinstance(e, str) for e in s.entities):
         raise InvalidInputError(f"{where}: entities must be strings")
+    for e in s.entities:
+        _check_utf8(e, where, "an entity")
     try:
-        args = json.dumps(dict(s.arguments), sort_keys=True, ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
+        args = json.dumps(dict(s.arguments), sort_keys=True, ensure_ascii=False, allow_nan=False)
+        args.encode("utf-8")
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         raise InvalidInputError(f"{where}: arguments are not JSON data ({exc})") from None
     return StepRow(
         role=s.role,
