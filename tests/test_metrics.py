@@ -18,6 +18,8 @@ def test_hits_and_recall_by_hand():
     assert (s.hit1, s.hit2, s.recall) == (1.0, 0.0, 0.5)
     s = score_query(np.array([], dtype=np.int64), (3, 4), t=20)
     assert (s.hit1, s.hit2, s.recall) == (0.0, 0.0, 0.0)
+    s = score_query(np.array([3, 5]), (3, 3, 7), t=10)  # a repeated position counts once
+    assert (s.hit1, s.hit2, s.recall, s.n_evidence) == (1.0, 0.0, 0.5, 2)
 
 
 def test_summary_and_distance_buckets():

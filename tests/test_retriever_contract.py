@@ -80,6 +80,8 @@ def test_bad_inputs(name):
         r.retrieve(np.ones(5), 64)
     with pytest.raises(NonFiniteError):
         r.retrieve(np.full(8, np.nan), 64)
+    with pytest.raises(NonFiniteError):  # checked even when nothing is visible
+        r.retrieve(np.full(8, np.nan), 64, before=0)
 
 
 def test_unknown_method():

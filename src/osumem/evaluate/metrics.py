@@ -35,9 +35,9 @@ def score_query(selected: NDArray[np.int64], evidence: Sequence[int], t: int) ->
 
     Hit@k is 1 when at least ``k`` evidence steps are among the selected ones (a query
     with fewer than ``k`` evidence steps cannot hit at ``k``); Recall is the fraction
-    of evidence retrieved.
+    of evidence retrieved. A position listed twice in ``evidence`` counts once.
     """
-    ev = np.asarray(evidence, dtype=np.int64)
+    ev = np.asarray(list(dict.fromkeys(int(e) for e in evidence)), dtype=np.int64)
     found = np.isin(ev, selected)
     n_found = int(found.sum())
     n_ev = int(ev.size)

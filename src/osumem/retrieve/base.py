@@ -194,9 +194,9 @@ class Retriever(ABC):
         view = self.view_
         b = check_budget(budget)
         limit = view.n if before is None else max(0, min(int(before), view.n))
+        q = view.check_query(query)
         if limit == 0:
             return Selection(np.empty(0, dtype=np.int64), 0)
-        q = view.check_query(query)
         ev = None if evidence is None else np.asarray(evidence, dtype=np.int64)
         positions = self._select(q, b, limit, ev)
         cost = int(view.costs[positions].sum()) if positions.size else 0
