@@ -39,22 +39,50 @@ def test_episode_lengths_and_causal_evidence():
             assert frozenset.intersection(*ents)
 
 
-def test_event_weights_recovered_by_regression():
-    """Project evidence embeddings (before normalisation the signal is linear): the
-    query-to-evidence cosine must exceed query-to-background on average."""
-    cfg = SMALL.replace(noise_scale=0.0)  # no noise: factors exactly recoverable
-    ep = generate_episode(cfg, 3, 0)
-    q = ep.queries[0]
-    v = ep.view
-    ev = np.asarray(q.evidence)
-    # noiseless event step: .55 e_event + .20 e_ent + .15 e_tool + .10 e_sg, normalised;
-    # the largest coordinate is the event's (unless bases collide)
-    h = v.embeddings[ev[0]]
-    top = np.sort(h)[::-1]
-    norm = np.sqrt(0.55**2 + 0.20**2 + 0.15**2 + 0.10**2)
-    assert top[0] == pytest.approx(0.55 / norm, abs=0.2)
-    qn = q.vector / np.linalg.norm(q.vector)
-    assert float(h @ qn) > 0.7
+def test_noiseless_embeddings_are_exactly_the_weighted_factors():
+    """Without noise each step embedding is exactly (up to normalisation) the weighted
+    sum of its factors' basis vectors: event .55 / entity .20 / tool .15 / subgoal .10
+    for event steps, entity .35 / tool .35 / subgoal .30 for background steps, and
+    event .70 / entity .15 / tool .10 / subgoal .05 for queries."""
+    cfg = SMALL.replace(noise_scale=0.0)
+    for i in range(3):
+        ep = generate_episode(cfg, 3, i)
+        basis, event = ep.meta["basis"], np.asarray(ep.meta["event_of_step"])
+        v = ep.view
+
+        def idx(kind: str, label: str, basis: dict = basis) -> int:
+            return basis[kind][int(label[-2:])]  # labels end in the pool index
+
+        for p in range(v.n):
+            want = np.zeros(cfg.dim)
+            ent = idx("entity", next(iter(v.entities[p])))
+            tool = idx("tool", v.tool_actions[p])
+            sg = idx("subgoal", v.subgoals[p])
+            if event[p] >= 0:
+                for w, b in zip(
+                    cfg.event_weights, (basis["event"][event[p]], ent, tool, sg), strict=True
+                ):
+                    want[b] += w
+            else:
+                for w, b in zip(cfg.background_weights, (ent, tool, sg), strict=True):
+                    want[b] += w
+            assert np.allclose(v.embeddings[p], want / np.linalg.norm(want), atol=1e-6)
+        for q in ep.queries:
+            e = event[q.evidence[0]]
+            anchor = q.evidence[0]
+            tools = [v.tool_actions[p] for p in q.evidence]
+            main_tool = min(set(tools), key=lambda t: (-tools.count(t), t))
+            want = np.zeros(cfg.dim)
+            parts = (
+                basis["event"][e],
+                idx("entity", next(iter(v.entities[anchor]))),
+                idx("tool", main_tool),
+                idx("subgoal", v.subgoals[anchor]),
+            )
+            for w, b in zip(cfg.query_weights, parts, strict=True):
+                want[b] += w
+            got = q.vector / np.linalg.norm(q.vector)
+            assert np.allclose(got, want / np.linalg.norm(want), atol=1e-6)
 
 
 def test_construction_stats_are_counted():

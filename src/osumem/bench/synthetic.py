@@ -242,7 +242,20 @@ def generate_episode(cfg: SyntheticConfig, seed: int, index: int) -> Episode:
         episode_id=f"syn{index:04d}",
         view=view,
         queries=tuple(queries),
-        meta={"benchmark": "synthetic", "seed": seed, "index": index},
+        meta={
+            "benchmark": "synthetic",
+            "seed": seed,
+            "index": index,
+            # ground truth of the construction, for checks: the basis index of every
+            # factor value and each step's event (-1: background)
+            "basis": {
+                "event": fac.event.tolist(),
+                "entity": fac.entity.tolist(),
+                "tool": fac.tool.tolist(),
+                "subgoal": fac.subgoal.tolist(),
+            },
+            "event_of_step": event.tolist(),
+        },
     )
 
 
