@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,23 @@ def build_taubench(
     return eps, stats
 
 
+def encoder_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--encoder`` and ``--cache``: the step encoder and its embedding cache file."""
+    fn = click.option(
+        "--cache",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Embedding cache file (default $OSUMEM_CACHE_DIR or ~/.cache/osumem).",
+    )(fn)
+    return click.option(
+        "--encoder",
+        type=click.Choice(["sbert", "hashing"]),
+        default="sbert",
+        show_default=True,
+        help="Step encoder (sbert: all-MiniLM-L6-v2 offline).",
+    )(fn)
+
+
 def register(main: click.Group, bench: click.Group) -> None:
     """Add ``bench taubench`` to the CLI."""
     from osumem.cli import (
@@ -100,19 +118,7 @@ def register(main: click.Group, bench: click.Group) -> None:
     )
     @click.option("--no-prefix", is_flag=True, help="Turn namespace prefixing off (the pitfall).")
     @click.option("--stage-d", is_flag=True, help="Stage D augmentation (3 copies per evidence).")
-    @click.option(
-        "--encoder",
-        type=click.Choice(["sbert", "hashing"]),
-        default="sbert",
-        show_default=True,
-        help="Step encoder (sbert: all-MiniLM-L6-v2 offline).",
-    )
-    @click.option(
-        "--cache",
-        type=click.Path(dir_okay=False, path_type=Path),
-        default=None,
-        help="Embedding cache file (default $OSUMEM_CACHE_DIR or ~/.cache/osumem).",
-    )
+    @encoder_options
     @common_bench_options("ALL", DEFAULT_BUDGETS)
     @handle_errors
     def bench_taubench(
@@ -191,19 +197,7 @@ def register(main: click.Group, bench: click.Group) -> None:
     @click.option("--jobs", type=int, default=-1, show_default=True, help="Parallel workers.")
     @click.option("--episodes", type=int, default=None, help="Episodes per seed (default 125).")
     @click.option("--seeds", default="0", show_default=True, help="Comma-separated seeds.")
-    @click.option(
-        "--encoder",
-        type=click.Choice(["sbert", "hashing"]),
-        default="sbert",
-        show_default=True,
-        help="Step encoder (sbert: all-MiniLM-L6-v2 offline).",
-    )
-    @click.option(
-        "--cache",
-        type=click.Path(dir_okay=False, path_type=Path),
-        default=None,
-        help="Embedding cache file (default $OSUMEM_CACHE_DIR or ~/.cache/osumem).",
-    )
+    @encoder_options
     @click.option("--permutations", type=int, default=10_000, show_default=True)
     @click.option("--quiet", is_flag=True, help="No progress output.")
     @handle_errors

@@ -5,7 +5,6 @@ Heavy libraries (SBERT, pandas) are imported inside the commands.
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -119,14 +118,9 @@ def register(main: click.Group, bench: click.Group) -> None:
             quiet=quiet,
         )
 
-    # The report plugin may register after this one: find its group on the module.
+    # `reproduce` is created by the report plugin, registered before this one
+    # (osumem.cli.PLUGIN_MODULES); without it there is no `reproduce toolbench`.
     reproduce = main.commands.get("reproduce")
-    if reproduce is None:
-        try:
-            module = importlib.import_module("osumem.cli_report")
-        except ModuleNotFoundError:
-            module = None
-        reproduce = getattr(module, "reproduce", None)
     if isinstance(reproduce, click.Group):
         reproduce.add_command(reproduce_toolbench)
 
