@@ -279,7 +279,13 @@ def test_reproduce_writes_rows_summary_and_report(tmp_path) -> None:
         sweep_episodes=2,
         betas=(0.12,),
         evidence_sizes=(3,),
-        sensitivity=(Sensitivity(name="toolbench_sens_x", label="x", method_params={"gap": 16}),),
+        sensitivity=(  # two parameters: the label must use the spec grammar's ';'
+            Sensitivity(
+                name="toolbench_sens_x",
+                label="x",
+                method_params={"gap": 16, "similarity_scope": "all"},
+            ),
+        ),
         jobs=1,
         progress=False,
         encoder=HashingEncoder(32),
@@ -287,6 +293,13 @@ def test_reproduce_writes_rows_summary_and_report(tmp_path) -> None:
     )
     for name in ("toolbench", "toolbench_beta", "toolbench_k3", "toolbench_sens_x"):
         assert (out / f"{name}.parquet").exists()
+    import pandas as pd
+
+    sens = pd.read_parquet(out / "toolbench_sens_x.parquet")
+    assert set(sens["method"]) == {
+        "osumem_coverage[gap=16;similarity_scope=all]",
+        "osumem_coverage_disjoint[gap=16;similarity_scope=all]",
+    }
     assert (out / "analysis" / "toolbench_membership.parquet").exists()
     assert (out / "toolbench_summary.md").read_text() == text
     assert "SENSITIVITY (not used to pick defaults): x" in text

@@ -67,9 +67,11 @@ DEFAULT_SENSITIVITY: tuple[Sensitivity, ...] = (
 
 
 def _label(method: str, params: Mapping[str, Any]) -> str:
+    """The inline method spec ``method[k=v;k=v]`` that
+    :func:`~osumem.evaluate.runner.parse_method_runs` reads back."""
     if not params:
         return method
-    return f"{method}[{','.join(f'{k}={v}' for k, v in params.items())}]"
+    return f"{method}[{';'.join(f'{k}={v}' for k, v in params.items())}]"
 
 
 def _fisher(rows: pd.DataFrame, a: str, b: str, metric: str, budget: int) -> tuple[float, str]:

@@ -170,9 +170,8 @@ def create(name: str, params: Mapping[str, Any] | None = None, *, seed: int = 0)
 def parse_overrides(items: Iterable[str]) -> dict[str, dict[str, str]]:
     """Parse ``method.param=value`` strings into ``{method: {param: value}}``.
 
-    The method part may be a registered method name; an override given for a base
-    method (e.g. ``osumem.max_memberships``) also applies to its registered variants
-    that share the same class unless the variant fixes that parameter itself.
+    The method part must be a registered method name; see :func:`params_for` for
+    which methods an override reaches.
     """
     out: dict[str, dict[str, str]] = {}
     for item in items:
@@ -185,18 +184,30 @@ def parse_overrides(items: Iterable[str]) -> dict[str, dict[str, str]]:
     return out
 
 
+def base_of(name: str) -> str | None:
+    """The registered base method of variant ``name``: the entry with the same class
+    and no overrides of its own (``None`` when ``name`` is itself a base)."""
+    spec = get_spec(name)
+    if not spec.overrides:
+        return None
+    for other, candidate in _REGISTRY.items():
+        if candidate.target == spec.target and not candidate.overrides:
+            return other
+    return None
+
+
 def params_for(name: str, overrides: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
     """The ``--set`` parameters that apply to method ``name``.
 
-    Exact-name overrides win; overrides addressed to another registered name with the
-    same class apply too, except for parameters this variant fixes itself.
+    Overrides addressed to ``name`` itself win. Overrides addressed to its base method
+    (:func:`base_of`, e.g. ``osumem`` for ``osumem_disjoint``) apply too, except for
+    parameters this variant fixes itself. Overrides addressed to one variant never
+    reach the base or the other variants.
     """
     spec = get_spec(name)
     params: dict[str, str] = {}
-    for other, values in overrides.items():
-        if other == name:
-            continue
-        if get_spec(other).target == spec.target:
-            params.update({k: v for k, v in values.items() if k not in spec.overrides})
+    base = base_of(name)
+    if base is not None and base in overrides:
+        params.update({k: v for k, v in overrides[base].items() if k not in spec.overrides})
     params.update(overrides.get(name, {}))
     return params
