@@ -9,14 +9,14 @@ import pandas as pd
 import pytest
 
 from osumem.bench.synthetic import SyntheticConfig, generate
+from osumem.evaluate.membership import membership_table
 from osumem.evaluate.osu_analysis import (
     analysis_paths,
-    membership_table,
     osu_analysis_rows,
     reach_difference,
-    reach_table,
     write_osu_analysis,
 )
+from osumem.evaluate.reach import reach_table
 from osumem.evaluate.runner import parse_method_runs, run, write_results
 from osumem.osu.config import VIEWS
 from osumem.report.build import ReportSettings, build_report

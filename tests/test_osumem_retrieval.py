@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from conftest import make_view
 from osumem.bench.synthetic import SyntheticConfig, generate_episode
-from osumem.osu.reach import coarse_diagnostics
+from osumem.evaluate.reach import coarse_diagnostics
 from osumem.retrieve import create
 from osumem.retrieve.osumem import OSUMem, OSUMemConfig, OSUMemCoverage, OSUMemGF
 from osumem.retrieve.registry import make_config, params_for, parse_overrides

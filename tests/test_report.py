@@ -13,7 +13,7 @@ from osumem.cli import main
 from osumem.errors import ConfigError
 from osumem.evaluate.runner import parse_method_runs, run, write_results
 from osumem.report.build import ReportSettings, build_report, paper_benchmark, primary_budget
-from osumem.report.experiment import config_dir, experiment_files, load_experiments
+from osumem.report.experiment import load_experiments, shipped_experiments
 from osumem.report.paper import PAPER, paper_cell, paper_value
 from osumem.report.tables import summary_table
 
@@ -30,7 +30,7 @@ methods = ["flat", "flat_mmr"]
 
 
 def test_repository_configs_load() -> None:
-    exps = load_experiments(experiment_files(config_dir(), "synthetic"))
+    exps = load_experiments(shipped_experiments("synthetic"))
     names = {e.name for e in exps}
     assert {"table2", "budget_sweep", "ablations", "mmax_sweep", "efficiency"} <= names
     table2 = next(e for e in exps if e.name == "table2")

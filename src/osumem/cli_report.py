@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +90,12 @@ def run_efficiency(exp: Any, *, episodes_cap: int | None, progress: bool) -> Any
 
 
 def reproduce_synthetic_into(
-    out: Path, *, configs: Sequence[Path], jobs: int, episodes: int | None, progress: bool
+    out: Path,
+    *,
+    configs: Sequence[Path | Traversable],
+    jobs: int,
+    episodes: int | None,
+    progress: bool,
 ) -> dict[str, Any]:
     """Run every synthetic experiment in ``configs`` into ``out`` and write the report.
 
@@ -229,7 +235,8 @@ def register(main: click.Group, bench: click.Group) -> None:
         "config_paths",
         multiple=True,
         type=click.Path(dir_okay=False, path_type=Path),
-        help="Experiment files (default: configs/*synthetic*.toml with an [experiment] table).",
+        help="Experiment files (default: the paper's synthetic experiments shipped with "
+        "the package).",
     )
     @click.option("--quiet", is_flag=True, help="No progress output.")
     @handle_errors
@@ -238,9 +245,9 @@ def register(main: click.Group, bench: click.Group) -> None:
     ) -> None:
         """The paper's synthetic configuration: all methods, four budgets, ablations,
         the M_max sweep and efficiency at 64-d and 384-d, then report.md."""
-        from osumem.report.experiment import config_dir, experiment_files
+        from osumem.report.experiment import shipped_experiments
 
-        paths = list(config_paths) or experiment_files(config_dir(), "synthetic")
+        paths = list(config_paths) or shipped_experiments("synthetic")
         info = reproduce_synthetic_into(
             out, configs=paths, jobs=jobs, episodes=episodes, progress=not quiet
         )

@@ -149,7 +149,7 @@ def sweep_table(
 def membership_lines(member: pd.DataFrame, *, paper: bool = True) -> list[str]:
     """Markdown: evidence-OSU membership per mode (mean, median, share in no OSU, mean
     per view), beside the paper's numbers when ``paper``."""
-    from osumem.evaluate.osu_analysis import membership_table
+    from osumem.evaluate.membership import membership_table
     from osumem.osu.config import VIEWS
 
     table = membership_table(member).set_index("mode")
@@ -180,7 +180,7 @@ def membership_lines(member: pd.DataFrame, *, paper: bool = True) -> list[str]:
 
 def routing_line(reach: pd.DataFrame) -> str:
     """The default OSU-Mem's coarse-routing recall (overlap pool) per budget."""
-    from osumem.evaluate.osu_analysis import reach_table
+    from osumem.evaluate.reach import reach_table
 
     t = reach_table(reach)
     t = t[t["mode"] == "overlap"]
@@ -196,10 +196,10 @@ def _membership(
     """Evidence-membership rows (no reach) for ``(seed, episode)`` pairs, in parallel."""
     from joblib import Parallel, delayed
 
-    from osumem.osu.stats import evidence_membership_rows
+    from osumem.evaluate.membership import membership_rows
 
     parts = Parallel(n_jobs=jobs)(
-        delayed(evidence_membership_rows)([ep], modes, seed=s) for s, ep in episodes
+        delayed(membership_rows)([ep], modes, seed=s) for s, ep in episodes
     )
     return pd.concat(parts, ignore_index=True)
 
@@ -230,10 +230,10 @@ def reproduce(
     the paper's probe). Returns the summary Markdown."""
     from osumem.bench.toolbench import ToolBenchConfig, build_corpus, construction_stats, generate
     from osumem.embed import load_encoder
+    from osumem.evaluate.membership import DEFAULT_MODES
     from osumem.evaluate.osu_analysis import write_osu_analysis
     from osumem.evaluate.runner import parse_method_runs, run, write_results
     from osumem.ingest.toolbench import read_toolbench
-    from osumem.osu.stats import DEFAULT_MODES
 
     started = time.perf_counter()
     timings: dict[str, float] = {}

@@ -1,4 +1,4 @@
-"""Reachability and evidence-OSU membership for any benchmark (SPEC §7).
+"""Reachability and evidence-OSU membership for any benchmark, written beside the rows.
 
 :func:`osu_analysis_rows` takes episodes (of any benchmark) and returns two row tables,
 built on every query's causal prefix exactly as the retrieval runner fits methods:
@@ -14,7 +14,8 @@ disjoint (``max_memberships = 1``, i.e. ``osumem_disjoint``). :func:`write_osu_a
 stores them under ``<results>/analysis/<name>_reach.parquet`` and
 ``<name>_membership.parquet`` — a sub-folder, so tools that read every ``*.parquet`` of
 a results directory as per-query retrieval rows never mistake them for such.
-:func:`reach_table`, :func:`membership_table` and :func:`reach_difference` aggregate
+:func:`~osumem.evaluate.reach.reach_table`,
+:func:`~osumem.evaluate.membership.membership_table` and :func:`reach_difference` aggregate
 them for the report. Retrieval numbers never come from these files.
 """
 
@@ -26,11 +27,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from osumem.osu.config import VIEWS
-from osumem.osu.stats import DEFAULT_MODES
+from osumem.evaluate.membership import DEFAULT_MODES, membership_rows
+from osumem.evaluate.reach import reach_rows
 from osumem.types import Episode
 
 #: Sub-folder of a results directory holding derived analysis tables.
@@ -54,11 +54,8 @@ def _one_episode(
     modes: Mapping[str, Mapping[str, Any]],
     method: str,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    from osumem.osu.reach import reach_rows
-    from osumem.osu.stats import evidence_membership_rows
-
     reach = reach_rows([episode], budgets, modes, method=method, seed=seed)
-    member = evidence_membership_rows([episode], modes, seed=seed)
+    member = membership_rows([episode], modes, seed=seed)
     reach.insert(0, "seed", seed)
     member.insert(0, "seed", seed)
     return reach, member
@@ -131,32 +128,6 @@ def write_osu_analysis(
     return {"reach": str(rpath), "membership": str(mpath), **info}
 
 
-def reach_table(reach: pd.DataFrame) -> pd.DataFrame:
-    """Per (mode, budget): evidence steps, empirical p_v per view, P_reach under the
-    independence model 1 − Π_v(1 − p_v), the union bound max_v p_v, the empirical reach
-    (= coarse routing recall: share of evidence inside a kept OSU) and mean K."""
-    cols = ["mode", "budget", "n_evidence", *(f"p_{v}" for v in VIEWS)]
-    cols += ["p_reach_independence", "p_reach_union_bound", "p_reach_empirical", "mean_k"]
-    if reach.empty:
-        return pd.DataFrame(columns=cols)
-    out = []
-    for (mode, b), g in reach.groupby(["mode", "budget"], sort=False):
-        p = np.array([g[f"via_{v}"].mean() for v in VIEWS], dtype=float)
-        out.append(
-            [
-                mode,
-                int(b),
-                len(g),
-                *p.tolist(),
-                float(1.0 - np.prod(1.0 - p)),
-                float(p.max()),
-                float(g["reached"].mean()),
-                float(g["k"].mean()),
-            ]
-        )
-    return pd.DataFrame(out, columns=cols)
-
-
 def reach_difference(
     reach: pd.DataFrame,
     first: str = "overlap",
@@ -187,27 +158,4 @@ def reach_difference(
             for _, s in g.groupby(level="seed", sort=True)
         ]
         out.append([int(b), len(g), float(g["d"].mean()), fisher_combine(pvals)])
-    return pd.DataFrame(out, columns=cols)
-
-
-def membership_table(member: pd.DataFrame) -> pd.DataFrame:
-    """Per mode: evidence steps, mean and median OSUs per evidence step, share of
-    evidence in no OSU, and the mean membership per view."""
-    cols = ["mode", "n_evidence", "mean_osus", "median_osus", "share_no_osu"]
-    cols += [f"mean_{v}" for v in VIEWS]
-    if member.empty:
-        return pd.DataFrame(columns=cols)
-    out = []
-    for mode, g in member.groupby("mode", sort=False):
-        n = g["n_osus"].to_numpy()
-        out.append(
-            [
-                mode,
-                int(n.size),
-                float(n.mean()),
-                float(np.median(n)),
-                float((n == 0).mean()),
-                *(float(g[f"n_{v}"].mean()) for v in VIEWS),
-            ]
-        )
     return pd.DataFrame(out, columns=cols)

@@ -1,4 +1,8 @@
-"""Experiment configuration files (``configs/*.toml``), one per paper table.
+"""Experiment configuration files, one per paper table.
+
+The paper's experiments ship inside the package (``osumem/experiments/*.toml``, read
+with :mod:`importlib.resources`, so they work from an installed wheel); any other file
+in the same format can be given instead.
 
 Format (TOML, read with :mod:`tomllib`)::
 
@@ -29,6 +33,8 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -171,21 +177,22 @@ def parse_experiment(data: Mapping[str, Any], where: str, problems: list[str]) -
     )
 
 
-def load_experiments(paths: Iterable[Path]) -> list[Experiment]:
-    """Load and validate experiment files; one :class:`ConfigError` lists every problem."""
+def load_experiments(paths: Iterable[Path | Traversable]) -> list[Experiment]:
+    """Load and validate experiment files (paths, or the shipped files of
+    :func:`shipped_experiments`); one :class:`ConfigError` lists every problem."""
     problems: list[str] = []
     out: list[Experiment] = []
     for path in paths:
-        path = Path(path)
+        where = str(path)
         try:
-            data = tomllib.loads(path.read_text())
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            problems.append(f"{path}: no such file")
+            problems.append(f"{where}: no such file")
             continue
         except tomllib.TOMLDecodeError as exc:
-            problems.append(f"{path}: not valid TOML: {exc}")
+            problems.append(f"{where}: not valid TOML: {exc}")
             continue
-        exp = parse_experiment(data, str(path), problems)
+        exp = parse_experiment(data, where, problems)
         if exp is not None:
             out.append(exp)
     names = [e.name for e in out]
@@ -199,23 +206,36 @@ def load_experiments(paths: Iterable[Path]) -> list[Experiment]:
     return out
 
 
-def config_dir() -> Path:
-    """The repository's ``configs/`` directory (next to ``src/``), or ``./configs``."""
-    here = Path(__file__).resolve().parents[3] / "configs"
-    return here if here.is_dir() else Path("configs")
+def shipped_dir() -> Traversable:
+    """The paper's experiment files inside the installed package (``osumem/experiments``)."""
+    return resources.files("osumem").joinpath("experiments")
 
 
-def experiment_files(directory: Path, benchmark: str) -> list[Path]:
-    """The experiment files in ``directory`` for ``benchmark`` (``*_<benchmark>.toml``)
-    that hold an ``[experiment]`` table; other files (e.g. a grid another tool reads)
-    are left alone."""
-    out = []
-    for p in sorted(Path(directory).glob(f"*{benchmark}*.toml")):
+def experiment_files(
+    directory: Path | Traversable | None, benchmark: str
+) -> list[Path | Traversable]:
+    """The experiment files for ``benchmark`` (``*<benchmark>*.toml`` holding an
+    ``[experiment]`` table) in ``directory``; ``None``: the shipped ones. Other TOML
+    files (e.g. a grid another tool reads) are left alone."""
+    root: Path | Traversable = shipped_dir() if directory is None else directory
+    out: list[Path | Traversable] = []
+    candidates = sorted(
+        (p for p in root.iterdir() if p.is_file() and p.name.endswith(".toml")),
+        key=lambda p: p.name,
+    )
+    for p in candidates:
+        if benchmark not in p.name:
+            continue
         try:
-            data = tomllib.loads(p.read_text())
+            data = tomllib.loads(p.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError):
             out.append(p)  # let the loader report it
             continue
         if "experiment" in data:
             out.append(p)
     return out
+
+
+def shipped_experiments(benchmark: str) -> list[Path | Traversable]:
+    """The paper's shipped experiment files for ``benchmark``."""
+    return experiment_files(None, benchmark)

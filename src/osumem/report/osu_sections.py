@@ -7,12 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from osumem.evaluate.osu_analysis import (
-    analysis_paths,
-    membership_table,
-    reach_difference,
-    reach_table,
-)
+from osumem.evaluate.membership import membership_table
+from osumem.evaluate.osu_analysis import analysis_paths, reach_difference
+from osumem.evaluate.reach import reach_table
 from osumem.evaluate.stats import format_p
 from osumem.osu.config import VIEWS
 from osumem.report.paper import paper_cell

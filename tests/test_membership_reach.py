@@ -5,8 +5,8 @@ import pytest
 
 from conftest import make_view
 from osumem.bench.synthetic import SyntheticConfig, generate_episode
-from osumem.osu.reach import reachability
-from osumem.osu.stats import evidence_membership
+from osumem.evaluate.membership import evidence_membership
+from osumem.evaluate.reach import reachability
 from osumem.types import Episode, Query
 
 

@@ -1,4 +1,4 @@
-"""Coarse-stage diagnostics and reachability (SPEC §7, Propositions 4.1/4.2).
+"""Coarse-stage diagnostics and reachability (the paper's Propositions 4.1/4.2).
 
 ``p_v`` is the empirical probability that an evidence step is reached through view
 ``v``: one of its view-``v`` OSUs is kept by the coarse stage (a step with no view-``v``
@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 from numpy.typing import NDArray
 
+from osumem.evaluate.membership import DEFAULT_MODES, queries_by_time
 from osumem.osu.config import VIEWS
-from osumem.osu.stats import DEFAULT_MODES, queries_by_time
 from osumem.retrieve.base import check_budget
 from osumem.retrieve.osumem import OSUMem
 from osumem.retrieve.registry import create
@@ -143,6 +143,33 @@ def reach_rows(
     return pd.DataFrame(rows)
 
 
+def reach_table(reach: pd.DataFrame) -> pd.DataFrame:
+    """Per (mode, budget) of reach rows: evidence steps, empirical p_v per view,
+    P_reach under the independence model 1 − Π_v(1 − p_v), the union bound max_v p_v,
+    the empirical reach (= coarse routing recall: share of evidence inside a kept OSU)
+    and mean K."""
+    cols = ["mode", "budget", "n_evidence", *(f"p_{v}" for v in VIEWS)]
+    cols += ["p_reach_independence", "p_reach_union_bound", "p_reach_empirical", "mean_k"]
+    if reach.empty:
+        return pd.DataFrame(columns=cols)
+    out = []
+    for (mode, b), g in reach.groupby(["mode", "budget"], sort=False):
+        p = np.array([g[f"via_{v}"].mean() for v in VIEWS], dtype=float)
+        out.append(
+            [
+                mode,
+                int(b),
+                len(g),
+                *p.tolist(),
+                float(1.0 - np.prod(1.0 - p)),
+                float(p.max()),
+                float(g["reached"].mean()),
+                float(g["k"].mean()),
+            ]
+        )
+    return pd.DataFrame(out, columns=cols)
+
+
 def reachability(
     episodes: Iterable[Episode],
     budgets: Sequence[int],
@@ -151,26 +178,5 @@ def reachability(
     method: str = "osumem",
     seed: int = 0,
 ) -> pd.DataFrame:
-    """Per (mode, budget): empirical p_v per view, P_reach under the independence model
-    1 − Π_v(1 − p_v), the union bound max_v p_v, and the empirical reach."""
-    rows = reach_rows(episodes, budgets, modes, method=method, seed=seed)
-    cols = ["mode", "budget", "n_evidence", *(f"p_{v}" for v in VIEWS)]
-    cols += ["p_reach_independence", "p_reach_union_bound", "p_reach_empirical", "mean_k"]
-    if rows.empty:
-        return pd.DataFrame(columns=cols)
-    out = []
-    for (mode, b), g in rows.groupby(["mode", "budget"], sort=False):
-        p = {v: float(g[f"via_{v}"].mean()) for v in VIEWS}
-        out.append(
-            {
-                "mode": mode,
-                "budget": b,
-                "n_evidence": len(g),
-                **{f"p_{v}": p[v] for v in VIEWS},
-                "p_reach_independence": 1.0 - float(np.prod([1.0 - x for x in p.values()])),
-                "p_reach_union_bound": max(p.values()),
-                "p_reach_empirical": float(g["reached"].mean()),
-                "mean_k": float(g["k"].mean()),
-            }
-        )
-    return pd.DataFrame(out, columns=cols)
+    """:func:`reach_table` of :func:`reach_rows`."""
+    return reach_table(reach_rows(episodes, budgets, modes, method=method, seed=seed))

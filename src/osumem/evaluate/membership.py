@@ -1,8 +1,13 @@
-"""Evidence-OSU membership statistics (SPEC §7): how many OSUs each evidence step
-belongs to, and the share of evidence in no OSU, overlap vs disjoint."""
+"""Evidence-OSU membership: how many OSUs each evidence step belongs to (in total and
+per view), and the share of evidence in no OSU, overlap vs disjoint.
+
+:func:`membership_rows` computes it once per (mode, query, evidence step);
+:func:`membership_table` aggregates any such rows (also read back from
+``analysis/<name>_membership.parquet``)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -30,7 +35,7 @@ def queries_by_time(episode: Episode) -> Iterator[tuple[int, list[Query]]]:
     yield from sorted(by_t.items())
 
 
-def evidence_membership_rows(
+def membership_rows(
     episodes: Iterable[Episode],
     modes: Mapping[str, Mapping[str, Any]] = DEFAULT_MODES,
     *,
@@ -46,7 +51,7 @@ def evidence_membership_rows(
         for t, queries in queries_by_time(episode):
             prefix = episode.view.prefix(t)
             for mode, changes in modes.items():
-                cfg = OSUConfig(**{**base.__dict__, **changes})
+                cfg = dataclasses.replace(base, **changes)
                 pool = OSUPool.build(prefix, cfg, seed)
                 csr = pool.members.tocsr()
                 for q in queries:
@@ -66,6 +71,29 @@ def evidence_membership_rows(
     return pd.DataFrame(rows)
 
 
+def membership_table(member: pd.DataFrame) -> pd.DataFrame:
+    """Per mode: evidence steps, mean and median OSUs per evidence step, share of
+    evidence in no OSU, and the mean membership per view."""
+    cols = ["mode", "n_evidence", "mean_osus", "median_osus", "share_no_osu"]
+    cols += [f"mean_{v}" for v in VIEWS]
+    if member.empty:
+        return pd.DataFrame(columns=cols)
+    out = []
+    for mode, g in member.groupby("mode", sort=False):
+        n = g["n_osus"].to_numpy()
+        out.append(
+            [
+                mode,
+                int(n.size),
+                float(n.mean()),
+                float(np.median(n)),
+                float((n == 0).mean()),
+                *(float(g[f"n_{v}"].mean()) for v in VIEWS),
+            ]
+        )
+    return pd.DataFrame(out, columns=cols)
+
+
 def evidence_membership(
     episodes: Iterable[Episode],
     modes: Mapping[str, Mapping[str, Any]] = DEFAULT_MODES,
@@ -73,19 +101,6 @@ def evidence_membership(
     base: OSUConfig | None = None,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """Per mode: evidence steps counted, mean and median OSUs per evidence step, the
-    share of evidence in no OSU, and the mean membership per view (the paper reports
-    2.16 / median 2 overlap vs .87 / median 1 disjoint, 13.2% evicted, on ToolBench)."""
-    rows = evidence_membership_rows(episodes, modes, base=base, seed=seed)
-    if rows.empty:
-        return pd.DataFrame(
-            columns=["mode", "n_evidence", "mean_osus", "median_osus", "share_no_osu"]
-        )
-    agg = rows.groupby("mode", sort=False).agg(
-        n_evidence=("n_osus", "size"),
-        mean_osus=("n_osus", "mean"),
-        median_osus=("n_osus", "median"),
-        share_no_osu=("n_osus", lambda s: float((s == 0).mean())),
-        **{f"mean_{v}": (f"n_{v}", "mean") for v in VIEWS},
-    )
-    return agg.reset_index()
+    """:func:`membership_table` of :func:`membership_rows` (the paper reports 2.16 /
+    median 2 overlap vs .87 / median 1 disjoint, 13.2% evicted, on ToolBench)."""
+    return membership_table(membership_rows(episodes, modes, base=base, seed=seed))
