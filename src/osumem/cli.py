@@ -290,30 +290,14 @@ def _apply_dataclass_overrides(cfg: Any, values: dict[str, str], where: str) -> 
     return cfg.replace(**{k: _coerce(v, hints[k], f"{where}.{k}") for k, v in values.items()})
 
 
-#: Modules that add commands to the CLI; each defines ``register(main, bench)``.
-#: They must import only light modules at import time (heavy ones inside commands).
-PLUGIN_MODULES: tuple[str, ...] = (
-    "osumem.cli_report",  # first: it creates the `reproduce` group the others extend
-    "osumem.cli_taubench",
-    "osumem.cli_toolbench",
-    "osumem.cli_memory",
-)
+# The other command modules, registered explicitly. They import the helpers above, so
+# they are imported here, after those are defined; each imports only light modules at
+# import time (heavy ones inside its commands). `reproduce` comes first: the others
+# add their subcommands to it.
+from osumem import cli_memory, cli_report, cli_taubench, cli_toolbench  # noqa: E402
 
-
-def _register_plugins() -> None:
-    import importlib
-
-    for name in PLUGIN_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name == name:
-                continue
-            raise
-        module.register(main, bench)
-
-
-_register_plugins()
+for _commands in (cli_report, cli_taubench, cli_toolbench, cli_memory):
+    _commands.register(main, bench)
 
 
 if __name__ == "__main__":  # pragma: no cover

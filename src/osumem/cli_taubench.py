@@ -1,4 +1,4 @@
-"""``osumem bench taubench`` (SPEC §6.2). Plugin of :mod:`osumem.cli`."""
+"""``osumem bench taubench`` and ``osumem reproduce taubench``; registered by :mod:`osumem.cli`."""
 
 from __future__ import annotations
 
@@ -24,53 +24,6 @@ def default_methods() -> str:
         if not cls.is_oracle:
             names.append(name)
     return ",".join(names)
-
-
-def build_taubench(
-    data: Path,
-    cfg: Any,
-    seeds: list[int],
-    *,
-    stage_d: bool = False,
-    encoder: str = "sbert",
-    cache: Path | None = None,
-) -> tuple[list[tuple[int, Any]], dict[str, Any]]:
-    """Load, embed (cached) and build the episodes for every seed; returns
-    ``[(seed, episode)]`` and the construction statistics."""
-    from osumem.bench.augment import StageDConfig
-    from osumem.bench.augment import stage_d as augment
-    from osumem.bench.taubench import construction_stats, generate, source_views
-    from osumem.embed import CachedEncoder, HashingEncoder, load_encoder
-    from osumem.ingest.taubench import load_taubench, match_stats
-
-    sources = load_taubench(
-        data,
-        prefix_namespace=cfg.prefix_namespace,
-        match=cfg.match,
-        max_observation_chars=cfg.max_observation_chars,
-    )
-    if encoder == "hashing":
-        enc: Any = CachedEncoder(HashingEncoder(384), cache) if cache else HashingEncoder(384)
-    else:
-        enc = load_encoder(cache=cache if cache else True)
-    views = source_views(sources, enc)
-    eps = []
-    for s in seeds:
-        for ep in generate(sources, views, cfg, s):
-            if stage_d:
-                dcfg = StageDConfig(
-                    min_query_distance=cfg.min_query_distance,
-                    query_mode=cfg.query_mode,
-                    query_noise=cfg.query_noise,
-                    query_noise_mode=cfg.query_noise_mode,
-                )
-                ep = augment(ep, dcfg, s)
-            eps.append((s, ep))
-    stats = {
-        **match_stats(sources, min_evidence=cfg.min_evidence),
-        **construction_stats([e for _, e in eps]),
-    }
-    return eps, stats
 
 
 def encoder_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -142,6 +95,7 @@ def register(main: click.Group, bench: click.Group) -> None:
         from the query. Benchmark knobs: --set taubench.<param>=value (TauBenchConfig).
         --methods ALL (default) runs every registered non-oracle method."""
         from osumem.bench.taubench import TauBenchConfig
+        from osumem.bench.taubench_report import build_taubench
 
         method_over, bench_over = split_overrides(overrides, "taubench")
         cfg = TauBenchConfig(query_mode=query_mode, prefix_namespace=not no_prefix)
@@ -230,7 +184,6 @@ def register(main: click.Group, bench: click.Group) -> None:
             cache=cache,
             n_permutations=permutations,
             progress=not quiet,
-            build=build_taubench,
         )
         click.echo(json.dumps(info, indent=2))
 

@@ -293,6 +293,53 @@ def _prefix_md(
     return [*out, ""]
 
 
+def build_taubench(
+    data: Path,
+    cfg: Any,
+    seeds: list[int],
+    *,
+    stage_d: bool = False,
+    encoder: str = "sbert",
+    cache: Path | None = None,
+) -> tuple[list[tuple[int, Any]], dict[str, Any]]:
+    """Load, embed (cached) and build the episodes for every seed; returns
+    ``[(seed, episode)]`` and the construction statistics."""
+    from osumem.bench.augment import StageDConfig
+    from osumem.bench.augment import stage_d as augment
+    from osumem.bench.taubench import construction_stats, generate, source_views
+    from osumem.embed import CachedEncoder, HashingEncoder, load_encoder
+    from osumem.ingest.taubench import load_taubench, match_stats
+
+    sources = load_taubench(
+        data,
+        prefix_namespace=cfg.prefix_namespace,
+        match=cfg.match,
+        max_observation_chars=cfg.max_observation_chars,
+    )
+    if encoder == "hashing":
+        enc: Any = CachedEncoder(HashingEncoder(384), cache) if cache else HashingEncoder(384)
+    else:
+        enc = load_encoder(cache=cache if cache else True)
+    views = source_views(sources, enc)
+    eps = []
+    for s in seeds:
+        for ep in generate(sources, views, cfg, s):
+            if stage_d:
+                dcfg = StageDConfig(
+                    min_query_distance=cfg.min_query_distance,
+                    query_mode=cfg.query_mode,
+                    query_noise=cfg.query_noise,
+                    query_noise_mode=cfg.query_noise_mode,
+                )
+                ep = augment(ep, dcfg, s)
+            eps.append((s, ep))
+    stats = {
+        **match_stats(sources, min_evidence=cfg.min_evidence),
+        **construction_stats([e for _, e in eps]),
+    }
+    return eps, stats
+
+
 def reproduce(
     data: Path,
     out: Path,
@@ -310,7 +357,7 @@ def reproduce(
     """Run every :func:`default_variants` run into ``out``, write ``report.md`` (with the
     tau-bench summary appended) and ``taubench_summary.md``; returns timings.
 
-    ``build`` is the episode builder (``osumem.cli_taubench.build_taubench``).
+    ``build`` is the episode builder (default :func:`build_taubench`).
     """
     from osumem import __version__
     from osumem.bench.taubench import TauBenchConfig
@@ -318,8 +365,6 @@ def reproduce(
     from osumem.report.build import ReportSettings, build_report
 
     if build is None:
-        from osumem.cli_taubench import build_taubench
-
         build = build_taubench
     started = time.perf_counter()
     out = Path(out)

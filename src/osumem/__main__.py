@@ -1,0 +1,5 @@
+"""``python -m osumem``: the command line."""
+
+from osumem.cli import main
+
+main()
