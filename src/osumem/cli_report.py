@@ -17,7 +17,8 @@ from typing import Any
 
 import click
 
-from osumem.cli import _apply_dataclass_overrides, _int_list, handle_errors
+from osumem.cli import _int_list, handle_errors
+from osumem.evaluate.defaults import N_PERMUTATIONS, primary_budget
 
 
 def _report_options(fn: Any) -> Any:
@@ -38,7 +39,7 @@ def _report_options(fn: Any) -> Any:
             click.option(
                 "--permutations",
                 type=int,
-                default=10_000,
+                default=N_PERMUTATIONS,
                 show_default=True,
                 help="Permutations per sign-flip test.",
             ),
@@ -56,7 +57,7 @@ def synthetic_config(
 
     cfg = SyntheticConfig()
     if params:
-        cfg = _apply_dataclass_overrides(cfg, {k: str(v) for k, v in params.items()}, "synthetic")
+        cfg = cfg.with_strings({k: str(v) for k, v in params.items()}, "synthetic")
     if episodes is not None:
         cfg = cfg.replace(n_episodes=episodes)
     if dim is not None:
@@ -140,7 +141,7 @@ def reproduce_synthetic_into(
         {
             "benchmark": "synthetic",
             "seeds": seeds,
-            "config": cfg.__dict__,
+            "config": cfg.to_dict(),
             "construction": stats,
             "methods": methods,
             "budgets": budgets,
@@ -257,7 +258,7 @@ def register(main: click.Group, bench: click.Group) -> None:
     @click.option("--methods", default="osumem,flat,flat_mmr,tree", show_default=True)
     @click.option("--dims", default="64,384", show_default=True, help="Embedding dimensions.")
     @click.option("--episodes", type=int, default=20, show_default=True)
-    @click.option("--budget", type=int, default=256, show_default=True)
+    @click.option("--budget", type=int, default=primary_budget("synthetic"), show_default=True)
     @click.option(
         "--reference",
         default="flat",

@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from osumem.evaluate.defaults import N_PERMUTATIONS
+
 
 def default_methods() -> str:
     """All registered non-oracle methods whose modules import."""
@@ -47,7 +49,6 @@ def register(main: click.Group, bench: click.Group) -> None:
     """Add ``bench taubench`` to the CLI."""
     from osumem.cli import (
         DEFAULT_BUDGETS,
-        _apply_dataclass_overrides,
         _int_list,
         common_bench_options,
         handle_errors,
@@ -100,7 +101,7 @@ def register(main: click.Group, bench: click.Group) -> None:
         method_over, bench_over = split_overrides(overrides, "taubench")
         cfg = TauBenchConfig(query_mode=query_mode, prefix_namespace=not no_prefix)
         if bench_over:
-            cfg = _apply_dataclass_overrides(cfg, bench_over, "taubench")
+            cfg = cfg.with_strings(bench_over, "taubench")
         if episodes is not None:
             cfg = cfg.replace(n_episodes=episodes)
         seed_list = _int_list(seeds, "--seeds") if seeds else [0]
@@ -127,7 +128,7 @@ def register(main: click.Group, bench: click.Group) -> None:
             overrides=method_over,
             meta={
                 "seeds": seed_list,
-                "config": cfg.__dict__,
+                "config": cfg.to_dict(),
                 "stage_d": stage_d,
                 "encoder": encoder,
                 "construction": stats,
@@ -152,7 +153,13 @@ def register(main: click.Group, bench: click.Group) -> None:
     @click.option("--episodes", type=int, default=None, help="Episodes per seed (default 125).")
     @click.option("--seeds", default="0", show_default=True, help="Comma-separated seeds.")
     @encoder_options
-    @click.option("--permutations", type=int, default=10_000, show_default=True)
+    @click.option(
+        "--permutations",
+        type=int,
+        default=N_PERMUTATIONS,
+        show_default=True,
+        help="Permutations per sign-flip test.",
+    )
     @click.option("--quiet", is_flag=True, help="No progress output.")
     @handle_errors
     def reproduce_taubench(

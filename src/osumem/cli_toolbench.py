@@ -12,7 +12,6 @@ from typing import Any
 import click
 
 from osumem.cli import (
-    _apply_dataclass_overrides,
     _int_list,
     common_bench_options,
     handle_errors,
@@ -45,7 +44,7 @@ def _config(overrides: dict[str, str], episodes: int | None, evidence_size: int 
 
     cfg = ToolBenchConfig()
     if overrides:
-        cfg = _apply_dataclass_overrides(cfg, overrides, "toolbench")
+        cfg = cfg.with_strings(overrides, "toolbench")
     if episodes is not None:
         cfg = cfg.replace(n_episodes=episodes)
     if evidence_size is not None:
@@ -114,7 +113,7 @@ def register(main: click.Group, bench: click.Group) -> None:
             out=out,
             as_json=as_json,
             overrides=method_over,
-            meta={"seeds": seed_list, "config": cfg.__dict__, "construction": stats},
+            meta={"seeds": seed_list, "config": cfg.to_dict(), "construction": stats},
             quiet=quiet,
         )
 

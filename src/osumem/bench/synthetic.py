@@ -20,13 +20,13 @@ steps, and it is valid when it has at least ``min_evidence`` of them.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from osumem.errors import ConfigError
 from osumem.evaluate.cells import cell_of, pairwise_share_action, pairwise_share_tool
+from osumem.frozen import FrozenConfig
 from osumem.types import Episode, MemoryView, Query
 
 Weights4 = tuple[float, float, float, float]
@@ -34,9 +34,11 @@ Weights3 = tuple[float, float, float]
 
 
 @dataclass(frozen=True, kw_only=True)
-class SyntheticConfig:
+class SyntheticConfig(FrozenConfig):
     """Every knob of the synthetic generator. Paper values where the paper gives them;
     the others are ours (docs/decisions.md)."""
+
+    config_name = "synthetic config"
 
     n_episodes: int = 200
     dim: int = 64
@@ -106,14 +108,6 @@ class SyntheticConfig:
             problems.append("cost_min must be > 0 and cost_sd >= 0")
         if problems:
             raise ConfigError("synthetic config: " + "; ".join(problems))
-
-    def replace(self, **changes: Any) -> SyntheticConfig:
-        """A copy with ``changes``; unknown names raise :class:`ConfigError`."""
-        known = set(asdict(self))
-        unknown = sorted(set(changes) - known)
-        if unknown:
-            raise ConfigError(f"synthetic config: unknown parameter(s) {unknown}")
-        return SyntheticConfig(**{**asdict(self), **changes})
 
 
 @dataclass

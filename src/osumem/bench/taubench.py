@@ -36,7 +36,7 @@ the paper's non-zero Hit@2 differences at B = 64 need two evidence steps in 64 t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -45,6 +45,7 @@ from numpy.typing import NDArray
 from osumem.embed import Encoder
 from osumem.errors import ConfigError
 from osumem.evaluate.cells import cell_of
+from osumem.frozen import FrozenConfig
 from osumem.ingest.openai_chat import steps_to_view
 from osumem.ingest.taubench import TauSource
 from osumem.types import Episode, MemoryView, Query, l2_normalise
@@ -54,8 +55,10 @@ NOISE_MODES: tuple[str, ...] = ("per_coordinate", "norm")
 
 
 @dataclass(frozen=True, kw_only=True)
-class TauBenchConfig:
+class TauBenchConfig(FrozenConfig):
     """Every knob of the tau-bench construction (paper values where given)."""
+
+    config_name = "taubench config"
 
     n_episodes: int = 125
     min_steps: int = 150
@@ -104,13 +107,6 @@ class TauBenchConfig:
             problems.append("match must be 'exact' or 'relaxed'")
         if problems:
             raise ConfigError("taubench config: " + "; ".join(problems))
-
-    def replace(self, **changes: Any) -> TauBenchConfig:
-        """A copy with ``changes``; unknown names raise :class:`ConfigError`."""
-        unknown = sorted(set(changes) - set(asdict(self)))
-        if unknown:
-            raise ConfigError(f"taubench config: unknown parameter(s) {unknown}")
-        return TauBenchConfig(**{**asdict(self), **changes})
 
 
 def query_vector(

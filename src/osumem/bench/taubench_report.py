@@ -26,11 +26,12 @@ from typing import Any
 import pandas as pd
 
 from osumem.evaluate.crosstab import crosstab, interaction
-from osumem.evaluate.stats import N_PERMUTATIONS, format_p, paired_test
+from osumem.evaluate.defaults import N_PERMUTATIONS, primary_budget
+from osumem.evaluate.stats import format_p, paired_test
 from osumem.report.paper import paper_cell
 
 BUDGETS: tuple[int, ...] = (64, 128, 256, 512)
-PRIMARY = 256
+PRIMARY = primary_budget("taubench")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -385,7 +386,7 @@ def reproduce(
             {
                 "benchmark": v.name,
                 "seeds": list(seeds),
-                "config": cfg.__dict__,
+                "config": cfg.to_dict(),
                 "stage_d": v.stage_d,
                 "encoder": encoder,
                 "construction": stats,

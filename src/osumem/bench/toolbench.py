@@ -27,8 +27,7 @@ episodes only index into those vectors.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
@@ -37,14 +36,17 @@ from osumem.annotate import prefix, prefix_entities
 from osumem.embed import Encoder
 from osumem.errors import ConfigError
 from osumem.evaluate.cells import cell_of, pairwise_share_entity, pairwise_share_tool
+from osumem.frozen import FrozenConfig
 from osumem.ingest.toolbench import ToolBenchRecord, ToolBenchStep
 from osumem.types import Episode, MemoryView, Query
 
 
 @dataclass(frozen=True, kw_only=True)
-class ToolBenchConfig:
+class ToolBenchConfig(FrozenConfig):
     """Every knob of the probe. Paper values where the paper gives them (200 episodes,
     k = 3, ~500 steps, 75% confounders, 30 neighbours); the rest are ours."""
+
+    config_name = "toolbench config"
 
     n_episodes: int = 200
     #: k, evidence steps per episode (paper sweeps {2, 3, 4}; primary 3)
@@ -82,13 +84,6 @@ class ToolBenchConfig:
             problems.append(f"signature_level must be api or function: {self.signature_level}")
         if problems:
             raise ConfigError("toolbench config: " + "; ".join(problems))
-
-    def replace(self, **changes: Any) -> ToolBenchConfig:
-        """A copy with ``changes``; unknown names raise :class:`ConfigError`."""
-        unknown = sorted(set(changes) - set(asdict(self)))
-        if unknown:
-            raise ConfigError(f"toolbench config: unknown parameter(s) {unknown}")
-        return ToolBenchConfig(**{**asdict(self), **changes})
 
 
 @dataclass(frozen=True, eq=False)

@@ -76,10 +76,10 @@ def _label(method: str, params: Mapping[str, Any]) -> str:
 
 def _fisher(rows: pd.DataFrame, a: str, b: str, metric: str, budget: int) -> tuple[float, str]:
     """Mean ``a − b`` and 'Fisher p (per-seed p, ...)' from per-seed sign-flip tests."""
-    from osumem.evaluate.stats import fisher_combine, format_p, paired_differences, sign_flip_test
+    from osumem.evaluate.stats import fisher_combine, format_p, paired_differences, seed_p_values
 
     d = paired_differences(rows, a, b, metric, budget=budget)
-    per = [sign_flip_test(g["d"].to_numpy()).p_value for _, g in d.groupby("seed", sort=True)]
+    per = seed_p_values(d)
     text = f"{format_p(fisher_combine(per))} ({', '.join(format_p(p) for p in per)})"
     return float(d["d"].mean()), text
 
@@ -128,7 +128,7 @@ def sweep_table(
 ) -> str:
     """Markdown: per setting ``(label, a, b)`` and budget, ``a − b`` Hit@2 / Recall gaps
     (pp) with the Fisher-combined per-seed sign-flip p of the Hit@2 gap."""
-    from osumem.evaluate.stats import fisher_combine, format_p, paired_differences, sign_flip_test
+    from osumem.evaluate.stats import format_p, paired_differences, seed_combined_p
 
     lines = ["| setting | " + " | ".join(f"ΔH2 / ΔR pp @{b} (p H2)" for b in budgets) + " |"]
     lines.append("|---|" + "---|" * len(budgets))
@@ -137,10 +137,9 @@ def sweep_table(
         for budget in budgets:
             dh = paired_differences(rows, a, b, "hit2", budget=int(budget))
             dr = paired_differences(rows, a, b, "recall", budget=int(budget))
-            per = [sign_flip_test(g["d"].to_numpy()).p_value for _, g in dh.groupby("seed")]
             cells.append(
                 f"{100 * dh['d'].mean():+.1f} / {100 * dr['d'].mean():+.1f} "
-                f"({format_p(fisher_combine(per))})"
+                f"({format_p(seed_combined_p(dh))})"
             )
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -268,7 +267,7 @@ def reproduce(
 
     main_eps = episodes_for(cfg)
     stats = construction_stats([ep for _, ep in main_eps])
-    main = go(main_eps, MAIN_METHODS, "toolbench", {"config": cfg.__dict__, "construction": stats})
+    main = go(main_eps, MAIN_METHODS, "toolbench", {"config": cfg.to_dict(), "construction": stats})
     t0 = time.perf_counter()
     write_osu_analysis(out, "toolbench", main_eps, budgets, jobs=jobs)
     timings["toolbench_analysis_s"] = round(time.perf_counter() - t0, 1)
@@ -337,7 +336,7 @@ def reproduce(
         s_cfg = cfg.replace(**dict(sens.bench_changes))
         s_eps = main_eps if s_cfg == cfg else episodes_for(s_cfg)
         a, b = _label(OVERLAP, sens.method_params), _label(DISJOINT, sens.method_params)
-        rows = go(s_eps, [a, b], sens.name, {"sensitivity": sens.label, "config": s_cfg.__dict__})
+        rows = go(s_eps, [a, b], sens.name, {"sensitivity": sens.label, "config": s_cfg.to_dict()})
         modes = {m: {**ch, **sens.method_params} for m, ch in DEFAULT_MODES.items()}
         s_member = _membership(s_eps, modes, jobs)
         parts += [

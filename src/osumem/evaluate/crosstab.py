@@ -1,4 +1,4 @@
-"""The cell cross-tab as data (SPEC §7): method − baseline per cell T±E± and budget,
+"""The cell cross-tab as data: method − baseline per cell T±E± and budget,
 with paired sign-flip p-values, and the method × cell interaction test per budget.
 
 The tests themselves live in :mod:`osumem.evaluate.stats`; this module only arranges
@@ -13,12 +13,12 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from osumem.evaluate.defaults import N_PERMUTATIONS
 from osumem.evaluate.stats import (
-    N_PERMUTATIONS,
     fisher_combine,
     interaction_test,
     paired_differences,
-    sign_flip_test,
+    seed_combined_p,
 )
 from osumem.types import CELLS
 
@@ -33,13 +33,6 @@ CROSSTAB_COLUMNS: tuple[str, ...] = (
     "p",
 )
 INTERACTION_COLUMNS: tuple[str, ...] = ("budget", "metric", "statistic", "p", "n", "n_cells")
-
-
-def _seed_p(diffs: pd.DataFrame, n_permutations: int, seed: int) -> float:
-    """Sign-flip p of the ``d`` column, per seed, Fisher-combined across seeds."""
-    groups = [g["d"].to_numpy() for _, g in diffs.groupby("seed", sort=True)]
-    pvals = [sign_flip_test(g, n_permutations=n_permutations, seed=seed).p_value for g in groups]
-    return fisher_combine(pvals)
 
 
 def crosstab(
@@ -78,7 +71,7 @@ def crosstab(
                         "method_mean": float(dc[m].mean()),
                         "baseline_mean": float(dc[f"{m}_b"].mean()),
                         "diff": float(dc["d"].mean()),
-                        "p": _seed_p(dc, n_permutations, seed),
+                        "p": seed_combined_p(dc, n_permutations=n_permutations, seed=seed),
                     }
                 )
     df = pd.DataFrame(out, columns=list(CROSSTAB_COLUMNS))

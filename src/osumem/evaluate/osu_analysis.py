@@ -29,6 +29,7 @@ from typing import Any
 
 import pandas as pd
 
+from osumem.evaluate.defaults import N_PERMUTATIONS
 from osumem.evaluate.membership import DEFAULT_MODES, membership_rows
 from osumem.evaluate.reach import reach_rows
 from osumem.types import Episode
@@ -133,13 +134,13 @@ def reach_difference(
     first: str = "overlap",
     second: str = "disjoint",
     *,
-    n_permutations: int = 10_000,
+    n_permutations: int = N_PERMUTATIONS,
     seed: int = 0,
 ) -> pd.DataFrame:
     """Per budget: empirical reach of ``first`` minus ``second`` mode, paired by query
     (mean reach of each query's evidence), two-sided sign-flip p per seed,
     Fisher-combined."""
-    from osumem.evaluate.stats import fisher_combine, sign_flip_test
+    from osumem.evaluate.stats import seed_combined_p
 
     cols = ["budget", "n_queries", "diff", "p"]
     if reach.empty or not {first, second} <= set(reach["mode"]):
@@ -153,9 +154,6 @@ def reach_difference(
     per_q["d"] = per_q[first] - per_q[second]
     out = []
     for b, g in per_q.groupby(level="budget", sort=True):
-        pvals = [
-            sign_flip_test(s["d"].to_numpy(), n_permutations=n_permutations, seed=seed).p_value
-            for _, s in g.groupby(level="seed", sort=True)
-        ]
-        out.append([int(b), len(g), float(g["d"].mean()), fisher_combine(pvals)])
+        p = seed_combined_p(g, n_permutations=n_permutations, seed=seed)
+        out.append([int(b), len(g), float(g["d"].mean()), p])
     return pd.DataFrame(out, columns=cols)

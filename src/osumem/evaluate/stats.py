@@ -9,6 +9,9 @@ Everything here reads per-query result rows or plain arrays of paired difference
 * :func:`paired_differences` — aligns two methods' rows by query (or averages the
   per-query differences per episode: the episode-level test).
 * :func:`fisher_combine` — Fisher's method across seeds (``scipy.stats.combine_pvalues``).
+* :func:`seed_p_values` / :func:`seed_combined_p` — the sign-flip test run per seed on a
+  frame of paired differences, and its Fisher-combined p (every test of the project
+  that pools seeds goes through these).
 * :func:`bootstrap_ci` — percentile bootstrap of the mean (``scipy.stats.bootstrap``).
 * :func:`interaction_test` — the method × cell interaction test (see its docstring).
 * :func:`compare` — a reference method against every other method: a
@@ -27,9 +30,8 @@ from numpy.typing import NDArray
 from scipy import stats as sps
 
 from osumem.errors import ConfigError, InvalidInputError
+from osumem.evaluate.defaults import N_PERMUTATIONS
 
-#: Number of permutations the paper uses for every test.
-N_PERMUTATIONS = 10_000
 #: Rows of one query are identified by these columns (a query id is unique per episode).
 QUERY_KEY: tuple[str, ...] = ("benchmark", "seed", "episode", "query")
 _CHUNK = 1024
@@ -135,6 +137,38 @@ def fisher_combine(p_values: Sequence[float]) -> float:
     if p.size == 1:
         return float(p[0])
     return float(sps.combine_pvalues(p, method="fisher").pvalue)
+
+
+def seed_p_values(
+    diffs: pd.DataFrame,
+    *,
+    column: str = "d",
+    n_permutations: int = N_PERMUTATIONS,
+    seed: int = 0,
+) -> list[float]:
+    """Two-sided sign-flip p of ``diffs[column]`` for each seed (ascending ``seed``
+    column or index level; one group when there is none)."""
+    if "seed" in diffs.columns or "seed" in (diffs.index.names or ()):
+        groups = [g[column].to_numpy() for _, g in diffs.groupby("seed", sort=True)]
+    else:
+        groups = [diffs[column].to_numpy()]
+    return [sign_flip_test(g, n_permutations=n_permutations, seed=seed).p_value for g in groups]
+
+
+def seed_combined_p(
+    diffs: pd.DataFrame,
+    *,
+    column: str = "d",
+    n_permutations: int = N_PERMUTATIONS,
+    seed: int = 0,
+) -> float:
+    """The sign-flip p of paired differences, per seed, Fisher-combined across seeds
+    (:func:`seed_p_values`, :func:`fisher_combine`); NaN when there are none."""
+    if diffs.empty:
+        return float("nan")
+    return fisher_combine(
+        seed_p_values(diffs, column=column, n_permutations=n_permutations, seed=seed)
+    )
 
 
 def bootstrap_ci(
@@ -297,13 +331,8 @@ def paired_test(
     Returns ``(mean difference, p-value, number of units)``.
     """
     diffs = paired_differences(rows, method, baseline, metric, budget=budget, level=level)
-    groups = (
-        [g["d"].to_numpy() for _, g in diffs.groupby("seed", sort=True)]
-        if "seed" in diffs
-        else [diffs["d"].to_numpy()]
-    )
-    pvals = [sign_flip_test(g, n_permutations=n_permutations, seed=seed).p_value for g in groups]
-    return float(diffs["d"].mean()), fisher_combine(pvals), len(diffs)
+    p = seed_combined_p(diffs, n_permutations=n_permutations, seed=seed)
+    return float(diffs["d"].mean()), p, len(diffs)
 
 
 METRIC_NAMES: dict[str, str] = {"recall": "Recall", "hit1": "Hit@1", "hit2": "Hit@2"}

@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from osumem.evaluate.defaults import primary_budget
 from osumem.evaluate.heuristic import verdict_from_cells
 from osumem.evaluate.metrics import summarise
 from osumem.report import figures
@@ -33,7 +34,6 @@ from osumem.report.sections import (
     efficiency_section,
     observed_overlap_section,
     paper_benchmark,
-    primary_budget,
     read_dir,
     registered_alias,
     sweep_section,

@@ -9,16 +9,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from osumem.evaluate.defaults import N_PERMUTATIONS
 from osumem.evaluate.metrics import recall_by_distance, summarise
 from osumem.evaluate.stats import (
-    N_PERMUTATIONS,
     compare,
-    fisher_combine,
     format_p,
     interaction_test,
     paired_differences,
     paired_test,
-    sign_flip_test,
+    seed_combined_p,
 )
 from osumem.report.paper import paper_cell, paper_value
 from osumem.types import CELLS
@@ -64,13 +63,6 @@ def paper_benchmark(benchmark: str) -> str:
         if b.startswith(known):
             return known
     return b
-
-
-def primary_budget(benchmark: str, budgets: list[int]) -> int:
-    """The paper's primary budget (400 on ToolBench, else 256) when run, else the
-    middle budget."""
-    want = 400 if benchmark.lower().startswith("toolbench") else 256
-    return want if want in budgets else sorted(budgets)[len(budgets) // 2]
 
 
 def _is_oracle(label: str) -> bool:
@@ -271,15 +263,7 @@ def distance_section(rows: pd.DataFrame, budget: int) -> tuple[str, pd.DataFrame
 
 def _p_from_diffs(diffs: pd.DataFrame, settings: ReportSettings) -> float:
     """Sign-flip p of paired differences (column ``d``), per seed, Fisher-combined."""
-    if diffs.empty:
-        return float("nan")
-    pvals = [
-        sign_flip_test(
-            g["d"].to_numpy(), n_permutations=settings.n_permutations, seed=settings.seed
-        ).p_value
-        for _, g in diffs.groupby("seed", sort=True)
-    ]
-    return fisher_combine(pvals)
+    return seed_combined_p(diffs, n_permutations=settings.n_permutations, seed=settings.seed)
 
 
 def crosstab_section(rows: pd.DataFrame, *, bench_key: str, settings: ReportSettings) -> str:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import types
 import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from osumem.errors import ConfigError, UnknownMethodError
+from osumem.frozen import coerce
 from osumem.retrieve.base import Retriever, RetrieverConfig
 
 
@@ -108,40 +108,8 @@ def get_class(name: str) -> type[Retriever]:
     return cls
 
 
-def _coerce(value: Any, annotation: Any, where: str) -> Any:
-    """Turn a CLI string into the type a config field declares."""
-    if not isinstance(value, str):
-        return value
-    ann = annotation
-    if isinstance(ann, str):
-        ann = {"int": int, "float": float, "bool": bool, "str": str}.get(ann, ann)
-    origin = typing.get_origin(ann)
-    if origin in (types.UnionType, typing.Union):
-        args = [a for a in typing.get_args(ann) if a is not type(None)]
-        if value.lower() in ("none", "null"):
-            return None
-        ann = args[0] if args else str
-        origin = typing.get_origin(ann)
-    try:
-        if ann is bool:
-            low = value.lower()
-            if low in ("1", "true", "yes", "on"):
-                return True
-            if low in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(value)
-        if ann is int:
-            return int(value)
-        if ann is float:
-            return float(value)
-        if origin is tuple:
-            inner = typing.get_args(ann)
-            item = inner[0] if inner else str
-            parts = [p for p in value.replace("+", ",").split(",") if p]
-            return tuple(_coerce(p, item, where) for p in parts)
-    except ValueError:
-        raise ConfigError(f"{where}: cannot read {value!r} as {ann}") from None
-    return value
+#: Kept under its old name for callers that coerce strings through the registry.
+_coerce = coerce
 
 
 def make_config(name: str, params: Mapping[str, Any] | None = None) -> RetrieverConfig:
@@ -158,7 +126,7 @@ def make_config(name: str, params: Mapping[str, Any] | None = None) -> Retriever
         raise ConfigError(
             f"method {name!r}: unknown parameter(s) {unknown}; known: {sorted(fields)}"
         )
-    coerced = {k: _coerce(v, hints.get(k, str), f"{name}.{k}") for k, v in merged.items()}
+    coerced = {k: coerce(v, hints.get(k, str), f"{name}.{k}") for k, v in merged.items()}
     return config.replace(**coerced)
 
 
