@@ -49,3 +49,44 @@ def test_prefix_is_causal_view():
     p = v.prefix(4)
     assert p.n == 4 and np.shares_memory(p.embeddings, v.embeddings)
     assert v.prefix(99) is v
+
+
+def test_take_concat_extend_prefix_go_over_every_column() -> None:
+    v = make_view(
+        5,
+        4,
+        costs=[1, 2, 3, 4, 5],
+        tool_actions=list("abcde"),
+        tool_signatures=list("fghij"),
+        entities=[{"x"}, set(), {"y", "z"}, {"x"}, set()],
+        subgoals=list("klmno"),
+        namespaces=list("ppqqr"),
+        roles=["user", "tool", "tool", "assistant", "tool"],
+        texts=list("stuvw"),
+    )
+    w = v.take([4, 0, 0])
+    for c in v.column_names():
+        col, got = getattr(v, c), getattr(w, c)
+        assert len(got) == 3
+        if c == "embeddings":
+            np.testing.assert_array_equal(got, col[[4, 0, 0]])
+        else:
+            assert list(got) == [col[4], col[0], col[0]]
+    both = v.take([0, 1]).extend(v.take([2, 3, 4]))
+    for c in v.column_names():
+        np.testing.assert_array_equal(np.asarray(getattr(both, c)), np.asarray(getattr(v, c)))
+    assert MemoryView.concat([v.prefix(2), v.take([2, 3, 4])]).texts.tolist() == list("stuvw")
+    assert all(len(getattr(v.prefix(3), c)) == 3 for c in v.column_names())
+
+
+def test_take_and_concat_reject_bad_input() -> None:
+    v = make_view(3, 4)
+    with pytest.raises(InvalidInputError):
+        v.take([3])
+    with pytest.raises(DimensionError):
+        MemoryView.concat([v, make_view(2, 5)])
+    with pytest.raises(DimensionError):
+        v.with_embeddings(np.ones((2, 4)))
+    moved = v.with_embeddings(np.ones((3, 4)))
+    assert np.allclose(np.linalg.norm(moved.embeddings, axis=1), 1.0)
+    assert moved.costs is v.costs

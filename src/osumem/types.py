@@ -8,6 +8,7 @@ hot path.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -171,22 +172,63 @@ class MemoryView:
     def __len__(self) -> int:
         return self.n
 
+    def column_names(self) -> tuple[str, ...]:
+        """The view's columns (one entry per step each), in declaration order. Every
+        operation below goes over these, so a new column is one field and one
+        :meth:`build` argument."""
+        return tuple(f.name for f in dataclasses.fields(self))
+
     def prefix(self, t: int) -> MemoryView:
         """The causal view a query at time ``t`` may see: steps ``0 .. t-1`` (no copies)."""
         t = max(0, min(int(t), self.n))
         if t == self.n:
             return self
-        return MemoryView(
-            embeddings=self.embeddings[:t],
-            costs=self.costs[:t],
-            tool_actions=self.tool_actions[:t],
-            tool_signatures=self.tool_signatures[:t],
-            entities=self.entities[:t],
-            subgoals=self.subgoals[:t],
-            namespaces=self.namespaces[:t],
-            roles=self.roles[:t],
-            texts=self.texts[:t],
-        )
+        return MemoryView(**{c: getattr(self, c)[:t] for c in self.column_names()})
+
+    def take(self, rows: Sequence[int] | NDArray[Any]) -> MemoryView:
+        """The steps at positions ``rows``, in that order (repeats allowed)."""
+        idx = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if idx.size and (idx.min() < -self.n or idx.max() >= self.n):
+            raise InvalidInputError(f"take: positions must lie in [0, {self.n}), got {rows}")
+        out: dict[str, Any] = {}
+        for c in self.column_names():
+            col = getattr(self, c)
+            out[c] = tuple(col[int(i)] for i in idx) if isinstance(col, tuple) else col[idx]
+        return MemoryView(**out)
+
+    @classmethod
+    def concat(cls, views: Sequence[MemoryView]) -> MemoryView:
+        """One view holding ``views`` one after another (all of one dimension)."""
+        if not views:
+            raise InvalidInputError("concat: no views")
+        dims = {v.dim for v in views if v.n}
+        if len(dims) > 1:
+            raise DimensionError(f"concat: views of different dimensions {sorted(dims)}")
+        if len(views) == 1:
+            return views[0]
+        out: dict[str, Any] = {}
+        for c in views[0].column_names():
+            cols = [getattr(v, c) for v in views]
+            if isinstance(cols[0], tuple):
+                out[c] = tuple(x for col in cols for x in col)
+            elif c == "embeddings" and dims:
+                out[c] = np.concatenate([col for col, v in zip(cols, views, strict=True) if v.n])
+            else:
+                out[c] = np.concatenate(cols)
+        return cls(**out)
+
+    def extend(self, other: MemoryView) -> MemoryView:
+        """This view followed by the steps of ``other``."""
+        return MemoryView.concat([self, other])
+
+    def with_embeddings(self, embeddings: NDArray[Any], *, normalise: bool = True) -> MemoryView:
+        """The same steps with other embeddings, L2-normalised here unless the caller
+        already did (``normalise=False``: float32 rows of unit norm are kept as given)."""
+        emb = np.asarray(embeddings)
+        if emb.ndim != 2 or emb.shape[0] != self.n:
+            raise DimensionError(f"embeddings: expected shape ({self.n}, d), got {emb.shape}")
+        emb = l2_normalise(emb) if normalise else emb.astype(np.float32, copy=False)
+        return dataclasses.replace(self, embeddings=emb)
 
     def check_query(self, vector: NDArray[Any], *, where: str = "query") -> NDArray[np.float32]:
         """Validate a query vector against this view and return it L2-normalised."""

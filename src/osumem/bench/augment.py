@@ -56,20 +56,6 @@ class StageDConfig:
             raise ConfigError(f"stage D: query_noise_mode must be one of {NOISE_MODES}")
 
 
-def _take(view: MemoryView, rows: np.ndarray, emb: np.ndarray) -> MemoryView:
-    return MemoryView(
-        embeddings=emb,
-        costs=view.costs[rows],
-        tool_actions=view.tool_actions[rows],
-        tool_signatures=view.tool_signatures[rows],
-        entities=tuple(view.entities[int(r)] for r in rows),
-        subgoals=view.subgoals[rows],
-        namespaces=view.namespaces[rows],
-        roles=view.roles[rows],
-        texts=view.texts[rows],
-    )
-
-
 def _anchor(view: MemoryView, evidence: tuple[int, ...]) -> int:
     for e in evidence:
         if view.tool_signatures[e] and view.entities[e]:
@@ -103,7 +89,7 @@ def stage_d(episode: Episode, cfg: StageDConfig, seed: int) -> Episode:
     noise = rng.standard_normal((int(is_copy.sum()), d)) * (cfg.copy_noise / np.sqrt(d))
     noisy[is_copy] += noise
     emb = l2_normalise(noisy)
-    new_view = _take(view, rows[order], emb[order])
+    new_view = view.take(rows[order]).with_embeddings(emb[order], normalise=False)
     queries = []
     for qi, q in enumerate(episode.queries):
         t_new = (

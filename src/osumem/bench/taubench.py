@@ -134,21 +134,6 @@ def query_vector(
     return l2_normalise(q)[0]
 
 
-def concat_views(views: Sequence[MemoryView]) -> MemoryView:
-    """One view holding ``views`` one after another."""
-    return MemoryView(
-        embeddings=np.concatenate([v.embeddings for v in views]),
-        costs=np.concatenate([v.costs for v in views]),
-        tool_actions=np.concatenate([v.tool_actions for v in views]),
-        tool_signatures=np.concatenate([v.tool_signatures for v in views]),
-        entities=tuple(e for v in views for e in v.entities),
-        subgoals=np.concatenate([v.subgoals for v in views]),
-        namespaces=np.concatenate([v.namespaces for v in views]),
-        roles=np.concatenate([v.roles for v in views]),
-        texts=np.concatenate([v.texts for v in views]),
-    )
-
-
 def source_views(sources: Sequence[TauSource], encoder: Encoder) -> list[MemoryView]:
     """Each source's view (embeddings and token costs from ``encoder``), encoding every
     text in one batch so a cached encoder sees it once."""
@@ -157,20 +142,7 @@ def source_views(sources: Sequence[TauSource], encoder: Encoder) -> list[MemoryV
     out, start = [], 0
     for src in sources:
         end = start + len(src.steps)
-        idx = np.arange(start, end)
-        out.append(
-            MemoryView(
-                embeddings=whole.embeddings[idx],
-                costs=whole.costs[idx],
-                tool_actions=whole.tool_actions[idx],
-                tool_signatures=whole.tool_signatures[idx],
-                entities=whole.entities[start:end],
-                subgoals=whole.subgoals[idx],
-                namespaces=whole.namespaces[idx],
-                roles=whole.roles[idx],
-                texts=whole.texts[idx],
-            )
-        )
+        out.append(whole.take(np.arange(start, end)))
         start = end
     return out
 
@@ -207,7 +179,7 @@ def build_episode(
     valid = [k for k, off in enumerate(offsets) if n - (off + last_ev) >= cfg.min_query_distance]
     slot = int(rng.choice(valid)) if valid else 0
     order = [*fillers[:slot], focal, *fillers[slot:]]
-    view = concat_views([views[i] for i in order])
+    view = MemoryView.concat([views[i] for i in order])
     starts = np.concatenate([[0], np.cumsum([len(sources[i].steps) for i in order])])
     eligible = [
         k

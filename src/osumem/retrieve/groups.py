@@ -4,7 +4,9 @@ A *group* is a set of step positions. A collection of groups is held as a sparse
 ``incidence`` matrix of shape ``(n_groups, n_steps)`` (``scipy.sparse.csr_matrix``, 1.0
 where step ``j`` belongs to group ``g``); groups may overlap (OSUs) or form a partition
 (Disjoint Hierarchy, Periodic Summary chunks). Everything here is vectorised numpy /
-scipy and knows nothing about a particular method, so OSU-Mem can reuse it:
+scipy and knows nothing about a particular method; the group-based baselines (Disjoint
+Hierarchy, Periodic Summary, Tree, Coverage-Aware, the recency methods) use it, while
+OSU-Mem keeps its OSUs in :class:`osumem.osu.pool.OSUPool`:
 
 * :func:`incidence` builds the matrix from lists of member positions,
   :func:`labels_to_incidence` from one group id per step (a partition);
@@ -13,7 +15,7 @@ scipy and knows nothing about a particular method, so OSU-Mem can reuse it:
 * :func:`group_argmax` picks, per group, the member with the largest value (e.g. the
   most central step);
 * :func:`budget_prefix` and :func:`coarse_k` size a coarse stage in proportion to the
-  budget (K = ⌈ρ·B / mean group cost⌉, SPEC §5);
+  budget (K = ⌈ρ·B / mean group cost⌉);
 * :func:`coarse_to_fine` selects groups by centroid cosine and ranks their members by
   step cosine; :func:`with_fallback` appends the rest of a fallback ranking (the
   flat cosine order) so the shared first-fit packer can fill leftover budget;
