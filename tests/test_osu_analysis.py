@@ -151,12 +151,24 @@ def test_row_files_of_one_benchmark_get_their_own_figures(tmp_path: Path, episod
 
 
 def test_spec_labels_get_their_registered_alias_and_paper_numbers() -> None:
-    from osumem.report.sections import method_label, registered_alias
+    from osumem.evaluate.methods import read_method_table
 
-    assert registered_alias("osumem[max_memberships=1]") == "osumem_disjoint"
-    assert registered_alias("osumem[max_memberships=5]") == "osumem"
-    assert registered_alias("osumem[max_memberships=3]") == "osumem[max_memberships=3]"
-    assert (
-        method_label("osumem[max_memberships=1]") == "osumem[max_memberships=1] (= osumem_disjoint)"
+    t = read_method_table(
+        {},
+        [
+            "osumem[max_memberships=1]",
+            "osumem[max_memberships=5]",
+            "osumem[max_memberships=3]",
+            "osumem_gf",
+            "flat@k3",
+        ],
     )
-    assert method_label("osumem_gf") == "osumem_gf (oracle)"
+    assert t["osumem[max_memberships=1]"].alias == "osumem_disjoint"
+    assert t["osumem[max_memberships=5]"].alias == "osumem"
+    assert t["osumem[max_memberships=3]"].alias is None
+    assert t["osumem[max_memberships=3]"].params["max_memberships"] == 3
+    assert t["osumem[max_memberships=1]"].display() == (
+        "osumem[max_memberships=1] (= osumem_disjoint)"
+    )
+    assert t["osumem_gf"].display() == "osumem_gf (oracle)"
+    assert t["flat@k3"].alias == "flat@k3" and not t["flat@k3"].is_oracle

@@ -108,6 +108,7 @@ def reproduce_synthetic_into(
     from osumem import __version__
     from osumem.bench.synthetic import construction_stats, generate
     from osumem.errors import ConfigError
+    from osumem.evaluate.methods import TABLE_KEY, method_table
     from osumem.evaluate.runner import parse_method_runs, run, write_results
     from osumem.report.build import build_report
     from osumem.report.experiment import load_experiments
@@ -144,6 +145,7 @@ def reproduce_synthetic_into(
             "config": cfg.to_dict(),
             "construction": stats,
             "methods": methods,
+            TABLE_KEY: method_table(runs),
             "budgets": budgets,
             "version": __version__,
             "seconds": round(quality_s, 1),

@@ -362,6 +362,7 @@ def reproduce(
     """
     from osumem import __version__
     from osumem.bench.taubench import TauBenchConfig
+    from osumem.evaluate.methods import TABLE_KEY, method_table
     from osumem.evaluate.runner import parse_method_runs, run, write_results
     from osumem.report.build import ReportSettings, build_report
 
@@ -391,6 +392,7 @@ def reproduce(
                 "encoder": encoder,
                 "construction": stats,
                 "methods": list(v.methods),
+                TABLE_KEY: method_table(runs),
                 "budgets": list(BUDGETS),
                 "version": __version__,
                 "seconds": seconds,

@@ -230,6 +230,7 @@ def reproduce(
     from osumem.bench.toolbench import ToolBenchConfig, build_corpus, construction_stats, generate
     from osumem.embed import load_encoder
     from osumem.evaluate.membership import DEFAULT_MODES
+    from osumem.evaluate.methods import TABLE_KEY, method_table
     from osumem.evaluate.osu_analysis import write_osu_analysis
     from osumem.evaluate.runner import parse_method_runs, run, write_results
     from osumem.ingest.toolbench import read_toolbench
@@ -251,9 +252,10 @@ def reproduce(
 
     def go(eps: list, methods: Sequence[str], name: str, meta: dict[str, Any]) -> pd.DataFrame:
         t0 = time.perf_counter()
+        runs = parse_method_runs(list(methods))
         rows = run(
             eps,
-            parse_method_runs(list(methods)),
+            runs,
             list(budgets),
             benchmark=name,
             jobs=jobs,
@@ -261,7 +263,15 @@ def reproduce(
         )
         timings[f"{name}_s"] = round(time.perf_counter() - t0, 1)
         write_results(
-            out, rows, {**meta, "seeds": list(seeds), "methods": list(methods)}, name=name
+            out,
+            rows,
+            {
+                **meta,
+                "seeds": list(seeds),
+                "methods": list(methods),
+                TABLE_KEY: method_table(runs),
+            },
+            name=name,
         )
         return rows
 

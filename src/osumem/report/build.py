@@ -21,6 +21,7 @@ import pandas as pd
 
 from osumem.evaluate.defaults import primary_budget
 from osumem.evaluate.heuristic import verdict_from_cells
+from osumem.evaluate.methods import read_method_table
 from osumem.evaluate.metrics import summarise
 from osumem.report import figures
 from osumem.report.experiment import KINDS, Experiment
@@ -35,7 +36,6 @@ from osumem.report.sections import (
     observed_overlap_section,
     paper_benchmark,
     read_dir,
-    registered_alias,
     sweep_section,
     toolbench_section,
 )
@@ -83,8 +83,14 @@ def build_report(
         bench_key = paper_benchmark(bench)
         budgets = sorted(int(b) for b in rows["budget"].unique())
 
-        def paper_lookup(method: str, budget: int, metric: str, key: str = bench_key) -> Any:
-            return paper_value(key, registered_alias(method), budget, metric)
+        methods = read_method_table(meta, list(dict.fromkeys(rows["method"])))
+        legend = {label: m.display() for label, m in methods.items()}
+
+        def paper_lookup(
+            method: str, budget: int, metric: str, key: str = bench_key, table: Any = methods
+        ) -> Any:
+            alias = table[method].alias if method in table else method
+            return None if alias is None else paper_value(key, alias, budget, metric)
 
         mine = sorted(
             (e for e in exps if e.benchmark == bench and e.kind != "efficiency"),
@@ -122,6 +128,7 @@ def build_report(
                     budget=pb,
                     bench_key=bench_key,
                     settings=settings,
+                    methods=methods,
                 ),
             ]
             if len(budgets) > 1:
@@ -134,6 +141,7 @@ def build_report(
                         reference=ref,
                         bench_key=bench_key,
                         settings=settings,
+                        methods=methods,
                     ),
                 ]
         for e in mine:
@@ -155,6 +163,7 @@ def build_report(
                         bench_key=bench_key,
                         settings=settings,
                         metrics=e.metrics,
+                        methods=methods,
                     )
                 )
                 sub = rows[rows["method"].isin(e.methods)]
@@ -164,6 +173,7 @@ def build_report(
                     metrics=e.metrics,
                     title=f"{bench}: {e.title}",
                     paper=paper_lookup,
+                    labels=legend,
                 )
                 md += [f"![budget-vs-metric curves](figures/{p.name})", ""]
             else:
@@ -176,6 +186,7 @@ def build_report(
                         bench_key=bench_key,
                         settings=settings,
                         metrics=e.metrics,
+                        methods=methods,
                     )
                 )
         main_methods = next(
@@ -203,6 +214,7 @@ def build_report(
                 figdir / f"{name}_curves.png",
                 title=bench,
                 paper=paper_lookup,
+                labels=legend,
             )
             md += [f"![budget-vs-metric curves](figures/{p.name})", ""]
         one = rows[rows["method"] == rows["method"].iloc[0]]

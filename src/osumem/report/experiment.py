@@ -38,7 +38,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-from osumem.errors import ConfigError
+from osumem.errors import ConfigError, OSUMemError
 
 KINDS: tuple[str, ...] = ("comparison", "sweep", "ablation", "efficiency")
 METRICS: tuple[str, ...] = ("recall", "hit1", "hit2")
@@ -144,7 +144,7 @@ def parse_experiment(data: Mapping[str, Any], where: str, problems: list[str]) -
     else:
         try:
             parse_method_runs(methods)
-        except Exception as exc:  # every unknown / unavailable method at once
+        except OSUMemError as exc:  # every unknown / unavailable method at once
             problems.append(f"{where}: {exc}")
     reference = exp.get("reference", methods[0] if methods else "")
     if methods and reference not in methods:

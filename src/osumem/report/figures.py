@@ -3,7 +3,7 @@ temporal distance. Each function writes one file and returns its path."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -40,11 +40,11 @@ def budget_curves(
     metrics: Sequence[str] = ("recall", "hit2"),
     title: str = "",
     paper: PaperLookup | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> Path:
-    """One panel per metric: the metric against the budget, a line per method; the
-    paper's numbers, where ``paper`` has them, as open stars in the method's colour."""
-    from osumem.report.sections import method_label
-
+    """One panel per metric: the metric against the budget, a line per method (legend
+    text from ``labels``, default the method label); the paper's numbers, where
+    ``paper`` has them, as open stars in the method's colour."""
     plt = _plt()
     s = summarise(rows)
     colour = colours(list(dict.fromkeys(rows["method"])))
@@ -55,7 +55,13 @@ def budget_curves(
         for method, g in s.groupby("method", sort=False):
             g = g.sort_values("budget")
             c = colour.get(str(method))
-            ax.plot(g["budget"], g[metric], marker="o", label=method_label(str(method)), color=c)
+            ax.plot(
+                g["budget"],
+                g[metric],
+                marker="o",
+                label=(labels or {}).get(str(method), str(method)),
+                color=c,
+            )
             if paper is None:
                 continue
             for b in g["budget"]:

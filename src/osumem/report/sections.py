@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import pandas as pd
 
 from osumem.evaluate.defaults import N_PERMUTATIONS
+from osumem.evaluate.methods import ResolvedMethod, read_method_table
 from osumem.evaluate.metrics import recall_by_distance, summarise
 from osumem.evaluate.stats import (
     compare,
@@ -65,45 +66,21 @@ def paper_benchmark(benchmark: str) -> str:
     return b
 
 
-def _is_oracle(label: str) -> bool:
-    from osumem.retrieve.registry import get_class, get_spec
-
-    name = label.split("[", 1)[0]
-    try:
-        get_spec(name)
-        return bool(get_class(name).is_oracle)
-    except Exception:
-        return False
+MethodTable = Mapping[str, ResolvedMethod]
 
 
-@lru_cache(maxsize=256)
-def registered_alias(label: str) -> str:
-    """The registered method a spec label is configured identically to (e.g.
-    ``osumem[max_memberships=1]`` → ``osumem_disjoint``), so the paper's numbers for that
-    method apply; the label's own name when no registered method matches."""
-    from osumem.evaluate.runner import parse_method_runs
-    from osumem.retrieve.registry import available, get_spec, make_config
-
-    if "[" not in label:
-        return label
-    try:
-        (run,) = parse_method_runs([label])
-        cfg = make_config(run.method, run.params)
-        target = get_spec(run.method).target
-        for name in [run.method, *available()]:
-            if get_spec(name).target == target and make_config(name) == cfg:
-                return name
-    except Exception:
-        return label
-    return label
+def methods_of(labels: Sequence[str], methods: MethodTable | None = None) -> MethodTable:
+    """``methods`` (the rows' method table) when given, else ``labels`` resolved as
+    specs (:func:`~osumem.evaluate.methods.read_method_table` without a table)."""
+    return methods if methods is not None else read_method_table({}, labels)
 
 
-def method_label(label: str) -> str:
-    """A method's label for a table: its spec, ``(= alias)`` when a spec matches a
-    registered variant, and ``(oracle)`` for oracle methods."""
-    alias = registered_alias(label)
-    text = label + (f" (= {alias})" if alias != label else "")
-    return text + (" (oracle)" if _is_oracle(label) else "")
+def _paper_for(
+    bench_key: str, info: ResolvedMethod, budget: int | None, metric: str, fmt: str = ".3f"
+) -> str:
+    """The paper's number for a method, only when it is configured like the registered
+    method the paper reports (its alias)."""
+    return "–" if info.alias is None else paper_cell(bench_key, info.alias, budget, metric, fmt)
 
 
 def read_dir(results: Path) -> dict[str, pd.DataFrame]:
@@ -130,9 +107,11 @@ def comparison_section(
     bench_key: str,
     settings: ReportSettings,
     metrics: tuple[str, ...] = ("recall", "hit2"),
+    methods: MethodTable | None = None,
 ) -> str:
     """Methods × metrics at one budget, paper beside ours, p-values against the
-    reference (episode level first: the paper's n is episodes; query level beside)."""
+    reference (episode level first: the paper's n is episodes; query level beside).
+    ``methods``: the rows' method table (resolved from the labels when absent)."""
     sub = rows[rows["method"].isin(exp_methods) & (rows["budget"] == budget)]
     if sub.empty or reference not in set(sub["method"]):
         return f"_No rows for the reference {reference!r} at B = {budget}._\n"
@@ -145,6 +124,7 @@ def comparison_section(
         seed=settings.seed,
     ).table
     means = summarise(sub).set_index("method")
+    info = methods_of(list(dict.fromkeys(sub["method"])), methods)
     head = ["method"]
     for m in metrics:
         head += [f"{METRIC_NAMES[m]}", "paper"]
@@ -153,23 +133,23 @@ def comparison_section(
     head += ["paper p", "queries"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for method in [m for m in exp_methods if m in means.index]:
-        name = method_label(method)
-        alias = registered_alias(method)
+        mi = info[method]
+        name = mi.display()
         cells = [f"**{name}**" if method == reference else name]
         for m in metrics:
-            cells += [f"{means.loc[method, m]:.3f}", paper_cell(bench_key, alias, budget, m)]
+            cells += [f"{means.loc[method, m]:.3f}", _paper_for(bench_key, mi, budget, m)]
         for m in metrics:
             if method == reference:
                 cells += ["ref", "ref"]
                 continue
             r = cmp[(cmp["method"] == method) & (cmp["metric"] == m)].iloc[0]
             cells += [format_p(r["p_episode"]), format_p(r["p_query"])]
-        pp = [paper_cell(bench_key, alias, budget, f"p_{m}", "p") for m in metrics]
+        pp = [_paper_for(bench_key, mi, budget, f"p_{m}", "p") for m in metrics]
         pp_text = " / ".join(pp) if any(p != "–" for p in pp) else "–"
         if pp_text == "–":
-            pp_text = paper_cell(bench_key, alias, budget, "p_vs_reference")
+            pp_text = _paper_for(bench_key, mi, budget, "p_vs_reference")
         if method == reference:
-            pp_text = paper_cell(bench_key, alias, budget, "p_vs_baselines")
+            pp_text = _paper_for(bench_key, mi, budget, "p_vs_baselines")
         cells += [pp_text, str(int(means.loc[method, "n"]))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -183,10 +163,12 @@ def sweep_section(
     bench_key: str,
     settings: ReportSettings,
     metrics: tuple[str, ...] = ("recall", "hit2"),
+    methods: MethodTable | None = None,
 ) -> str:
     """Per metric: methods × budgets, each cell "ours (episode-level p vs reference)",
     with the paper's number in brackets where it has one."""
     sub = rows[rows["method"].isin(exp_methods)]
+    info = methods_of(list(dict.fromkeys(sub["method"])), methods)
     budgets = sorted(sub["budget"].unique())
     means = summarise(sub).set_index(["method", "budget"])
     out = []
@@ -195,7 +177,7 @@ def sweep_section(
         head = ["method", *[f"B={b}" for b in budgets]]
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for method in [x for x in exp_methods if x in set(sub["method"])]:
-            cells = [method_label(method)]
+            cells = [info[method].display()]
             for b in budgets:
                 if (method, b) not in means.index:
                     cells.append("–")
@@ -213,7 +195,7 @@ def sweep_section(
                         seed=settings.seed,
                     )
                     text += f" ({format_p(p)})"
-                paper = paper_cell(bench_key, registered_alias(method), int(b), m)
+                paper = _paper_for(bench_key, info[method], int(b), m)
                 if paper != "–":
                     text += f" [{paper}]"
                 cells.append(text)
