@@ -46,3 +46,12 @@ def sbert_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Real-data and SBERT tests are slow too (``-m "not slow"`` leaves them out; the
+    default run keeps them)."""
+    for item in items:
+        real_data = "shared_data" in getattr(item, "fixturenames", ())
+        if real_data or item.get_closest_marker("data") or item.get_closest_marker("sbert"):
+            item.add_marker(pytest.mark.slow)
