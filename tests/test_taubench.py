@@ -292,11 +292,20 @@ def test_prefixing_removes_cross_source_sharing(tmp_path) -> None:
     assert rates[False]["either"] >= max(rates[False]["entity"], rates[False]["signature"])
 
 
-def test_calls_alone_is_the_default_and_200_chars_the_sensitivity_variant() -> None:
-    from osumem.bench.taubench_report import default_variants
+def test_calls_alone_is_the_default_and_200_chars_the_sensitivity_variant(tmp_path) -> None:
+    from osumem.bench.taubench_report import build_taubench, default_variants
 
-    assert TauBenchConfig().max_observation_chars == 0
-    variants = {v.name: dict(v.changes) for v in default_variants(["flat"])}
-    assert variants["taubench_obs200"] == {"max_observation_chars": 200}
-    assert all(name.startswith("taubench") for name in variants)
-    assert "max_observation_chars" not in variants["taubench"]
+    data = _tiny_file(tmp_path)
+    small = {"n_episodes": 2, "min_steps": 60, "max_steps": 100, "min_query_distance": 30}
+    texts = {}
+    for v in default_variants(["flat"]):
+        if v.name not in ("taubench", "taubench_obs200"):
+            continue
+        cfg = TauBenchConfig(**small).replace(**dict(v.changes))
+        eps, _ = build_taubench(data, cfg, [0], encoder="hashing")
+        view = eps[0][1].view
+        texts[v.name] = [t for t, r in zip(view.texts, view.roles, strict=True) if r == "tool"]
+    # the default keeps the call and none of the response (only the cut marker)
+    assert texts["taubench"]
+    assert all(t.startswith("call: cancel(") and "ok" not in t for t in texts["taubench"])
+    assert all(t.endswith("result: ok") for t in texts["taubench_obs200"])
