@@ -92,7 +92,7 @@ def register(main: click.Group, bench: click.Group) -> None:
         overrides: tuple[str, ...],
         quiet: bool,
     ) -> None:
-        """tau-bench (SPEC §6.2): concatenated airline trajectories, focal evidence far
+        """tau-bench: concatenated airline trajectories, focal evidence far
         from the query. Benchmark knobs: --set taubench.<param>=value (TauBenchConfig).
         --methods ALL (default) runs every registered non-oracle method."""
         from osumem.bench.taubench import TauBenchConfig

@@ -1,4 +1,4 @@
-"""CLI plugin: ``osumem bench toolbench`` and ``osumem reproduce toolbench`` (SPEC §6.3).
+"""CLI plugin: ``osumem bench toolbench`` and ``osumem reproduce toolbench``.
 
 Heavy libraries (SBERT, pandas) are imported inside the commands.
 """
@@ -91,7 +91,7 @@ def register(main: click.Group, bench: click.Group) -> None:
         overrides: tuple[str, ...],
         quiet: bool,
     ) -> None:
-        """The ToolBench planted-evidence probe (SPEC §6.3): per seed 200 episodes of
+        """The ToolBench planted-evidence probe: per seed 200 episodes of
         ~500 steps (75% confounders from the 30 nearest-query trajectories), k evidence
         steps at evenly spaced positions, the target query embedded verbatim (SBERT).
         Benchmark knobs: --set toolbench.<param>=value (see ToolBenchConfig)."""

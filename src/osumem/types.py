@@ -1,4 +1,4 @@
-"""The data model (SPEC §2): steps, the columnar memory view, queries and episodes.
+"""The data model: steps, the columnar memory view, queries and episodes.
 
 Every retrieval method reads the same :class:`MemoryView`: one float32 embedding matrix
 (rows L2-normalised, so cosine is a dot product), one token-cost array and the annotation
@@ -21,7 +21,7 @@ from osumem.errors import DimensionError, InvalidInputError, NonFiniteError
 FloatMatrix = NDArray[np.float32]
 IntArray = NDArray[np.int64]
 
-#: Cell labels (SPEC §7): T+ when the evidence pairwise shares a tool signature,
+#: Cell labels: T+ when the evidence pairwise shares a tool signature,
 #: E+ when it pairwise shares an entity.
 CELLS: tuple[str, ...] = ("T+E+", "T+E-", "T-E+", "T-E-")
 

@@ -1,4 +1,4 @@
-"""Stage D augmentation (SPEC §6.2, paper Appendix D): multi-burst copies of evidence.
+"""Stage D augmentation (paper Appendix D): multi-burst copies of evidence.
 
 Each focal evidence step of every query is replicated as ``copies`` scattered copies
 that inherit its annotations (entities, tool action and signature, subgoal, namespace,

@@ -1,4 +1,4 @@
-"""The synthetic benchmark (SPEC §6.1): seeded episodes with basis-vector embeddings.
+"""The synthetic benchmark: seeded episodes with basis-vector embeddings.
 
 Each episode has background steps and a few *semantic events*. Every factor value
 (event, entity, tool action, subgoal) is a basis vector of R^d chosen at random per
@@ -266,7 +266,7 @@ def generate(cfg: SyntheticConfig, seed: int) -> Iterator[Episode]:
 
 
 def construction_stats(episodes: list[Episode]) -> dict[str, float]:
-    """The benchmark's own construction statistics (SPEC §6.1 reports 197 / 907 /
+    """The benchmark's own construction statistics (the paper reports 197 / 907 /
     39.3% / 83.4%): valid episodes, queries, mean evidence, and the shares of queries
     whose evidence all shares one tool signature, or one tool action."""
     queries = [(ep, q) for ep in episodes for q in ep.queries]

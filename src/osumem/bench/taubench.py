@@ -1,4 +1,4 @@
-"""The tau-bench benchmark (SPEC §6.2): trajectories concatenated into long episodes.
+"""The tau-bench benchmark: trajectories concatenated into long episodes.
 
 Each episode is built around one focal source (a trajectory with at least
 ``min_evidence`` matched ground-truth actions, focal sources taken in a seeded order)
@@ -262,7 +262,7 @@ def cross_source_sharing(view: MemoryView) -> dict[str, int]:
 
     With namespace prefixing on, annotations of different sources never coincide, so
     every count but ``pairs`` is 0; with it off, generic strings (a cabin class, a
-    count, a tool template) link unrelated tasks (SPEC §3). Vectorised over the
+    count, a tool template) link unrelated tasks. Vectorised over the
     step × annotation incidence matrix.
     """
     n = view.n

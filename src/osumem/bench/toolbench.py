@@ -1,4 +1,4 @@
-"""The ToolBench planted-evidence probe (SPEC §6.3).
+"""The ToolBench planted-evidence probe.
 
 Per episode: a target trajectory with at least ``k`` tool calls (``k`` =
 ``evidence_size``); ``k`` of its non-boilerplate tool calls are the evidence. The
@@ -17,7 +17,7 @@ Unrelated steps are drawn without replacement. Every step keeps its source traje
 as namespace. Entities and tool signatures are *not* prefixed by default, so a
 confounder calling the evidence's API (or passing the same argument value) shares its
 tool (entity) OSU, as in the paper's probe; ``namespace_prefix=True`` prefixes them
-with the source trajectory (SPEC §3's tau-bench concatenation rule), so strings never
+with the source trajectory (the tau-bench concatenation rule), so strings never
 bridge trajectories (a sensitivity setting here).
 
 Every distinct step text and every query is embedded once (:func:`build_corpus`);
@@ -57,7 +57,7 @@ class ToolBenchConfig(FrozenConfig):
     #: which step roles enter the pool (ours: tool calls and assistant text)
     step_roles: tuple[str, ...] = ("tool", "assistant")
     #: prefix entities and tool signatures with the source trajectory. Off by default:
-    #: SPEC §3 prescribes prefixing for the tau-bench concatenation only, and the
+    #: The paper prescribes prefixing for the tau-bench concatenation only, and the
     #: paper's ToolBench membership (2.16 vs .87, 13.2% evicted) needs evidence to
     #: share OSUs with confounders of the same API (docs/decisions.md). True is kept
     #: as a sensitivity setting.

@@ -1,4 +1,4 @@
-"""The ToolBench tables (SPEC §6.3, §8): main overlap-vs-disjoint table, β sweep,
+"""The ToolBench tables: main overlap-vs-disjoint table, β sweep,
 evidence-size sweep, evidence-OSU membership/eviction and coarse-routing recall, each
 beside the paper's numbers, plus clearly labelled sensitivity runs (namespace prefix on,
 a larger Δ_gap) that are never used to pick defaults.
@@ -43,14 +43,14 @@ class Sensitivity:
     method_params: Mapping[str, Any] = field(default_factory=dict)
 
 
-#: Sensitivity runs (never used to pick defaults): the SPEC §3 tau-bench prefixing rule
+#: Sensitivity runs (never used to pick defaults): the tau-bench prefixing rule
 #: applied to ToolBench, the similarity view over every step (so no evidence step can be
 #: left without an OSU under overlap, as the paper reports), and Δ_gap = 16 (Δ_ent = 128 ≥ the ~126-step evidence spacing,
 #: Δ_tool = 32, Δ_sg = 16), which lets entity OSUs link evidence steps.
 DEFAULT_SENSITIVITY: tuple[Sensitivity, ...] = (
     Sensitivity(
         name="toolbench_sens_prefix_on",
-        label="namespace prefix on (SPEC §3 tau-bench rule)",
+        label="namespace prefix on (the tau-bench concatenation rule)",
         bench_changes={"namespace_prefix": True},
     ),
     Sensitivity(
@@ -285,7 +285,7 @@ def reproduce(
     reach = pd.read_parquet(out / "analysis" / "toolbench_reach.parquet")
     flat = main[main["method"] == "flat"].groupby("budget")["recall"].mean()
     parts = [
-        "# ToolBench planted-evidence probe (SPEC §6.3): ours beside the paper",
+        "# ToolBench planted-evidence probe: ours beside the paper",
         "",
         f"Seeds {list(seeds)}, {cfg.n_episodes} episodes each, k = {cfg.evidence_size}, "
         f"β = .12, namespace_prefix = {cfg.namespace_prefix}. Construction: "

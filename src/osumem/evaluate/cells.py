@@ -1,4 +1,4 @@
-"""Cell labels T±E± from annotations alone (SPEC §7).
+"""Cell labels T±E± from annotations alone.
 
 T+ when every pair of evidence steps shares an (identical, non-empty) tool signature;
 E+ when every pair shares at least one entity. The any-binding marginal is T+ or E+.

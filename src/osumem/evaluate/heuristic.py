@@ -1,4 +1,4 @@
-"""The metadata heuristic (SPEC §7): predict from annotations alone whether overlap will
+"""The metadata heuristic: predict from annotations alone whether overlap will
 help on a corpus.
 
 For every query the cell is computed from the evidence steps' annotations

@@ -1,4 +1,4 @@
-"""Retrieval metrics (SPEC §7): Hit@1, Hit@2, Recall, recall by temporal distance.
+"""Retrieval metrics: Hit@1, Hit@2, Recall, recall by temporal distance.
 
 Per-query values are computed once, into result rows; every table reads the rows.
 """

@@ -1,4 +1,4 @@
-"""Significance tests and confidence intervals (SPEC §7).
+"""Significance tests and confidence intervals.
 
 Everything here reads per-query result rows or plain arrays of paired differences:
 

@@ -1,4 +1,4 @@
-"""The paper's published numbers (SPEC §8), as data, to print beside ours.
+"""The paper's published numbers, as data, to print beside ours.
 
 Keys are ``(benchmark, item, budget, metric)``: ``item`` is a registered method name, a
 cell label (``"T+E+"``) or a contrast (``"osumem-flat"``); ``budget`` is ``None`` where
@@ -27,7 +27,7 @@ PAPER: dict[PaperKey, float] = {
     ("synthetic", "osumem_sim_only", 256, "hit2"): 0.014,
     ("synthetic", "osumem_no_novelty", 256, "p_recall"): 0.307,
     ("synthetic", "osumem_no_novelty", 256, "p_hit2"): 0.876,
-    # Benchmark construction (counts and sharing rates; SPEC §6)
+    # Benchmark construction (counts and sharing rates)
     ("synthetic", "construction", None, "episodes_with_queries"): 197.0,
     ("synthetic", "construction", None, "queries"): 907.0,
     ("synthetic", "construction", None, "share_identical_signature"): 0.393,

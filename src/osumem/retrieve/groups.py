@@ -100,7 +100,7 @@ def group_argmax(values: NDArray[Any], group_ids: NDArray[Any], n_groups: int) -
 
 
 def coarse_k(budget: int, mean_group_cost: float, ratio: float) -> int:
-    """K = ⌈ρ·B / mean group cost⌉ (SPEC §5, ρ = ``ratio``), at least 1."""
+    """K = ⌈ρ·B / mean group cost⌉ (ρ = ``ratio``), at least 1."""
     if mean_group_cost <= 0:
         return 1
     return max(1, math.ceil(ratio * budget / mean_group_cost))
