@@ -52,3 +52,14 @@ def test_cells_from_annotations():
     assert cell_of(v, (0, 2)) == "T-E-"
     assert cell_of(v, (0, 3)) == "T-E+"
     assert cell_of(v, (1, 0, 2)) == "T-E-"
+
+
+def test_metric_objects_carry_name_and_per_query_function():
+    from osumem.evaluate.metrics import METRICS, Hit, Recall, metric_name
+
+    assert list(METRICS) == ["recall", "hit1", "hit2"]
+    assert [metric_name(k) for k in METRICS] == ["Recall", "Hit@1", "Hit@2"]
+    assert Hit(3).of(2, 4) == 0.0 and Hit(3).of(3, 4) == 1.0 and Hit(3).key == "hit3"
+    assert Recall.of(1, 4) == 0.25 and Recall.of(0, 0) == 0.0
+    s = score_query(np.array([1, 2, 5]), (1, 2, 3), t=9)
+    assert [getattr(s, k) for k in METRICS] == [m.of(2, 3) for m in METRICS.values()]

@@ -1,12 +1,15 @@
 """Retrieval metrics: Hit@1, Hit@2, Recall, recall by temporal distance.
 
-Per-query values are computed once, into result rows; every table reads the rows.
+Each metric is a :class:`Metric` object (in the spirit of ir_measures): its row column,
+its display name and its per-query function of (evidence found, evidence total).
+:data:`METRICS` lists them; per-query values are computed once, into result rows, and
+every table reads the rows.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +18,43 @@ from numpy.typing import NDArray
 
 #: Temporal-distance buckets (steps between an evidence step and the query time).
 DISTANCE_EDGES: tuple[int, ...] = (0, 50, 100, 200)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A per-query retrieval metric.
+
+    Attributes:
+        key: the result-row column holding it.
+        name: how tables and figures name it.
+        of: its value for one query from ``(evidence steps found, evidence steps)``.
+    """
+
+    key: str
+    name: str
+    of: Callable[[int, int], float]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def Hit(k: int) -> Metric:
+    """Hit@k: 1 when at least ``k`` evidence steps were retrieved (a query with fewer
+    than ``k`` evidence steps cannot hit at ``k``)."""
+    return Metric(f"hit{k}", f"Hit@{k}", lambda found, total: float(found >= k))
+
+
+#: Recall: the fraction of the query's evidence steps retrieved (0 without evidence).
+Recall = Metric("recall", "Recall", lambda found, total: found / total if total else 0.0)
+
+#: Every metric the result rows carry, in table order.
+METRICS: dict[str, Metric] = {m.key: m for m in (Recall, Hit(1), Hit(2))}
+
+
+def metric_name(key: str) -> str:
+    """The display name of a metric column (the key itself when it is no metric)."""
+    m = METRICS.get(key)
+    return m.name if m is not None else key
 
 
 @dataclass(frozen=True)
@@ -42,9 +82,9 @@ def score_query(selected: NDArray[np.int64], evidence: Sequence[int], t: int) ->
     n_found = int(found.sum())
     n_ev = int(ev.size)
     return QueryScore(
-        hit1=float(n_found >= 1),
-        hit2=float(n_found >= 2),
-        recall=n_found / n_ev if n_ev else 0.0,
+        hit1=METRICS["hit1"].of(n_found, n_ev),
+        hit2=METRICS["hit2"].of(n_found, n_ev),
+        recall=METRICS["recall"].of(n_found, n_ev),
         n_evidence=n_ev,
         n_found=n_found,
         ev_distance=tuple(int(t - e) for e in ev),
@@ -76,14 +116,9 @@ def recall_by_distance(rows: pd.DataFrame, edges: Sequence[int] = DISTANCE_EDGES
 
 
 def summarise(rows: pd.DataFrame) -> pd.DataFrame:
-    """Mean Recall, Hit@1, Hit@2 and query count per method and budget."""
+    """Mean of every metric (:data:`METRICS`) and query count per method and budget."""
     g = rows.groupby(["method", "budget"], sort=False)
-    out = g.agg(
-        recall=("recall", "mean"),
-        hit1=("hit1", "mean"),
-        hit2=("hit2", "mean"),
-        n=("recall", "size"),
-    )
+    out = g.agg(**{k: (k, "mean") for k in METRICS}, n=("recall", "size"))
     return out.reset_index()
 
 
@@ -92,9 +127,7 @@ def summary_json(rows: pd.DataFrame) -> dict[str, dict[str, dict[str, float]]]:
     out: dict[str, dict[str, dict[str, float]]] = {}
     for rec in summarise(rows).itertuples(index=False):
         out.setdefault(str(rec.method), {})[str(int(rec.budget))] = {
-            "recall": round(float(rec.recall), 6),
-            "hit1": round(float(rec.hit1), 6),
-            "hit2": round(float(rec.hit2), 6),
+            **{k: round(float(getattr(rec, k)), 6) for k in METRICS},
             "n": int(rec.n),
         }
     return out

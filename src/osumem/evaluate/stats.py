@@ -31,6 +31,7 @@ from scipy import stats as sps
 
 from osumem.errors import ConfigError, InvalidInputError
 from osumem.evaluate.defaults import N_PERMUTATIONS
+from osumem.evaluate.metrics import metric_name
 
 #: Rows of one query are identified by these columns (a query id is unique per episode).
 QUERY_KEY: tuple[str, ...] = ("benchmark", "seed", "episode", "query")
@@ -335,9 +336,6 @@ def paired_test(
     return float(diffs["d"].mean()), p, len(diffs)
 
 
-METRIC_NAMES: dict[str, str] = {"recall": "Recall", "hit1": "Hit@1", "hit2": "Hit@2"}
-
-
 def format_p(p: float) -> str:
     """A p-value as a table shows it: three decimals, ``<.001`` below that."""
     if p != p:  # NaN
@@ -370,7 +368,7 @@ class Comparison:
         lines = [head]
         for r in self.table.itertuples(index=False):
             lines.append(
-                f"| {r.method} | {METRIC_NAMES.get(r.metric, r.metric)} | {r.ref_mean:.3f} | "
+                f"| {r.method} | {metric_name(r.metric)} | {r.ref_mean:.3f} | "
                 f"{r.mean:.3f} | {r.diff:+.3f} | [{r.ci_low:+.3f}, {r.ci_high:+.3f}] | "
                 f"{format_p(r.p_query)} | {format_p(r.p_episode)} | "
                 f"{r.n_queries} / {r.n_episodes} |"

@@ -39,9 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from osumem.errors import ConfigError, OSUMemError
+from osumem.evaluate.metrics import METRICS as ALL_METRICS
 
 KINDS: tuple[str, ...] = ("comparison", "sweep", "ablation", "efficiency")
-METRICS: tuple[str, ...] = ("recall", "hit1", "hit2")
+METRICS: tuple[str, ...] = tuple(ALL_METRICS)
 _KEYS: dict[str, type | tuple[type, ...]] = {
     "name": str,
     "title": str,

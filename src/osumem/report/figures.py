@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from osumem.evaluate.metrics import summarise
+from osumem.evaluate.metrics import metric_name, summarise
 
 
 def _plt():
@@ -50,7 +50,6 @@ def budget_curves(
     colour = colours(list(dict.fromkeys(rows["method"])))
     any_paper = False
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4), squeeze=False)
-    names = {"recall": "Recall", "hit1": "Hit@1", "hit2": "Hit@2"}
     for ax, metric in zip(axes[0], metrics, strict=True):
         for method, g in s.groupby("method", sort=False):
             g = g.sort_values("budget")
@@ -73,7 +72,7 @@ def budget_curves(
         ax.set_xticks(sorted(s["budget"].unique()))
         ax.set_xticklabels([str(b) for b in sorted(s["budget"].unique())])
         ax.set_xlabel("token budget B")
-        ax.set_ylabel(names.get(metric, metric))
+        ax.set_ylabel(metric_name(metric))
         ax.grid(alpha=0.3)
     if any_paper:
         axes[0][-1].plot([], [], marker="*", mfc="none", color="grey", ls="", label="paper")

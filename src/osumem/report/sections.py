@@ -11,7 +11,7 @@ import pandas as pd
 
 from osumem.evaluate.defaults import N_PERMUTATIONS
 from osumem.evaluate.methods import ResolvedMethod, read_method_table
-from osumem.evaluate.metrics import recall_by_distance, summarise
+from osumem.evaluate.metrics import metric_name, recall_by_distance, summarise
 from osumem.evaluate.stats import (
     compare,
     format_p,
@@ -22,8 +22,6 @@ from osumem.evaluate.stats import (
 )
 from osumem.report.paper import paper_cell, paper_value
 from osumem.types import CELLS
-
-METRIC_NAMES = {"recall": "Recall", "hit1": "Hit@1", "hit2": "Hit@2"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,9 +125,9 @@ def comparison_section(
     info = methods_of(list(dict.fromkeys(sub["method"])), methods)
     head = ["method"]
     for m in metrics:
-        head += [f"{METRIC_NAMES[m]}", "paper"]
+        head += [f"{metric_name(m)}", "paper"]
     for m in metrics:
-        head += [f"p {METRIC_NAMES[m]} (episode)", f"p {METRIC_NAMES[m]} (query)"]
+        head += [f"p {metric_name(m)} (episode)", f"p {metric_name(m)} (query)"]
     head += ["paper p", "queries"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for method in [m for m in exp_methods if m in means.index]:
@@ -173,7 +171,7 @@ def sweep_section(
     means = summarise(sub).set_index(["method", "budget"])
     out = []
     for m in metrics:
-        out.append(f"**{METRIC_NAMES[m]}** — ours (p vs {reference}, episode level) [paper]\n")
+        out.append(f"**{metric_name(m)}** — ours (p vs {reference}, episode level) [paper]\n")
         head = ["method", *[f"B={b}" for b in budgets]]
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for method in [x for x in exp_methods if x in set(sub["method"])]:
@@ -370,7 +368,7 @@ def observed_overlap_section(rows: pd.DataFrame, budget: int, settings: ReportSe
                 n_permutations=settings.n_permutations,
                 seed=settings.seed,
             )
-            parts.append(f"{METRIC_NAMES[m]} {diff:+.3f} (p {format_p(p)})")
+            parts.append(f"{metric_name(m)} {diff:+.3f} (p {format_p(p)})")
         lines.append(f"- {a} − {b}: " + ", ".join(parts) + f"; {n} episodes")
     if not lines:
         return ""

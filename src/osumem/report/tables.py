@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from osumem.evaluate.metrics import summarise
+from osumem.evaluate.metrics import METRICS, metric_name, summarise
 
 
 def summary_frame(rows: pd.DataFrame) -> pd.DataFrame:
@@ -13,7 +13,7 @@ def summary_frame(rows: pd.DataFrame) -> pd.DataFrame:
     wide = s.pivot(index="method", columns="budget", values=["recall", "hit1", "hit2"])
     wide = wide.swaplevel(0, 1, axis=1).sort_index(axis=1, level=0, sort_remaining=False)
     order = list(dict.fromkeys(rows["method"]))
-    metrics = ["recall", "hit1", "hit2"]
+    metrics = list(METRICS)
     budgets = sorted(s["budget"].unique())
     cols = [(b, m) for b in budgets for m in metrics]
     return wide.reindex(index=order, columns=pd.MultiIndex.from_tuples(cols))
@@ -22,9 +22,8 @@ def summary_frame(rows: pd.DataFrame) -> pd.DataFrame:
 def summary_table(rows: pd.DataFrame) -> str:
     """The Recall / Hit@1 / Hit@2 table per method and budget as aligned text."""
     frame = summary_frame(rows)
-    names = {"recall": "Recall", "hit1": "Hit@1", "hit2": "Hit@2"}
     header1 = ["method"] + [f"B={b}" for b, _ in frame.columns]
-    header2 = [""] + [names[m] for _, m in frame.columns]
+    header2 = [""] + [metric_name(m) for _, m in frame.columns]
     body = [[str(idx)] + [f"{v:.3f}" for v in frame.loc[idx]] for idx in frame.index]
     n = (
         rows.groupby("method", sort=False).size()
