@@ -28,7 +28,7 @@ import pandas as pd
 from osumem.evaluate.crosstab import crosstab, interaction
 from osumem.evaluate.defaults import N_PERMUTATIONS, primary_budget
 from osumem.evaluate.stats import format_p, paired_test
-from osumem.report.paper import paper_cell
+from osumem.report.paper import paper_cell, paper_value
 
 BUDGETS: tuple[int, ...] = (64, 128, 256, 512)
 PRIMARY = primary_budget("taubench")
@@ -91,6 +91,15 @@ def _signed(v: float) -> str:
     return re.sub(r"^([+-])0\.", r"\1.", f"{v:+.3f}")
 
 
+def _paper(key: str, item: str, budget: int | None, metric: str, fmt: str = ".3f") -> str:
+    """The paper's number (:mod:`osumem.report.paper`) as these tables write it:
+    ``.171``, ``125``, ``3.5``; ``?`` when the paper has none."""
+    v = paper_value(key, item, budget, metric)
+    if v is None:
+        return "?"
+    return re.sub(r"^(-?)0\.", r"\1.", format(v, fmt))
+
+
 def _mean(rows: pd.DataFrame, method: str, budget: int, metric: str) -> float:
     sub = rows[(rows["method"] == method) & (rows["budget"] == budget)]
     return float(sub[metric].mean()) if len(sub) else float("nan")
@@ -106,16 +115,21 @@ def summary_markdown(results: Path, *, n_permutations: int = N_PERMUTATIONS) -> 
     if main is not None:
         c = _construction(results, "taubench")
         cells = c.get("cells", {})
+        con = ("taubench", "construction", None)
         md += [
             "| count | ours | paper |",
             "|---|---|---|",
-            f"| episodes | {c.get('episodes', '?')} | 125 |",
-            f"| queries | {c.get('queries', '?')} | 328 |",
-            f"| mean evidence / query | {c.get('mean_evidence', float('nan')):.2f} | 3.5 |",
-            f"| T+E+ queries | {cells.get('T+E+', '?')} | 56 |",
-            f"| T-E+ queries | {cells.get('T-E+', '?')} | 44 |",
+            f"| episodes | {c.get('episodes', '?')} | {_paper(*con, 'episodes', '.0f')} |",
+            f"| queries | {c.get('queries', '?')} | {_paper(*con, 'queries', '.0f')} |",
+            f"| mean evidence / query | {c.get('mean_evidence', float('nan')):.2f} | "
+            f"{_paper(*con, 'mean_evidence', 'g')} |",
+            f"| T+E+ queries | {cells.get('T+E+', '?')} | "
+            f"{_paper('taubench', 'T+E+', None, 'n', '.0f')} |",
+            f"| T-E+ queries | {cells.get('T-E+', '?')} | "
+            f"{_paper('taubench', 'T-E+', None, 'n', '.0f')} |",
             f"| T+E- / T-E- queries | {cells.get('T+E-', '?')} / {cells.get('T-E-', '?')} | – |",
-            f"| share T+E+ | {c.get('share_T+E+', float('nan')):.3f} | .171 |",
+            f"| share T+E+ | {c.get('share_T+E+', float('nan')):.3f} | "
+            f"{_paper(*con, 'share_T+E+')} |",
             f"| GT actions matched exact / relaxed | {c.get('matched_exact', '?')} / "
             f"{c.get('matched_relaxed', '?')} of {c.get('gt_actions', '?')} | – |",
             "",
@@ -127,7 +141,7 @@ def summary_markdown(results: Path, *, n_permutations: int = N_PERMUTATIONS) -> 
             "**Sensitivity: tool responses kept up to 200 characters** "
             "(`max_observation_chars = 200`; the default is the call alone); "
             f"Flat Hit@2 at B = {PRIMARY}: {_mean(obs200, 'flat', PRIMARY, 'hit2'):.3f} "
-            "(paper .045).",
+            f"(paper {_paper('taubench', 'flat', PRIMARY, 'hit2')}).",
             "",
             *_crosstab_md(obs200, "taubench", n_permutations),
         ]
@@ -138,7 +152,10 @@ def summary_markdown(results: Path, *, n_permutations: int = N_PERMUTATIONS) -> 
             f"T+E+ Hit@2 osumem − flat at B = {PRIMARY}:",
             "",
         ]
-        for name, rows, paper in (("noisy mean", main, ".179"), ("single step", weak, ".143")):
+        for name, rows, paper in (
+            ("noisy mean", main, _paper("taubench", "T+E+", PRIMARY, "hit2_gap")),
+            ("single step", weak, _paper("taubench_weak", "T+E+", PRIMARY, "hit2_gap")),
+        ):
             ct = crosstab(rows, metrics=("hit2",), n_permutations=n_permutations)
             r = ct[(ct["cell"] == "T+E+") & (ct["budget"] == PRIMARY)]
             ours = (
@@ -149,7 +166,8 @@ def summary_markdown(results: Path, *, n_permutations: int = N_PERMUTATIONS) -> 
     norm = data.get("taubench_noisenorm")
     if norm is not None and main is not None:
         md += [
-            f"**Query-noise scaling**, Flat Hit@2 at B = {PRIMARY} (paper .045): σ per "
+            f"**Query-noise scaling**, Flat Hit@2 at B = {PRIMARY} "
+            f"(paper {_paper('taubench', 'flat', PRIMARY, 'hit2')}): σ per "
             f"coordinate {_mean(main, 'flat', PRIMARY, 'hit2'):.3f}; σ as the noise norm "
             f"{_mean(norm, 'flat', PRIMARY, 'hit2'):.3f}. OSU-Mem under the norm reading: "
             f"{_mean(norm, 'osumem', PRIMARY, 'hit2'):.3f}.",
@@ -240,10 +258,15 @@ def _stage_d_md(staged: pd.DataFrame, main: pd.DataFrame | None, n_perm: int) ->
             dq, de = f"{_signed(d1)} ({format_p(p1)})", f"{_signed(d2)} ({format_p(p2)})"
         pp = f" [{paper}]" if paper != "–" else ""
         out.append(f"| {m} | {h:.3f}{pp} | {before:.3f} | {dq} | {de} |")
+    key_p, gap = "taubench_staged", (key, "osumem-flat", PRIMARY)
     out += [
         "",
-        "Paper: osumem − flat +.107 query level, +.141 episode level (p = .001); "
-        "osumem − disjoint episode level p = .012; flat .045 → .328 with Stage D.",
+        f"Paper: osumem − flat +{_paper(*gap, 'hit2_gap')} query level, "
+        f"+{_paper(*gap, 'hit2_gap_episode')} episode level "
+        f"(p = {_paper(*gap, 'p_hit2_episode')}); osumem − disjoint episode level "
+        f"p = {_paper(key_p, 'osumem-osumem_disjoint', PRIMARY, 'p_hit2_episode')}; "
+        f"flat {_paper('taubench', 'flat', PRIMARY, 'hit2')} → "
+        f"{_paper(key, 'flat', PRIMARY, 'hit2')} with Stage D.",
         "",
     ]
     return out
