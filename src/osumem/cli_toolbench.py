@@ -22,9 +22,14 @@ from osumem.cli import (
 TOOLBENCH_DEFAULT_METHODS = "flat,osumem,osumem_coverage,osumem_coverage_disjoint"
 TOOLBENCH_DEFAULT_BUDGETS = "200,400,800,1600"
 TOOLBENCH_DEFAULT_SEEDS = "42,123,456"
-#: β values of the paper's sweep and evidence sizes of its sensitivity analysis.
-BETA_SWEEP: tuple[float, ...] = (0.04, 0.08, 0.12, 0.16, 0.20)
-EVIDENCE_SIZES: tuple[int, ...] = (2, 3, 4)
+
+#: ``--data``, shared by ``bench toolbench`` and ``reproduce toolbench``.
+DATA_OPTION = click.option(
+    "--data",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Directory with the ToolBench answer files (G1_*.json, G2_*.json).",
+)
 
 
 def load_episodes(data: Path, cfg: Any, seeds: list[int], *, encoder: Any = None) -> list:
@@ -64,12 +69,7 @@ def register(main: click.Group, bench: click.Group) -> None:
     """Add ``bench toolbench`` (and ``reproduce toolbench`` when the group exists)."""
 
     @bench.command("toolbench")
-    @click.option(
-        "--data",
-        type=click.Path(file_okay=False, path_type=Path),
-        required=True,
-        help="Directory with the ToolBench answer files (G1_*.json, G2_*.json).",
-    )
+    @DATA_OPTION
     @click.option(
         "--evidence-size",
         type=int,
@@ -125,12 +125,7 @@ def register(main: click.Group, bench: click.Group) -> None:
 
 
 @click.command("toolbench")
-@click.option(
-    "--data",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="Directory with the ToolBench answer files (G1_*.json, G2_*.json).",
-)
+@DATA_OPTION
 @click.option(
     "--out",
     type=click.Path(file_okay=False, path_type=Path),

@@ -24,10 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from osumem.bench.taubench import NOISE_MODES, QUERY_MODES, query_vector
+from osumem.bench.taubench import NOISE_MODES, QUERY_MODES, make_query
 from osumem.errors import ConfigError
-from osumem.evaluate.cells import cell_of
-from osumem.types import Episode, MemoryView, Query, l2_normalise
+from osumem.types import Episode, MemoryView, l2_normalise
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,23 +102,6 @@ def stage_d(episode: Episode, cfg: StageDConfig, seed: int) -> Episode:
         else:
             ev = [int(new_pos[e]) for e in q.evidence] + copies
         evidence = tuple(sorted(ev))
-        vec = query_vector(
-            new_view.embeddings,
-            evidence,
-            mode=cfg.query_mode,
-            noise=cfg.query_noise,
-            rng=rng,
-            noise_mode=cfg.query_noise_mode,
-        )
-        queries.append(
-            Query(
-                qid=q.qid,
-                vector=vec,
-                t=t_new,
-                evidence=evidence,
-                text=q.text,
-                cell=cell_of(new_view, evidence),
-            )
-        )
+        queries.append(make_query(new_view, evidence, cfg, rng, qid=q.qid, t=t_new, text=q.text))
     meta: dict[str, Any] = {**episode.meta, "stage_d": True, "copies": cfg.copies}
     return Episode(episode_id=episode.episode_id, view=new_view, queries=tuple(queries), meta=meta)

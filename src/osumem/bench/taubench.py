@@ -134,6 +134,31 @@ def query_vector(
     return l2_normalise(q)[0]
 
 
+def make_query(
+    view: MemoryView,
+    evidence: tuple[int, ...],
+    cfg: Any,
+    rng: np.random.Generator,
+    *,
+    qid: str,
+    t: int,
+    text: str,
+) -> Query:
+    """The query over ``evidence`` of ``view``: its vector (:func:`query_vector` with the
+    ``query_mode``, ``query_noise`` and ``query_noise_mode`` of ``cfg``) and its cell."""
+    vec = query_vector(
+        view.embeddings,
+        evidence,
+        mode=cfg.query_mode,
+        noise=cfg.query_noise,
+        rng=rng,
+        noise_mode=cfg.query_noise_mode,
+    )
+    return Query(
+        qid=qid, vector=vec, t=t, evidence=evidence, text=text, cell=cell_of(view, evidence)
+    )
+
+
 def source_views(sources: Sequence[TauSource], encoder: Encoder) -> list[MemoryView]:
     """Each source's view (embeddings and token costs from ``encoder``), encoding every
     text in one batch so a cached encoder sees it once."""
@@ -198,22 +223,15 @@ def build_episode(
     for k in chosen:
         src = sources[order[k]]
         evidence = tuple(int(starts[k]) + e for e in src.evidence)
-        q = query_vector(
-            view.embeddings,
-            evidence,
-            mode=cfg.query_mode,
-            noise=cfg.query_noise,
-            rng=rng,
-            noise_mode=cfg.query_noise_mode,
-        )
         queries.append(
-            Query(
+            make_query(
+                view,
+                evidence,
+                cfg,
+                rng,
                 qid=f"{episode_id}-{src.namespace}",
-                vector=q,
                 t=n,
-                evidence=evidence,
                 text=src.instruction,
-                cell=cell_of(view, evidence),
             )
         )
     return Episode(
