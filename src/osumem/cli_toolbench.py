@@ -18,10 +18,11 @@ from osumem.cli import (
     run_and_report,
     split_overrides,
 )
+from osumem.evaluate.defaults import BUDGETS, TOOLBENCH_METHODS, TOOLBENCH_SEEDS, as_option
 
-TOOLBENCH_DEFAULT_METHODS = "flat,osumem,osumem_coverage,osumem_coverage_disjoint"
-TOOLBENCH_DEFAULT_BUDGETS = "200,400,800,1600"
-TOOLBENCH_DEFAULT_SEEDS = "42,123,456"
+TOOLBENCH_DEFAULT_METHODS = as_option(TOOLBENCH_METHODS)
+TOOLBENCH_DEFAULT_BUDGETS = as_option(BUDGETS["toolbench"])
+TOOLBENCH_DEFAULT_SEEDS = as_option(TOOLBENCH_SEEDS)
 
 #: ``--data``, shared by ``bench toolbench`` and ``reproduce toolbench``.
 DATA_OPTION = click.option(

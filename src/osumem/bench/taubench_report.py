@@ -26,11 +26,12 @@ from typing import Any
 import pandas as pd
 
 from osumem.evaluate.crosstab import crosstab, interaction
+from osumem.evaluate.defaults import BUDGETS as PAPER_BUDGETS
 from osumem.evaluate.defaults import N_PERMUTATIONS, primary_budget
 from osumem.evaluate.stats import format_p, paired_test
 from osumem.report.paper import paper_cell, paper_value
 
-BUDGETS: tuple[int, ...] = (64, 128, 256, 512)
+BUDGETS: tuple[int, ...] = PAPER_BUDGETS["taubench"]
 PRIMARY = primary_budget("taubench")
 
 

@@ -19,9 +19,11 @@ from typing import Any
 
 import pandas as pd
 
+from osumem.evaluate.defaults import BUDGETS, TOOLBENCH_METHODS, TOOLBENCH_SEEDS
+
 OVERLAP = "osumem_coverage"
 DISJOINT = "osumem_coverage_disjoint"
-MAIN_METHODS: tuple[str, ...] = ("flat", "osumem", OVERLAP, DISJOINT)
+MAIN_METHODS: tuple[str, ...] = TOOLBENCH_METHODS
 
 
 def _paper(item: str, budget: int | None, metric: str) -> float | None:
@@ -207,10 +209,10 @@ def reproduce(
     data: Path,
     out: Path,
     *,
-    seeds: Sequence[int] = (42, 123, 456),
+    seeds: Sequence[int] = TOOLBENCH_SEEDS,
     episodes: int | None = None,
     sweep_episodes: int | None = 100,
-    budgets: Sequence[int] = (200, 400, 800, 1600),
+    budgets: Sequence[int] = BUDGETS["toolbench"],
     betas: Sequence[float] = (0.04, 0.08, 0.12, 0.16, 0.20),
     evidence_sizes: Sequence[int] = (2, 3, 4),
     sensitivity: Sequence[Sensitivity] = DEFAULT_SENSITIVITY,

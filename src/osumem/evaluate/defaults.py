@@ -11,6 +11,28 @@ N_PERMUTATIONS = 10_000
 PRIMARY_BUDGETS: dict[str, int] = {"synthetic": 256, "taubench": 256, "toolbench": 400}
 
 
+#: The paper's budgets per benchmark (what its tables report).
+BUDGETS: dict[str, tuple[int, ...]] = {
+    "synthetic": (64, 128, 256, 512),
+    "taubench": (64, 128, 256, 512),
+    "toolbench": (200, 400, 800, 1600),
+}
+
+#: The ToolBench probe: the paper's evaluation seeds and the four methods of its table.
+TOOLBENCH_SEEDS: tuple[int, ...] = (42, 123, 456)
+TOOLBENCH_METHODS: tuple[str, ...] = (
+    "flat",
+    "osumem",
+    "osumem_coverage",
+    "osumem_coverage_disjoint",
+)
+
+
+def as_option(values: tuple[object, ...]) -> str:
+    """A tuple of defaults as a comma-separated command-line value."""
+    return ",".join(str(v) for v in values)
+
+
 def primary_budget(benchmark: str, budgets: list[int] | None = None) -> int:
     """The paper's primary budget for ``benchmark`` (any name starting with a known
     benchmark, e.g. ``toolbench_beta``; 256 otherwise). With ``budgets``: that budget
