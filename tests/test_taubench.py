@@ -309,3 +309,33 @@ def test_calls_alone_is_the_default_and_200_chars_the_sensitivity_variant(tmp_pa
     assert texts["taubench"]
     assert all(t.startswith("call: cancel(") and "ok" not in t for t in texts["taubench"])
     assert all(t.endswith("result: ok") for t in texts["taubench_obs200"])
+
+
+@pytest.mark.slow  # six variants and the report
+def test_reproduce_taubench_happy_path(tmp_path) -> None:
+    import pandas as pd
+
+    from osumem.bench.taubench_report import default_variants, reproduce
+
+    out = tmp_path / "out"
+    cfg = TauBenchConfig(n_episodes=2, min_steps=60, max_steps=100, min_query_distance=30)
+    info = reproduce(
+        _tiny_file(tmp_path),
+        out,
+        all_methods=["flat", "osumem", "osumem_disjoint"],
+        jobs=1,
+        encoder="hashing",
+        n_permutations=99,
+        progress=False,
+        config=cfg,
+    )
+    for v in default_variants(["flat", "osumem", "osumem_disjoint"]):
+        rows = pd.read_parquet(out / f"{v.name}.parquet")
+        assert list(dict.fromkeys(rows["method"])) == list(v.methods)
+        meta = json.loads((out / f"{v.name}.json").read_text())
+        assert [m["label"] for m in meta["method_table"]] == list(v.methods)
+        assert meta["config"]["n_episodes"] == 2
+    summary = (out / "taubench_summary.md").read_text()
+    assert "| episodes | 2 | 125 |" in summary  # ours beside the paper's
+    assert (out / "report.md").read_text().rstrip().endswith(summary.rstrip())
+    assert info["report"] == str(out / "report.md")

@@ -378,11 +378,14 @@ def reproduce(
     n_permutations: int = N_PERMUTATIONS,
     progress: bool = True,
     build: Callable[..., Any] | None = None,
+    config: Any = None,
 ) -> dict[str, Any]:
     """Run every :func:`default_variants` run into ``out``, write ``report.md`` (with the
     tau-bench summary appended) and ``taubench_summary.md``; returns timings.
 
-    ``build`` is the episode builder (default :func:`build_taubench`).
+    ``build`` is the episode builder (default :func:`build_taubench`); ``config`` the
+    base :class:`~osumem.bench.taubench.TauBenchConfig` each variant changes (default:
+    the paper's construction).
     """
     from osumem import __version__
     from osumem.bench.taubench import TauBenchConfig
@@ -398,7 +401,7 @@ def reproduce(
     timings: dict[str, Any] = {}
     for v in default_variants(all_methods):
         t0 = time.perf_counter()
-        cfg = TauBenchConfig().replace(**dict(v.changes))
+        cfg = (config if config is not None else TauBenchConfig()).replace(**dict(v.changes))
         if episodes is not None:
             cfg = cfg.replace(n_episodes=episodes)
         runs = parse_method_runs(list(v.methods))
