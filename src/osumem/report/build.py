@@ -71,7 +71,7 @@ def build_report(
         ]
     md: list[str] = ["# OSU-Mem results report", ""]
     md.append(
-        f"Results directory: `{results}`. Paper numbers: arXiv 2606.28376."
+        f"Results directory: `{results}`. Paper numbers: arXiv 2606.28376. "
         f"All p-values: paired sign-flip permutation tests, two-sided, "
         f"{settings.n_permutations} permutations, seed {settings.seed}; "
         "per-seed p-values Fisher-combined.\n"
