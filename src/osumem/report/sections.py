@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from osumem.evaluate.crosstab import crosstab
 from osumem.evaluate.defaults import N_PERMUTATIONS
 from osumem.evaluate.methods import ResolvedMethod, read_method_table
 from osumem.evaluate.metrics import metric_name, recall_by_distance, summarise
@@ -18,7 +19,6 @@ from osumem.evaluate.stats import (
     interaction_test,
     paired_differences,
     paired_test,
-    seed_combined_p,
 )
 from osumem.report.paper import paper_cell, paper_value
 from osumem.types import CELLS
@@ -241,11 +241,6 @@ def distance_section(rows: pd.DataFrame, budget: int) -> tuple[str, pd.DataFrame
     return "\n".join(lines) + "\n", bd
 
 
-def _p_from_diffs(diffs: pd.DataFrame, settings: ReportSettings) -> float:
-    """Sign-flip p of paired differences (column ``d``), per seed, Fisher-combined."""
-    return seed_combined_p(diffs, n_permutations=settings.n_permutations, seed=settings.seed)
-
-
 def crosstab_section(rows: pd.DataFrame, *, bench_key: str, settings: ReportSettings) -> str:
     """Per cell and budget: OSU-Mem − baseline Hit@2 and Recall with query-level p,
     then the method × cell interaction test per budget."""
@@ -266,18 +261,27 @@ def crosstab_section(rows: pd.DataFrame, *, bench_key: str, settings: ReportSett
         for b in budgets
         for m in ("hit2", "recall")
     }
+    ct = crosstab(
+        rows,
+        method=ref,
+        baseline=base,
+        metrics=("hit2", "recall"),
+        n_permutations=settings.n_permutations,
+        seed=settings.seed,
+    ).set_index(["cell", "metric", "budget"])
     for cell in CELLS:
-        n = int((per_b[(int(budgets[0]), "hit2")]["cell"] == cell).sum())
-        if n == 0:
+        if (cell, "hit2", int(budgets[0])) not in ct.index:
             continue
+        n = int(ct.loc[(cell, "hit2", int(budgets[0])), "n"])
         paper_n = paper_value(bench_key, cell, None, "n")
         cells = [cell, str(n) + (f" [{paper_n:.0f}]" if paper_n is not None else "")]
         for m in ("hit2", "recall"):
             for b in budgets:
-                d = per_b[(int(b), m)]
-                dc = d[d["cell"] == cell]
-                p = _p_from_diffs(dc, settings)
-                cells.append(f"{dc['d'].mean():+.3f} ({format_p(p)})")
+                key = (cell, m, int(b))
+                if key not in ct.index:
+                    cells.append("–")
+                    continue
+                cells.append(f"{ct.loc[key, 'diff']:+.3f} ({format_p(ct.loc[key, 'p'])})")
         paper = [paper_cell(bench_key, cell, int(b), "hit2_gap", "+.3f") for b in budgets]
         cells.append(" / ".join(paper) if any(x != "–" for x in paper) else "–")
         out.append("| " + " | ".join(cells) + " |")
