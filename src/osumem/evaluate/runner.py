@@ -15,18 +15,18 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
-from joblib import Parallel, delayed
-from tqdm.auto import tqdm
 
 from osumem.errors import ConfigError
 from osumem.evaluate.metrics import score_query
 from osumem.retrieve.base import check_budget
 from osumem.retrieve.registry import create, get_spec, make_config, params_for
 from osumem.types import Episode
+
+if TYPE_CHECKING:  # pandas is imported where rows are built (the ``bench`` extra)
+    import pandas as pd
 
 #: Columns every result row has (more may follow).
 ROW_COLUMNS: tuple[str, ...] = (
@@ -189,6 +189,17 @@ def evaluate_episode(
     return rows
 
 
+def check_jobs(jobs: Any) -> int:
+    """Validate a worker count: -1 (all cores) or an integer >= 1."""
+    if (
+        isinstance(jobs, bool)
+        or not isinstance(jobs, int | np.integer)
+        or not (jobs == -1 or jobs >= 1)
+    ):
+        raise ConfigError(f"jobs must be -1 (all cores) or a number of workers >= 1, got {jobs!r}")
+    return int(jobs)
+
+
 def run(
     episodes: Sequence[tuple[int, Episode]],
     runs: Sequence[MethodRun],
@@ -199,7 +210,14 @@ def run(
     progress: bool = True,
 ) -> pd.DataFrame:
     """Evaluate ``runs`` × ``budgets`` over ``(seed, episode)`` pairs, in parallel over
-    episodes with joblib; returns the per-query rows in a deterministic order."""
+    episodes with joblib (``jobs``: -1 for all cores or a number of workers >= 1);
+    returns the per-query rows in a deterministic order. The progress bar (``progress``)
+    is drawn only when stderr is a terminal."""
+    import pandas as pd
+    from joblib import Parallel, delayed
+    from tqdm.auto import tqdm
+
+    check_jobs(jobs)
     budgets = [check_budget(b) for b in budgets]
     if not budgets:
         raise ConfigError("no budgets given")
@@ -215,7 +233,7 @@ def run(
         total=len(episodes),
         desc=f"{benchmark}",
         unit="ep",
-        disable=not progress,
+        disable=True if not progress else None,  # None: only on a terminal
         leave=False,
     )
     rows = [row for chunk in results for row in chunk]
@@ -245,6 +263,8 @@ def write_results(
 
 def read_results(path: Path) -> pd.DataFrame:
     """Read result rows written by :func:`write_results` (a file or a directory)."""
+    import pandas as pd
+
     path = Path(path)
     files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
     if not files:
