@@ -319,6 +319,9 @@ def _check_experiment_first(fn: Callable[..., Any]) -> Callable[..., Any]:
             )
         except OSUMemError as exc:
             problems, values = [str(exc)], {}
+        except ModuleNotFoundError as exc:
+            _exit_if_bench_extra_missing(exc)
+            raise
         if problems:
             head = f"{len(problems)} problems: " if len(problems) > 1 else ""
             text = "; ".join(p.replace("\n", " ") for p in problems)
@@ -342,16 +345,21 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             click.echo(f"osumem: error: {exc}", err=True)
             sys.exit(2)
         except ModuleNotFoundError as exc:
-            if (exc.name or "").split(".")[0] not in BENCH_MODULES:
-                raise
-            click.echo(
-                f"osumem: error: this command needs {exc.name}, part of the 'bench' extra: "
-                "pip install 'osumem[bench]'",
-                err=True,
-            )
-            sys.exit(2)
+            _exit_if_bench_extra_missing(exc)
+            raise
 
     return wrapper
+
+
+def _exit_if_bench_extra_missing(exc: ModuleNotFoundError) -> None:
+    """One line naming the ``bench`` extra (exit 2) when ``exc`` is one of its modules."""
+    if (exc.name or "").split(".")[0] in BENCH_MODULES:
+        click.echo(
+            f"osumem: error: this command needs {exc.name}, part of the 'bench' extra: "
+            "pip install 'osumem[bench]'",
+            err=True,
+        )
+        sys.exit(2)
 
 
 def split_overrides(
