@@ -229,12 +229,48 @@ def check_experiment(
                 except OSUMemError as exc:
                     problems.append(f"--set {exc}")
     if methods != "ALL":
+        specs = split_methods(methods)
+        inline, unreadable = _inline_value_problems(specs)
+        problems.extend(inline)
         good = {k: v for k, v in method_over.items() if k not in bad_methods}
         try:
-            parse_method_runs(split_methods(methods), good)
+            parse_method_runs([m for m in specs if m not in unreadable], good)
         except OSUMemError as exc:
             problems.append(f"--methods: {exc}")
     return problems, values
+
+
+def _inline_value_problems(specs: list[str]) -> tuple[list[str], set[str]]:
+    """Unreadable inline parameter values (``osumem[max_memberships=abc]``), each named
+    with the type it needs, and the specs that hold them; other problems are left to
+    the method parser."""
+    import typing
+
+    from osumem.errors import OSUMemError
+    from osumem.evaluate.runner import _SPEC_RE
+    from osumem.retrieve.registry import get_class
+
+    problems: list[str] = []
+    unreadable: set[str] = set()
+    for spec in specs:
+        m = _SPEC_RE.match(spec.strip())
+        if not m or not m.group("params"):
+            continue
+        try:
+            hints = typing.get_type_hints(get_class(m.group("name")).Config)
+        except OSUMemError:
+            continue
+        for part in m.group("params").split(";"):
+            key, sep, value = part.partition("=")
+            if sep and key.strip() in hints:
+                try:
+                    read_value(
+                        value.strip(), hints[key.strip()], f"--methods {spec}: {key.strip()}"
+                    )
+                except OSUMemError as exc:
+                    problems.append(str(exc))
+                    unreadable.add(spec)
+    return problems, unreadable
 
 
 def common_bench_options(default_methods: str, default_budgets: str) -> Callable[..., Any]:
