@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from osumem.cli import main
 from osumem.errors import ConfigError
-from osumem.evaluate.runner import check_jobs
+from osumem.evaluate.runner import AUTO_JOBS_MIN_EPISODES, auto_jobs, check_jobs
 
 
 def bench(*args: str):
@@ -26,9 +26,8 @@ def one_line_error(result) -> str:
 @pytest.mark.parametrize("jobs", ["0", "-2", "abc", "1.5"])
 def test_bad_jobs_is_a_one_line_error_naming_the_range(jobs: str) -> None:
     err = one_line_error(bench("--jobs", jobs, "--episodes", "1", "--methods", "flat"))
-    assert f"--jobs: expected -1 (all cores) or a number of workers >= 1, got {jobs}" in (
-        err.replace("'", "")
-    )
+    accepted = "auto, -1 (all cores) or a number of workers >= 1"
+    assert f"--jobs: expected {accepted}, got {jobs}" in err.replace("'", "")
 
 
 def test_every_problem_is_reported_at_once() -> None:
@@ -82,6 +81,7 @@ def test_click_usage_errors_are_one_line_too() -> None:
 
 def test_runner_rejects_bad_jobs_for_every_caller() -> None:
     assert check_jobs(-1) == -1 and check_jobs(2) == 2
+    assert auto_jobs(AUTO_JOBS_MIN_EPISODES - 1) == 1 and auto_jobs(AUTO_JOBS_MIN_EPISODES) == -1
     for bad in (0, -2, True, 1.0):
         with pytest.raises(ConfigError, match=">= 1"):
             check_jobs(bad)

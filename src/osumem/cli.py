@@ -18,11 +18,11 @@ from osumem import __version__
 from osumem.errors import OSUMemError
 
 DEFAULT_BUDGETS = "64,128,256,512"
-#: Default ``--jobs``: one worker. On the small default runs, worker start-up (each
-#: re-imports the package) costs more than it saves (docs/decisions.md).
-DEFAULT_JOBS = 1
+#: Default ``--jobs``: one process for runs under 20 episodes, all cores from 20 on
+#: (:func:`osumem.evaluate.runner.auto_jobs`; measured in docs/decisions.md).
+DEFAULT_JOBS = "auto"
 #: What ``--jobs`` accepts, in words (the one place that says it).
-JOBS_RANGE = "-1 (all cores) or a number of workers >= 1"
+JOBS_RANGE = "auto, -1 (all cores) or a number of workers >= 1"
 #: The extra that holds the benchmark-only dependencies.
 BENCH_MODULES = frozenset({"pandas", "pyarrow", "matplotlib"})
 #: Benchmark config classes that ``--set <benchmark>.<param>=value`` reaches.
@@ -154,7 +154,8 @@ def check_experiment(
     """Every problem with a bench command's flags, and the parsed numeric values.
 
     Returns ``(problems, values)``: ``problems`` lists every bad flag value, each named
-    with what it accepts; ``values`` holds ``jobs`` and ``episodes`` as integers.
+    with what it accepts; ``values`` holds ``jobs`` (an integer or ``"auto"``) and
+    ``episodes`` (an integer or None).
     """
     import typing
 
@@ -164,9 +165,11 @@ def check_experiment(
 
     problems: list[str] = []
     values: dict[str, Any] = {"episodes": None}
-    jobs_value = _check_int(jobs, "--jobs", JOBS_RANGE, lambda v: v == -1 or v >= 1)
-    if isinstance(jobs_value, str):
-        problems.append(jobs_value)
+    jobs_value: int | str = "auto"
+    if str(jobs).strip().lower() != "auto":
+        jobs_value = _check_int(jobs, "--jobs", JOBS_RANGE, lambda v: v == -1 or v >= 1)
+        if isinstance(jobs_value, str):
+            problems.append(jobs_value)
     values["jobs"] = jobs_value
     if episodes is not None:
         n = _check_int(episodes, "--episodes", "an integer >= 1", lambda v: v >= 1)
@@ -276,7 +279,8 @@ def _inline_value_problems(specs: list[str]) -> tuple[list[str], set[str]]:
 def common_bench_options(default_methods: str, default_budgets: str) -> Callable[..., Any]:
     """The flags every ``osumem bench <benchmark>`` command takes. Their values are
     checked together before the command reads any data (:func:`check_experiment`);
-    the command receives ``jobs`` and ``episodes`` as integers."""
+    the command receives ``episodes`` as an integer and ``jobs`` as an integer or
+    ``"auto"``."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         options = [
@@ -302,10 +306,11 @@ def common_bench_options(default_methods: str, default_budgets: str) -> Callable
             click.option("--seeds", default=None, help="Comma-separated seeds, integers >= 0."),
             click.option(
                 "--jobs",
-                default=str(DEFAULT_JOBS),
+                default=DEFAULT_JOBS,
                 show_default=True,
                 metavar="N",
-                help=f"Parallel worker processes: {JOBS_RANGE}.",
+                help=f"Parallel worker processes: {JOBS_RANGE} (auto: one process under "
+                "20 episodes, all cores from 20).",
             ),
             click.option(
                 "--out",
@@ -434,7 +439,7 @@ def run_and_report(
     episodes: list[Any],
     methods: str,
     budgets: str,
-    jobs: int,
+    jobs: int | str,
     out: Path | None,
     as_json: bool,
     overrides: dict[str, dict[str, str]],
@@ -500,7 +505,7 @@ def bench_synthetic(
     budgets: str,
     episodes: int | None,
     seeds: str | None,
-    jobs: int,
+    jobs: int | str,
     out: Path | None,
     as_json: bool,
     overrides: tuple[str, ...],

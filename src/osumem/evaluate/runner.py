@@ -189,6 +189,17 @@ def evaluate_episode(
     return rows
 
 
+#: ``jobs="auto"`` runs in one process below this many episodes and on all cores from
+#: it: each worker process re-imports the package, which small runs do not repay
+#: (docs/decisions.md).
+AUTO_JOBS_MIN_EPISODES = 20
+
+
+def auto_jobs(n_episodes: int) -> int:
+    """The worker count ``jobs="auto"`` means for a run over ``n_episodes`` episodes."""
+    return 1 if n_episodes < AUTO_JOBS_MIN_EPISODES else -1
+
+
 def check_jobs(jobs: Any) -> int:
     """Validate a worker count: -1 (all cores) or an integer >= 1."""
     if (
@@ -206,18 +217,19 @@ def run(
     budgets: Sequence[int],
     *,
     benchmark: str,
-    jobs: int = 1,
+    jobs: int | str = 1,
     progress: bool = True,
 ) -> pd.DataFrame:
     """Evaluate ``runs`` × ``budgets`` over ``(seed, episode)`` pairs, in parallel over
-    episodes with joblib (``jobs``: -1 for all cores or a number of workers >= 1);
+    episodes with joblib (``jobs``: -1 for all cores, a number of workers >= 1, or
+    ``"auto"``: :func:`auto_jobs`);
     returns the per-query rows in a deterministic order. The progress bar (``progress``)
     is drawn only when stderr is a terminal."""
     import pandas as pd
     from joblib import Parallel, delayed
     from tqdm.auto import tqdm
 
-    check_jobs(jobs)
+    jobs = auto_jobs(len(episodes)) if jobs == "auto" else check_jobs(jobs)
     budgets = [check_budget(b) for b in budgets]
     if not budgets:
         raise ConfigError("no budgets given")
