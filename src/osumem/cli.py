@@ -18,6 +18,47 @@ from osumem import __version__
 from osumem.errors import OSUMemError
 
 DEFAULT_BUDGETS = "64,128,256,512"
+#: Default ``--jobs``: one process for runs under 20 episodes, all cores from 20 on
+#: (:func:`osumem.evaluate.runner.auto_jobs`; measured in docs/decisions.md).
+DEFAULT_JOBS = "auto"
+#: What ``--jobs`` accepts, in words (the one place that says it).
+JOBS_RANGE = "auto, -1 (all cores) or a number of workers >= 1"
+#: The extra that holds the benchmark-only dependencies.
+BENCH_MODULES = frozenset({"pandas", "pyarrow", "matplotlib"})
+#: Benchmark config classes that ``--set <benchmark>.<param>=value`` reaches.
+BENCH_CONFIGS: dict[str, str] = {
+    "synthetic": "osumem.bench.synthetic:SyntheticConfig",
+    "taubench": "osumem.bench.taubench:TauBenchConfig",
+    "toolbench": "osumem.bench.toolbench:ToolBenchConfig",
+}
+
+
+class OSUMemGroup(click.Group):
+    """The top-level group: a usage error (bad flag, bad value) is one line on stderr
+    with exit status 2, like every other error of the command line."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        standalone = kwargs.pop("standalone_mode", True)
+        run: Any = super().main  # click types main() per standalone_mode literal
+        if not standalone:
+            return run(*args, standalone_mode=False, **kwargs)
+        try:
+            result = run(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            message = exc.format_message().replace("\n", " ")
+            click.echo(f"osumem: error: {message}{hint}", err=True)
+            sys.exit(2)
+        except click.ClickException as exc:
+            click.echo(f"osumem: error: {exc.format_message()}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("osumem: aborted", err=True)
+            sys.exit(1)
+        sys.exit(result if isinstance(result, int) else 0)
 
 
 def _int_list(text: str, what: str) -> list[int]:
@@ -32,8 +73,214 @@ def _int_list(text: str, what: str) -> list[int]:
     return values
 
 
+def _check_int(text: str, flag: str, accepted: str, ok: Callable[[int], bool]) -> int | str:
+    """``text`` as an int, or the problem (a string) naming ``flag`` and ``accepted``."""
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        return f"{flag}: expected {accepted}, got {text!r}"
+    return value if ok(value) else f"{flag}: expected {accepted}, got {value}"
+
+
+def _check_int_list(text: str, flag: str, accepted: str, ok: Callable[[int], bool]) -> str | None:
+    """The problem with a comma-separated integer list, or None when it is fine."""
+    items = [x.strip() for x in str(text).split(",") if x.strip()]
+    if not items:
+        return f"{flag}: expected comma-separated {accepted}, got {text!r}"
+    bad = [x for x in items if isinstance(_check_int(x, flag, accepted, ok), str)]
+    if bad:
+        return f"{flag}: expected comma-separated {accepted}, got {', '.join(bad)}"
+    return None
+
+
+def _describe(annotation: Any) -> str:
+    """A field type in words, for error messages (``int`` → "an integer")."""
+    import types
+    import typing
+
+    origin = typing.get_origin(annotation)
+    if origin in (types.UnionType, typing.Union):
+        options = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return f"{_describe(options[0]) if options else 'a value'} or none"
+    if origin is tuple:
+        items = typing.get_args(annotation)
+        word = {int: "integers", float: "numbers", str: "names"}.get(items[0] if items else str)
+        if items and items[-1] is not Ellipsis:
+            return f"{len(items)} {word} written {','.join('abcdefgh'[: len(items)])}"
+        return f"{word} written a,b,..."
+    return {int: "an integer", float: "a number", bool: "true or false", str: "text"}.get(
+        annotation, str(annotation)
+    )
+
+
+def read_value(value: str, annotation: Any, where: str) -> Any:
+    """A ``--set`` string read as the type a config field declares; an unreadable
+    value raises :class:`ConfigError` naming ``where`` and the type in words."""
+    import typing
+
+    from osumem.errors import ConfigError
+    from osumem.retrieve.registry import _coerce
+
+    try:
+        result = _coerce(value, annotation, where)
+    except ConfigError:
+        raise ConfigError(f"{where}: expected {_describe(annotation)}, got {value!r}") from None
+    inner = typing.get_args(annotation) if typing.get_origin(annotation) is tuple else ()
+    if inner and inner[-1] is not Ellipsis and len(result) != len(inner):
+        raise ConfigError(f"{where}: expected {_describe(annotation)}, got {value!r}")
+    return result
+
+
+def _bench_config_class(benchmark: str) -> Any:
+    import importlib
+
+    target = BENCH_CONFIGS.get(benchmark)
+    if target is None:
+        return None
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def check_experiment(
+    benchmark: str,
+    *,
+    methods: str,
+    budgets: str,
+    episodes: str | None,
+    seeds: str | None,
+    jobs: str,
+    overrides: tuple[str, ...],
+) -> tuple[list[str], dict[str, Any]]:
+    """Every problem with a bench command's flags, and the parsed numeric values.
+
+    Returns ``(problems, values)``: ``problems`` lists every bad flag value, each named
+    with what it accepts; ``values`` holds ``jobs`` (an integer or ``"auto"``) and
+    ``episodes`` (an integer or None).
+    """
+    import typing
+
+    from osumem.errors import OSUMemError, UnknownMethodError
+    from osumem.evaluate.runner import parse_method_runs, split_methods
+    from osumem.retrieve.registry import get_class, get_spec, make_config
+
+    problems: list[str] = []
+    values: dict[str, Any] = {"episodes": None}
+    jobs_value: int | str = "auto"
+    if str(jobs).strip().lower() != "auto":
+        jobs_value = _check_int(jobs, "--jobs", JOBS_RANGE, lambda v: v == -1 or v >= 1)
+        if isinstance(jobs_value, str):
+            problems.append(jobs_value)
+    values["jobs"] = jobs_value
+    if episodes is not None:
+        n = _check_int(episodes, "--episodes", "an integer >= 1", lambda v: v >= 1)
+        if isinstance(n, str):
+            problems.append(n)
+        values["episodes"] = n
+    for flag, text, accepted, ok in (
+        ("--budgets", budgets, "integers >= 1 (tokens)", lambda v: v >= 1),
+        ("--seeds", seeds, "integers >= 0", lambda v: v >= 0),
+    ):
+        if text is not None:
+            problem = _check_int_list(text, flag, accepted, ok)
+            if problem:
+                problems.append(problem)
+    method_over: dict[str, dict[str, str]] = {}
+    bad_methods: set[str] = set()
+    bench_over: dict[str, str] = {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        name, dot, param = key.strip().partition(".")
+        if not sep or not dot or not name or not param.strip():
+            problems.append(f"--set: expected NAME.PARAM=VALUE, got {item!r}")
+            continue
+        param, value = param.strip(), value.strip()
+        if name == benchmark:
+            bench_over[param] = value
+            continue
+        try:
+            get_spec(name)
+        except UnknownMethodError:
+            problems.append(
+                f"--set {item!r}: {name!r} is neither a method (see `osumem methods`) "
+                f"nor this benchmark ({benchmark!r})"
+            )
+            continue
+        try:
+            hints = typing.get_type_hints(get_class(name).Config)
+            if param in hints:
+                read_value(value, hints[param], f"--set {name}.{param}")
+            method_over.setdefault(name, {})[param] = value
+        except OSUMemError as exc:
+            problems.append(str(exc))
+            bad_methods.add(name)
+    for name, params in method_over.items():  # --set for methods not run, too
+        if name in bad_methods:
+            continue
+        try:
+            make_config(name, params)
+        except OSUMemError as exc:
+            problems.append(f"--set {name}: {exc}")
+            bad_methods.add(name)
+    if bench_over:
+        cls = _bench_config_class(benchmark)
+        if cls is not None:
+            read, bench_problems = _read_overrides(cls(), bench_over, f"--set {benchmark}")
+            problems.extend(bench_problems)
+            if not bench_problems:
+                try:
+                    cls().replace(**read)
+                except OSUMemError as exc:
+                    problems.append(f"--set {exc}")
+    if methods != "ALL":
+        specs = split_methods(methods)
+        inline, unreadable = _inline_value_problems(specs)
+        problems.extend(inline)
+        good = {k: v for k, v in method_over.items() if k not in bad_methods}
+        try:
+            parse_method_runs([m for m in specs if m not in unreadable], good)
+        except OSUMemError as exc:
+            problems.append(f"--methods: {exc}")
+    return problems, values
+
+
+def _inline_value_problems(specs: list[str]) -> tuple[list[str], set[str]]:
+    """Unreadable inline parameter values (``osumem[max_memberships=abc]``), each named
+    with the type it needs, and the specs that hold them; other problems are left to
+    the method parser."""
+    import typing
+
+    from osumem.errors import OSUMemError
+    from osumem.evaluate.runner import _SPEC_RE
+    from osumem.retrieve.registry import get_class
+
+    problems: list[str] = []
+    unreadable: set[str] = set()
+    for spec in specs:
+        m = _SPEC_RE.match(spec.strip())
+        if not m or not m.group("params"):
+            continue
+        try:
+            hints = typing.get_type_hints(get_class(m.group("name")).Config)
+        except OSUMemError:
+            continue
+        for part in m.group("params").split(";"):
+            key, sep, value = part.partition("=")
+            if sep and key.strip() in hints:
+                try:
+                    read_value(
+                        value.strip(), hints[key.strip()], f"--methods {spec}: {key.strip()}"
+                    )
+                except OSUMemError as exc:
+                    problems.append(str(exc))
+                    unreadable.add(spec)
+    return problems, unreadable
+
+
 def common_bench_options(default_methods: str, default_budgets: str) -> Callable[..., Any]:
-    """The flags every ``osumem bench <benchmark>`` command takes."""
+    """The flags every ``osumem bench <benchmark>`` command takes. Their values are
+    checked together before the command reads any data (:func:`check_experiment`);
+    the command receives ``episodes`` as an integer and ``jobs`` as an integer or
+    ``"auto"``."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         options = [
@@ -45,18 +292,25 @@ def common_bench_options(default_methods: str, default_budgets: str) -> Callable
                 "parameters as name[param=value;param=value].",
             ),
             click.option(
-                "--budgets", default=default_budgets, show_default=True, help="Token budgets."
+                "--budgets",
+                default=default_budgets,
+                show_default=True,
+                help="Token budgets, integers >= 1.",
             ),
             click.option(
-                "--episodes", type=int, default=None, help="Episodes per seed (default: all)."
+                "--episodes",
+                default=None,
+                metavar="N",
+                help="Episodes per seed, >= 1 (default: all).",
             ),
-            click.option("--seeds", default=None, help="Comma-separated seeds."),
+            click.option("--seeds", default=None, help="Comma-separated seeds, integers >= 0."),
             click.option(
                 "--jobs",
-                type=int,
-                default=-1,
+                default=DEFAULT_JOBS,
                 show_default=True,
-                help="Parallel workers (-1: all cores).",
+                metavar="N",
+                help=f"Parallel worker processes: {JOBS_RANGE} (auto: one process under "
+                "20 episodes, all cores from 20).",
             ),
             click.option(
                 "--out",
@@ -73,7 +327,11 @@ def common_bench_options(default_methods: str, default_budgets: str) -> Callable
                 help="Override a method parameter (e.g. osumem.max_memberships=3) or a "
                 "benchmark parameter (e.g. synthetic.noise_scale=1.1). Repeatable.",
             ),
-            click.option("--quiet", is_flag=True, help="No progress bar."),
+            click.option(
+                "--quiet",
+                is_flag=True,
+                help="No progress bar (there is none anyway when stderr is not a terminal).",
+            ),
         ]
         fn = _check_experiment_first(fn)
         for opt in reversed(options):
@@ -84,41 +342,41 @@ def common_bench_options(default_methods: str, default_budgets: str) -> Callable
 
 
 def _check_experiment_first(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Validate ``--methods``, ``--budgets`` and method ``--set`` values before the
-    command loads or encodes any data, reporting every problem at once."""
+    """Validate every common flag before the command loads or encodes any data,
+    reporting every problem at once on one line (exit status 2)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from osumem.errors import ConfigError
-        from osumem.evaluate.runner import parse_method_runs, split_methods
-        from osumem.retrieve.base import check_budget
-        from osumem.retrieve.registry import make_config
-
         benchmark = click.get_current_context().info_name or ""
         try:
-            for b in _int_list(kwargs["budgets"], "--budgets"):
-                check_budget(b)
-            method_over, _ = split_overrides(kwargs.get("overrides", ()), benchmark)
-            problems = []
-            for name, params in method_over.items():  # --set for methods not run, too
-                try:
-                    make_config(name, params)
-                except OSUMemError as exc:
-                    problems.append(str(exc))
-            if problems:
-                raise ConfigError("; ".join(problems))
-            if kwargs["methods"] != "ALL":
-                parse_method_runs(split_methods(kwargs["methods"]), method_over)
+            problems, values = check_experiment(
+                benchmark,
+                methods=kwargs["methods"],
+                budgets=kwargs["budgets"],
+                episodes=kwargs.get("episodes"),
+                seeds=kwargs.get("seeds"),
+                jobs=kwargs["jobs"],
+                overrides=tuple(kwargs.get("overrides", ())),
+            )
         except OSUMemError as exc:
-            click.echo(f"osumem: error: {exc}", err=True)
+            problems, values = [str(exc)], {}
+        except ModuleNotFoundError as exc:
+            _exit_if_bench_extra_missing(exc)
+            raise
+        if problems:
+            head = f"{len(problems)} problems: " if len(problems) > 1 else ""
+            text = "; ".join(p.replace("\n", " ") for p in problems)
+            click.echo(f"osumem: error: {head}{text}", err=True)
             sys.exit(2)
+        kwargs.update(values)
         return fn(*args, **kwargs)
 
     return wrapper
 
 
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn library errors into a one-line message on stderr and exit status 2."""
+    """Turn library errors into a one-line message on stderr and exit status 2; a
+    missing benchmark-only dependency names the extra that installs it."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -127,8 +385,22 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except (OSUMemError, FileNotFoundError) as exc:
             click.echo(f"osumem: error: {exc}", err=True)
             sys.exit(2)
+        except ModuleNotFoundError as exc:
+            _exit_if_bench_extra_missing(exc)
+            raise
 
     return wrapper
+
+
+def _exit_if_bench_extra_missing(exc: ModuleNotFoundError) -> None:
+    """One line naming the ``bench`` extra (exit 2) when ``exc`` is one of its modules."""
+    if (exc.name or "").split(".")[0] in BENCH_MODULES:
+        click.echo(
+            f"osumem: error: this command needs {exc.name}, part of the 'bench' extra: "
+            "pip install 'osumem[bench]'",
+            err=True,
+        )
+        sys.exit(2)
 
 
 def split_overrides(
@@ -167,7 +439,7 @@ def run_and_report(
     episodes: list[Any],
     methods: str,
     budgets: str,
-    jobs: int,
+    jobs: int | str,
     out: Path | None,
     as_json: bool,
     overrides: dict[str, dict[str, str]],
@@ -194,7 +466,7 @@ def run_and_report(
     return rows
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OSUMemGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="osumem")
 def main() -> None:
     """OSU-Mem: trajectory memory for LLM agents, and the harness that reproduces
@@ -233,7 +505,7 @@ def bench_synthetic(
     budgets: str,
     episodes: int | None,
     seeds: str | None,
-    jobs: int,
+    jobs: int | str,
     out: Path | None,
     as_json: bool,
     overrides: tuple[str, ...],
@@ -273,21 +545,40 @@ def bench_synthetic(
     )
 
 
-def _apply_dataclass_overrides(cfg: Any, values: dict[str, str], where: str) -> Any:
-    """Apply ``--set <benchmark>.<param>=value`` to a benchmark config dataclass."""
+def _read_overrides(cfg: Any, values: dict[str, str], where: str) -> tuple[dict, list[str]]:
+    """``--set <benchmark>.<param>=value`` strings read as ``cfg``'s field types, and
+    every problem (unknown names, unreadable values)."""
     import dataclasses
     import typing
 
-    from osumem.retrieve.registry import _coerce
+    from osumem.errors import ConfigError
 
     hints = typing.get_type_hints(type(cfg))
     known = {f.name for f in dataclasses.fields(cfg)}
+    problems = []
     unknown = sorted(set(values) - known)
     if unknown:
-        from osumem.errors import ConfigError
+        problems.append(f"{where}: unknown parameter(s) {unknown}; known: {sorted(known)}")
+    read = {}
+    for k, v in values.items():
+        if k in known:
+            try:
+                read[k] = read_value(v, hints[k], f"{where}.{k}")
+            except ConfigError as exc:
+                problems.append(str(exc))
+    return read, problems
 
-        raise ConfigError(f"{where}: unknown parameter(s) {unknown}; known: {sorted(known)}")
-    return cfg.replace(**{k: _coerce(v, hints[k], f"{where}.{k}") for k, v in values.items()})
+
+def _apply_dataclass_overrides(cfg: Any, values: dict[str, str], where: str) -> Any:
+    """Apply ``--set <benchmark>.<param>=value`` to a benchmark config dataclass; every
+    unknown name and unreadable value is reported together, then the config's own
+    range checks run."""
+    from osumem.errors import ConfigError
+
+    read, problems = _read_overrides(cfg, values, where)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return cfg.replace(**read)
 
 
 # The other command modules, registered explicitly. They import the helpers above, so

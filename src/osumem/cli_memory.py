@@ -1,7 +1,8 @@
 """``osumem ingest`` and ``osumem query``: the agent memory from the command line.
 
-LOG.json may hold one chat log (a list of OpenAI-format messages, or an object with a
-``messages`` or ``traj`` list) or a list of such logs (a tau-bench results file is a
+LOG.json may hold one chat log (a list of messages, or an object with a ``messages``
+or ``traj`` list; OpenAI, legacy OpenAI function calling, Anthropic Messages, or one
+ToolBench DFS answer file, see ``--format``) or a list of such logs (a tau-bench results file is a
 list of objects with ``traj``); ``.jsonl`` files hold one log per line. Every log is
 one add (one transaction) into the namespace.
 """
@@ -48,6 +49,14 @@ def register(main: click.Group, bench: click.Group) -> None:
     help="Prefix entities and tool signatures with each log's source name "
     "(default: on when the file holds several logs).",
 )
+@click.option(
+    "--format",
+    "log_format",
+    type=click.Choice(["auto", "openai", "openai-legacy", "anthropic", "toolbench-dfs"]),
+    default="auto",
+    show_default=True,
+    help="Log format (auto: read from the log's fields).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @handle_errors
 def ingest_cmd(
@@ -57,13 +66,17 @@ def ingest_cmd(
     model: str | None,
     limit: int | None,
     prefix: bool | None,
+    log_format: str,
     as_json: bool,
 ) -> None:
     """Add the chat log(s) in LOG to a memory store."""
-    from osumem.ingest.openai_chat import read_log
+    from osumem.ingest import read_logs, skip_summary
     from osumem.memory import Memory
 
-    logs = read_log(log)
+    normalized = read_logs(log, log_format)
+    if skip_summary(normalized):
+        click.echo(f"osumem: note: {skip_summary(normalized)}", err=True)
+    logs = [list(n.messages) for n in normalized]
     if limit is not None:
         logs = logs[: max(0, limit)]
     several = len(logs) > 1

@@ -106,6 +106,18 @@ class SyntheticConfig(FrozenConfig):
             problems.append("random_tool_rate must be in [0, 1]")
         if self.cost_min <= 0 or self.cost_sd < 0:
             problems.append("cost_min must be > 0 and cost_sd >= 0")
+        for name in ("noise_scale", "event_noise", "background_noise", "query_noise"):
+            value = getattr(self, name)
+            if not 0.0 <= value < float("inf"):
+                problems.append(f"{name} must be a finite number >= 0, got {value}")
+        for name in ("event_weights", "background_weights", "query_weights"):
+            weights = getattr(self, name)
+            if any(not 0.0 <= w < float("inf") for w in weights) or sum(weights) <= 0:
+                problems.append(
+                    f"{name} must be finite numbers >= 0, not all zero, got {tuple(weights)}"
+                )
+        if self.min_evidence < 1:
+            problems.append(f"min_evidence must be >= 1, got {self.min_evidence}")
         if problems:
             raise ConfigError("synthetic config: " + "; ".join(problems))
 

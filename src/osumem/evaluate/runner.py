@@ -15,18 +15,18 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
-from joblib import Parallel, delayed
-from tqdm.auto import tqdm
 
 from osumem.errors import ConfigError
 from osumem.evaluate.metrics import score_query
 from osumem.retrieve.base import check_budget
 from osumem.retrieve.registry import create, get_spec, make_config, params_for
 from osumem.types import Episode
+
+if TYPE_CHECKING:  # pandas is imported where rows are built (the ``bench`` extra)
+    import pandas as pd
 
 #: Columns every result row has (more may follow).
 ROW_COLUMNS: tuple[str, ...] = (
@@ -189,17 +189,47 @@ def evaluate_episode(
     return rows
 
 
+#: ``jobs="auto"`` runs in one process below this many episodes and on all cores from
+#: it: each worker process re-imports the package, which small runs do not repay
+#: (docs/decisions.md).
+AUTO_JOBS_MIN_EPISODES = 20
+
+
+def auto_jobs(n_episodes: int) -> int:
+    """The worker count ``jobs="auto"`` means for a run over ``n_episodes`` episodes."""
+    return 1 if n_episodes < AUTO_JOBS_MIN_EPISODES else -1
+
+
+def check_jobs(jobs: Any) -> int:
+    """Validate a worker count: -1 (all cores) or an integer >= 1."""
+    if (
+        isinstance(jobs, bool)
+        or not isinstance(jobs, int | np.integer)
+        or not (jobs == -1 or jobs >= 1)
+    ):
+        raise ConfigError(f"jobs must be -1 (all cores) or a number of workers >= 1, got {jobs!r}")
+    return int(jobs)
+
+
 def run(
     episodes: Sequence[tuple[int, Episode]],
     runs: Sequence[MethodRun],
     budgets: Sequence[int],
     *,
     benchmark: str,
-    jobs: int = 1,
+    jobs: int | str = 1,
     progress: bool = True,
 ) -> pd.DataFrame:
     """Evaluate ``runs`` × ``budgets`` over ``(seed, episode)`` pairs, in parallel over
-    episodes with joblib; returns the per-query rows in a deterministic order."""
+    episodes with joblib (``jobs``: -1 for all cores, a number of workers >= 1, or
+    ``"auto"``: :func:`auto_jobs`);
+    returns the per-query rows in a deterministic order. The progress bar (``progress``)
+    is drawn only when stderr is a terminal."""
+    import pandas as pd
+    from joblib import Parallel, delayed
+    from tqdm.auto import tqdm
+
+    jobs = auto_jobs(len(episodes)) if jobs == "auto" else check_jobs(jobs)
     budgets = [check_budget(b) for b in budgets]
     if not budgets:
         raise ConfigError("no budgets given")
@@ -215,7 +245,7 @@ def run(
         total=len(episodes),
         desc=f"{benchmark}",
         unit="ep",
-        disable=not progress,
+        disable=True if not progress else None,  # None: only on a terminal
         leave=False,
     )
     rows = [row for chunk in results for row in chunk]
@@ -245,6 +275,8 @@ def write_results(
 
 def read_results(path: Path) -> pd.DataFrame:
     """Read result rows written by :func:`write_results` (a file or a directory)."""
+    import pandas as pd
+
     path = Path(path)
     files = sorted(path.glob("*.parquet")) if path.is_dir() else [path]
     if not files:

@@ -1,4 +1,4 @@
-"""Reader for agent logs in OpenAI chat format (SPEC §3): messages → steps.
+"""Reader for agent logs in OpenAI chat format: messages → steps.
 
 Product code: agent builders feed it their own logs. The log is a list of messages,
 each a dict with a ``role``:
@@ -20,11 +20,18 @@ The ``result:`` line is absent while a call has no response. Tool errors are ord
 responses (their text is the observation). With ``max_observation_chars`` set, an
 observation longer than that is cut to its first ``max_observation_chars`` characters
 followed by :data:`CUT_MARKER` (the default ``None`` keeps it whole). Entities come from the call's argument dict
-(:func:`osumem.annotate.extract_entities`); the tool signature is
+(:func:`osumem.annotate.extract_entities`), except for control tools
+(:data:`CONTROL_TOOLS`, e.g. ToolBench's ``Finish``) whose arguments are control values
+(``return_type: give_answer``), not entities; the tool signature is
 :func:`osumem.annotate.tool_signature` (empty for boilerplate tools). Subgoal: a
 message's explicit ``"subgoal"`` field if present, else ``"<namespace>:sg<k>"`` where
 ``k`` counts the user messages seen so far (steps before the first user message are in
 segment 0). Every malformed message raises :class:`LogFormatError` naming its index.
+
+This reader takes the current OpenAI shape only. A message in another shape (the legacy
+``function_call`` / ``role: "function"`` fields, Anthropic content blocks, ToolBench
+answer trees) is an error here, never a silent drop: convert it first with
+:func:`osumem.ingest.normalize_messages`.
 """
 
 from __future__ import annotations
@@ -54,6 +61,13 @@ SYSTEM_ROLES: frozenset[str] = frozenset({"system", "developer"})
 CUT_MARKER = " …[cut]"
 #: Every role the reader accepts.
 KNOWN_ROLES: frozenset[str] = SYSTEM_ROLES | {"user", "assistant", "tool"}
+#: Tools whose arguments are control values, not entities (matched case-insensitively):
+#: ToolBench's ``Finish(return_type="give_answer", ...)`` would otherwise make
+#: ``give_answer`` the most common entity, linking unrelated trajectories.
+CONTROL_TOOLS: frozenset[str] = frozenset({"finish"})
+#: Content-part types that carry tool calls or results in another format (Anthropic);
+#: dropping them as "no text" would lose steps, so they are an error here.
+FOREIGN_PARTS: frozenset[str] = frozenset({"tool_use", "tool_result", "server_tool_use"})
 
 
 class LogFormatError(InvalidInputError):
@@ -73,6 +87,11 @@ def _content_text(content: Any, where: str) -> str:
                 parts.append(part)
             elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
                 parts.append(part["text"])
+            elif isinstance(part, Mapping) and part.get("type") in FOREIGN_PARTS:
+                raise LogFormatError(
+                    f"{where}.content[{j}]: {part.get('type')!r} block of another log format; "
+                    "convert the log with osumem.ingest.normalize_messages (format 'auto')"
+                )
             elif isinstance(part, Mapping):
                 continue  # images, audio: no text to keep
             else:
@@ -118,7 +137,7 @@ def read_messages(
     max_observation_chars: int | None = None,
     where: str = "messages",
 ) -> list[Step]:
-    """Turn one OpenAI-format chat log into steps (SPEC §3).
+    """Turn one OpenAI-format chat log into steps.
 
     Args:
         messages: the log, oldest first.
@@ -169,6 +188,12 @@ def read_messages(
         role = msg.get("role")
         if not isinstance(role, str):
             raise LogFormatError(f"{at}: message has no 'role'")
+        if role == "function" or "function_call" in msg:
+            raise LogFormatError(
+                f"{at}: legacy OpenAI function-calling message ('function_call' or role "
+                "'function'); convert the log with osumem.ingest.normalize_messages "
+                "(format 'openai-legacy' or 'auto')"
+            )
         if role not in KNOWN_ROLES:
             raise LogFormatError(
                 f"{at}: unknown role {role!r}; expected one of {sorted(KNOWN_ROLES)}"
@@ -211,7 +236,7 @@ def read_messages(
                 if not isinstance(call_id, str) or not call_id:
                     raise LogFormatError(f"{cat}: tool call {name!r} has no 'id'")
                 args = _parse_arguments(fn.get("arguments"), cat)
-                ents = extract_entities(args)
+                ents = frozenset() if name.lower() in CONTROL_TOOLS else extract_entities(args)
                 sig = tool_signature(name, args, boiler)
                 if prefix_namespace:
                     ents = prefix_entities(namespace, ents)

@@ -1,4 +1,4 @@
-"""tau-bench trajectories (SPEC §6.2): load the results JSON, read each trajectory with
+"""tau-bench trajectories: load the results JSON, read each trajectory with
 the OpenAI chat reader, and match each task's ground-truth actions to the tool-call
 steps that executed them.
 

@@ -1,6 +1,6 @@
-"""Reader for ToolBench tooleval answer files (SPEC §6.3).
+"""Reader for ToolBench tooleval answer files.
 
-Each file (``G1_instruction.json``, ``G2_category.json``, ...) maps a record id to
+Each file (``G1_instruction.json``, ``G2_category.json``, ... or any name) maps a record id to
 ``{query, available_tools, answer: {method, total_steps, final_answer,
 answer_details}}``; ``answer_details`` is a chain of ``{role, message, next: [...]}``
 nodes whose message texts are cut at 100 characters. Tool-call messages look like
@@ -12,7 +12,8 @@ What a ToolBench *step* is (docs/decisions.md):
 * every tool call (role ``tool``) is one step: its action is the function name, its
   argument dict is what survives the cut (complete ``"key": value`` pairs only; the
   raw, unescaped argument text is kept), its text is ``name`` plus that raw argument
-  text; ``Finish`` is a boilerplate call (no tool signature);
+  text; ``Finish`` is a boilerplate call (no tool signature and no entities: its
+  arguments are control values such as ``give_answer``);
 * every assistant text message is one step (role ``assistant``);
 * the user message is *not* a step: it is the record's query (kept whole in
   ``query``), and the system prompt is not a step either.
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,8 +39,9 @@ from typing import Any
 from osumem.annotate import DEFAULT_BOILERPLATE, extract_entities, tool_signature
 from osumem.errors import DataFileError, InvalidInputError
 
-#: File-name patterns of the ToolBench splits the probe reads.
-DEFAULT_PATTERNS: tuple[str, ...] = ("G1_*.json", "G2_*.json")
+#: File-name patterns the reader looks at; a file is read when its content has the
+#: answer-file shape (:func:`is_answer_file`), whatever its name.
+DEFAULT_PATTERNS: tuple[str, ...] = ("*.json",)
 
 _NAME_RE = re.compile(r"^\{'name':\s*'(?P<name>[^']*)(?P<closed>')?")
 _ARGS_RE = re.compile(r"'arguments':\s*'(?P<args>.*)$", re.S)
@@ -275,7 +278,11 @@ def parse_record(
                     raw_arguments=call.raw_arguments,
                     truncated=call.truncated,
                     tool_signature=sig,
-                    entities=extract_entities(call.arguments),
+                    # boilerplate (Finish) arguments are control values, not entities:
+                    # "give_answer" would otherwise link every trajectory
+                    entities=frozenset()
+                    if call.name.lower() in boiler
+                    else extract_entities(call.arguments),
                     subgoal=subgoal,
                     namespace=ns,
                     turn=turn,
@@ -300,6 +307,30 @@ def parse_record(
     )
 
 
+def is_answer_file(data: Any) -> bool:
+    """True when ``data`` (a parsed JSON file) has the shape of a ToolBench answer file:
+    a non-empty object mapping ids to records with ``query`` and ``answer``."""
+    if not isinstance(data, Mapping) or not data:
+        return False
+    first = next(iter(data.values()))
+    return isinstance(first, Mapping) and "query" in first and "answer" in first
+
+
+def _load(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataFileError(f"ToolBench file not found: {path}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataFileError(f"ToolBench file {path} is unreadable: {exc}") from None
+
+
+def _records(data: Any, path: Path, **kwargs: Any) -> list[ToolBenchRecord]:
+    if not isinstance(data, Mapping):
+        raise InvalidInputError(f"{path}: expected an object mapping id -> record")
+    return [parse_record(str(k), v, split=path.stem, **kwargs) for k, v in data.items()]
+
+
 def read_file(path: str | Path, **kwargs: Any) -> list[ToolBenchRecord]:
     """Parse every record of one answer file (its stem is the split name).
 
@@ -308,32 +339,44 @@ def read_file(path: str | Path, **kwargs: Any) -> list[ToolBenchRecord]:
     returned half-loaded.
     """
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataFileError(f"ToolBench file not found: {path}") from None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DataFileError(f"ToolBench file {path} is unreadable: {exc}") from None
-    if not isinstance(data, Mapping):
-        raise InvalidInputError(f"{path}: expected an object mapping id -> record")
-    return [parse_record(str(k), v, split=path.stem, **kwargs) for k, v in data.items()]
+    return _records(_load(path), path, **kwargs)
 
 
 def read_toolbench(
     data_dir: str | Path, *, patterns: Sequence[str] = DEFAULT_PATTERNS, **kwargs: Any
 ) -> list[ToolBenchRecord]:
-    """Parse every ToolBench answer file under ``data_dir`` matching ``patterns``
-    (default ``G1_*.json``, ``G2_*.json``), in sorted file order.
+    """Parse every ToolBench answer file under ``data_dir`` (sorted file order).
 
-    ``data_dir`` may also be the parent of a ``toolbench`` folder.
+    Every file matching ``patterns`` (default ``*.json``) whose content has the answer
+    file shape (:func:`is_answer_file`) is read, whatever its name; JSON files of
+    another shape are left out with a warning naming them. ``data_dir`` may also be the
+    parent of a ``toolbench`` folder. Raises :class:`DataFileError` when no answer file
+    is found.
     """
     root = Path(data_dir)
     if not root.is_dir():
         raise DataFileError(f"ToolBench data directory not found: {root}")
-    files = sorted({f for p in patterns for f in root.glob(p)})
+    files = sorted({f for p in patterns for f in root.glob(p) if f.is_file()})
     if not files and (root / "toolbench").is_dir():
         root = root / "toolbench"
-        files = sorted({f for p in patterns for f in root.glob(p)})
-    if not files:
-        raise DataFileError(f"no ToolBench answer files ({', '.join(patterns)}) in {root}")
-    return [r for f in files for r in read_file(f, **kwargs)]
+        files = sorted({f for p in patterns for f in root.glob(p) if f.is_file()})
+    records: list[ToolBenchRecord] = []
+    other: list[str] = []
+    for f in files:
+        data = _load(f)
+        if is_answer_file(data):
+            records.extend(_records(data, f, **kwargs))
+        else:
+            other.append(f.name)
+    if not records:
+        found = f" (files of another shape: {', '.join(other)})" if other else ""
+        raise DataFileError(
+            f"no ToolBench answer files ({', '.join(patterns)} holding an object of "
+            f"id -> {{query, available_tools, answer}}) in {root}{found}"
+        )
+    if other:
+        warnings.warn(
+            f"{root}: not ToolBench answer files, left out: {', '.join(other)}",
+            stacklevel=2,
+        )
+    return records
