@@ -135,7 +135,11 @@ def compare_rows(
 
 
 def check_bar(
-    report: CompareReport, *, baseline: str = "flat", alpha: float = ALPHA, max_loss: float = MAX_LOSS
+    report: CompareReport,
+    *,
+    baseline: str = "flat",
+    alpha: float = ALPHA,
+    max_loss: float = MAX_LOSS,
 ) -> list[str]:
     """Where ``method − baseline`` fails the bar on the ``all`` rows: a loss that is
     significant (p < ``alpha``) or larger than ``max_loss``. Empty when it clears."""

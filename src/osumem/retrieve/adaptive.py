@@ -4,21 +4,27 @@ The paper's conclusion is conditional: OSUs pay when a query's evidence is bound
 shared entity or tool, and cost when it is not. :class:`AdaptiveOSUMem` decides this per
 query, from what a retriever can see (never the evidence):
 
-1. **Binding test.** Take the head of the flat cosine ranking (``seed_steps`` steps).
-   The query *binds* when some OSU of a binding view (entity, tool, subgoal by default)
-   holds at least ``min_shared`` of those head steps: the best matches already share a
-   key, so their OSU siblings are likely further evidence.
+1. **Binding test** (``gate="coverage"``, the default). Take the head of the flat cosine
+   ranking (``seed_steps`` = 4 steps). The query *binds* when at least
+   ``min_head_coverage`` (3 of 4) of those steps lie in some OSU of a binding view
+   (entity, tool or subgoal): the best matches carry the keys that OSUs are built from,
+   so OSU structure can say something about them. (``gate="shared"`` asks instead that
+   one binding OSU hold ``min_shared`` head steps.)
 2. **No binding: Flat.** The selection is exactly Flat Vector's, so on unbound queries
-   the method cannot be worse than Flat.
-3. **Binding: seed-and-expand.** The first ``keep_head`` flat steps are kept, then the
-   members of the binding OSUs (those holding ≥ ``min_shared`` head steps), ranked by
-   cosine plus ``shared_bonus`` per head step the member's OSU holds beyond
-   ``min_shared - 1``, take at most ``expand_share``·B tokens; the rest of the budget is
-   filled from the flat ranking. ``expand_from="coarse"`` instead returns OSU-Mem's own
-   coarse-to-fine selection whenever the query binds (a gate between OSU-Mem and Flat).
+   the method cannot differ from Flat.
+3. **Binding: coarse-to-fine inside the flat head.** Selected first: the top
+   ``keep_head`` flat steps (none by default), then the steps Flat itself would select that lie in no
+   binding OSU (``protect_orphans``: structure cannot rank them, so expansion must not
+   displace them), then the members of the OSUs the OSU-Mem coarse stage keeps
+   (K = ceil(ρ·B / mean OSU cost)) that also lie in the head of the flat ranking holding
+   ``head_ratio``·B tokens, by cosine (at most ``expand_share``·B tokens); the rest of
+   the budget is filled from the flat ranking. ``expand_from="seeds"`` expands the OSUs
+   that hold ``min_shared`` head steps instead of the coarse stage's.
 
-The OSU pool is the same one :class:`~osumem.retrieve.osumem.OSUMem` builds (same
-construction parameters, incremental ``update``), and packing is the shared first-fit.
+The pool is built like OSU-Mem's (same construction code and incremental ``update``)
+but disjoint by default (``max_memberships = 1``), which measured better on the
+development data; packing is the shared first-fit. Defaults and their development-data
+measurements: docs/decisions.md.
 """
 
 from __future__ import annotations
@@ -37,8 +43,9 @@ from osumem.types import IntArray
 
 @dataclass(frozen=True, kw_only=True)
 class AdaptiveConfig(OSUMemConfig):
-    """Adaptive OSU-Mem: the OSU-Mem fields (construction and the coarse-to-fine stage
-    used by ``expand_from="coarse"``) plus the binding test and the expansion.
+    """Adaptive OSU-Mem: the OSU-Mem fields (construction, disjoint by default, and the
+    coarse stage used by ``expand_from="coarse"``) plus the binding test and the
+    expansion.
 
     Attributes:
         seed_steps: how many top flat steps the binding test looks at.
@@ -60,21 +67,23 @@ class AdaptiveConfig(OSUMemConfig):
             the head steps lie in some binding OSU), ``"both"``, or ``"none"`` (always
             expand; an ablation).
         min_head_coverage: the coverage threshold of the ``"coverage"`` gate.
-        protect_orphans: when expanding, head steps in no binding OSU are kept first
-            (structure says nothing about them, so expansion must not displace them).
+        protect_orphans: when expanding, the steps Flat itself would select that lie in
+            no binding OSU are kept first (structure says nothing about them, so
+            expansion must not displace them).
     """
 
+    max_memberships: int = 1
     seed_steps: int = 4
     min_shared: int = 2
     binding_views: tuple[str, ...] = ("entity", "tool", "subgoal")
-    keep_head: int = 1
-    expand_share: float = 0.5
+    keep_head: int = 0
+    expand_share: float = 1.0
     shared_bonus: float = 0.0
-    expand_from: str = "seeds"
-    head_ratio: float = 0.0
-    gate: str = "shared"
-    min_head_coverage: float = 0.0
-    protect_orphans: bool = False
+    expand_from: str = "coarse"
+    head_ratio: float = 12.0
+    gate: str = "coverage"
+    min_head_coverage: float = 0.75
+    protect_orphans: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -117,7 +126,7 @@ class BindingDecision:
 
 
 class AdaptiveOSUMem(OSUMem):
-    """Flat Vector unless the flat head shares an OSU; then seed-and-expand."""
+    """Flat Vector unless the flat head is bound by OSUs; then coarse-to-fine inside it."""
 
     name = "osumem_adaptive"
     Config = AdaptiveConfig
@@ -155,6 +164,15 @@ class AdaptiveOSUMem(OSUMem):
         }[cfg.gate]
         return BindingDecision(head, osus, shared, covered, binds)
 
+    def _in_binding_osu(self, limit: int) -> NDArray[np.bool_]:
+        """Which of the steps before ``limit`` belong to some OSU of a binding view."""
+        cfg: AdaptiveConfig = self.config  # type: ignore[assignment]
+        assert self.pool_ is not None
+        members, _, _ = self._visible(limit)
+        codes = np.asarray(self.pool_.view_codes)[: members.shape[1]]
+        allowed = np.isin(codes, [VIEWS.index(v) for v in cfg.binding_views]).astype(np.float64)
+        return np.asarray(members @ allowed).ravel()[:limit] > 0
+
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
@@ -189,12 +207,14 @@ class AdaptiveOSUMem(OSUMem):
         cand = cand[np.argsort(-score, kind="stable")]
         head = flat[: cfg.keep_head]
         if cfg.protect_orphans:
-            orphans = decision.head[~decision.covered]
+            own = pack_first_fit(flat, costs, budget)
+            orphans = own[~self._in_binding_osu(limit)[own]]
             head = np.concatenate([head, orphans[~np.isin(orphans, head)]])
         first = pack_first_fit(head, costs, budget)
         taken = np.zeros(limit, dtype=bool)
         taken[first] = True
-        expand_budget = int(cfg.expand_share * budget)
+        spent = int(costs[first].sum())
+        expand_budget = min(int(cfg.expand_share * budget), budget - spent)
         expand = pack_first_fit(cand[~taken[cand]], costs, expand_budget)
         taken[expand] = True
         chosen = np.concatenate([first, expand])
