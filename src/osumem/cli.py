@@ -585,9 +585,15 @@ def _apply_dataclass_overrides(cfg: Any, values: dict[str, str], where: str) -> 
 # they are imported here, after those are defined; each imports only light modules at
 # import time (heavy ones inside its commands). `reproduce` comes first: the others
 # add their subcommands to it.
-from osumem import cli_memory, cli_report, cli_taubench, cli_toolbench  # noqa: E402
+from osumem import (  # noqa: E402
+    cli_compare,
+    cli_memory,
+    cli_report,
+    cli_taubench,
+    cli_toolbench,
+)
 
-for _commands in (cli_report, cli_taubench, cli_toolbench, cli_memory):
+for _commands in (cli_report, cli_taubench, cli_toolbench, cli_memory, cli_compare):
     _commands.register(main, bench)
 
 

@@ -64,6 +64,7 @@ register(
 register(
     "osumem_no_novelty", f"{_B}.osumem:OSUMem", "OSU-Mem without novelty penalty", novelty=False
 )
+register("osumem_adaptive", f"{_B}.adaptive:AdaptiveOSUMem", "Flat; OSUs when the head binds")
 register("osumem_gf", f"{_B}.osumem:OSUMemGF", "OSU-Mem + GF (ground-truth filtering ORACLE)")
 register(
     "osumem_coverage", f"{_B}.osumem:OSUMemCoverage", "OSU-Mem coverage-guided greedy (overlap)"

@@ -1,0 +1,223 @@
+"""Adaptive OSU-Mem: act on structure only when the query's evidence looks bound.
+
+The paper's conclusion is conditional: OSUs pay when a query's evidence is bound by a
+shared entity or tool, and cost when it is not. :class:`AdaptiveOSUMem` decides this per
+query, from what a retriever can see (never the evidence):
+
+1. **Binding test** (``gate="coverage"``, the default). Take the head of the flat cosine
+   ranking (``seed_steps`` = 4 steps). The query *binds* when at least
+   ``min_head_coverage`` (3 of 4) of those steps lie in some OSU of a binding view
+   (entity, tool or subgoal): the best matches carry the keys that OSUs are built from,
+   so OSU structure can say something about them. (``gate="shared"`` asks instead that
+   one binding OSU hold ``min_shared`` head steps.)
+2. **No binding: Flat.** The selection is exactly Flat Vector's, so on unbound queries
+   the method cannot differ from Flat.
+3. **Binding: coarse-to-fine inside the flat head.** Selected first: the top
+   ``keep_head`` flat steps (none by default), then the steps Flat itself would select that lie in no
+   binding OSU (``protect_orphans``: structure cannot rank them, so expansion must not
+   displace them), then the members of the OSUs the OSU-Mem coarse stage keeps
+   (K = ceil(ρ·B / mean OSU cost)) that also lie in the head of the flat ranking holding
+   ``head_ratio``·B tokens, by cosine (at most ``expand_share``·B tokens); the rest of
+   the budget is filled from the flat ranking. ``expand_from="seeds"`` expands the OSUs
+   that hold ``min_shared`` head steps instead of the coarse stage's.
+
+The pool is built like OSU-Mem's (same construction code and incremental ``update``)
+but disjoint by default (``max_memberships = 1``), which measured better on the
+development data; packing is the shared first-fit. Defaults and their development-data
+measurements: docs/decisions.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from osumem.errors import ConfigError
+from osumem.osu.config import VIEWS
+from osumem.retrieve.base import pack_first_fit
+from osumem.retrieve.osumem import OSUMem, OSUMemConfig
+from osumem.types import IntArray
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdaptiveConfig(OSUMemConfig):
+    """Adaptive OSU-Mem: the OSU-Mem fields (construction, disjoint by default, and the
+    coarse stage used by ``expand_from="coarse"``) plus the binding test and the
+    expansion.
+
+    Attributes:
+        seed_steps: how many top flat steps the binding test looks at.
+        min_shared: a binding OSU holds at least this many of those head steps.
+        binding_views: the views whose OSUs count as binding (entity, tool, subgoal;
+            the similarity view groups by embedding alone, which says nothing the
+            cosine ranking does not).
+        keep_head: top flat steps always selected first when the query binds.
+        expand_share: at most this share of the budget goes to expansion members.
+        shared_bonus: score bonus per extra head step an expansion member's binding OSU
+            holds (its cosine stays the main term).
+        expand_from: ``"seeds"`` (members of the binding OSUs) or ``"coarse"`` (members of
+            the OSUs OSU-Mem's coarse stage keeps).
+        head_ratio: when > 0, expansion candidates must also lie in the head of the flat
+            ranking holding ``head_ratio``·B tokens (expansion only reorders steps Flat
+            already ranks high); 0 means no such restriction.
+        gate: which test decides expansion: ``"shared"`` (some binding OSU holds
+            ``min_shared`` head steps), ``"coverage"`` (at least ``min_head_coverage`` of
+            the head steps lie in some binding OSU), ``"both"``, or ``"none"`` (always
+            expand; an ablation).
+        min_head_coverage: the coverage threshold of the ``"coverage"`` gate.
+        protect_orphans: when expanding, the steps Flat itself would select that lie in
+            no binding OSU are kept first (structure says nothing about them, so
+            expansion must not displace them).
+    """
+
+    max_memberships: int = 1
+    seed_steps: int = 4
+    min_shared: int = 2
+    binding_views: tuple[str, ...] = ("entity", "tool", "subgoal")
+    keep_head: int = 0
+    expand_share: float = 1.0
+    shared_bonus: float = 0.0
+    expand_from: str = "coarse"
+    head_ratio: float = 12.0
+    gate: str = "coverage"
+    min_head_coverage: float = 0.75
+    protect_orphans: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        problems = []
+        if self.seed_steps < 2:
+            problems.append(f"seed_steps must be >= 2, got {self.seed_steps}")
+        if not 2 <= self.min_shared <= max(self.seed_steps, 2):
+            problems.append(f"min_shared must be in [2, seed_steps], got {self.min_shared}")
+        bad = [v for v in self.binding_views if v not in VIEWS]
+        if bad or not self.binding_views:
+            problems.append(f"binding_views must be a non-empty subset of {VIEWS}, got {bad}")
+        if self.keep_head < 0:
+            problems.append(f"keep_head must be >= 0, got {self.keep_head}")
+        if not 0.0 <= self.expand_share <= 1.0:
+            problems.append(f"expand_share must be in [0, 1], got {self.expand_share}")
+        if self.shared_bonus < 0:
+            problems.append(f"shared_bonus must be >= 0, got {self.shared_bonus}")
+        if self.head_ratio < 0:
+            problems.append(f"head_ratio must be >= 0, got {self.head_ratio}")
+        if self.gate not in ("shared", "coverage", "both", "none"):
+            problems.append(f"gate must be shared, coverage, both or none, got {self.gate!r}")
+        if not 0.0 <= self.min_head_coverage <= 1.0:
+            problems.append(f"min_head_coverage must be in [0, 1], got {self.min_head_coverage}")
+        if self.expand_from not in ("seeds", "coarse"):
+            problems.append(f"expand_from must be 'seeds' or 'coarse', got {self.expand_from!r}")
+        if problems:
+            raise ConfigError("osumem_adaptive: " + "; ".join(problems))
+
+
+@dataclass(frozen=True)
+class BindingDecision:
+    """What the binding test saw for one query: the flat head, the binding OSUs (pool
+    indices) and how many head steps each holds."""
+
+    head: IntArray
+    osus: IntArray
+    shared: IntArray
+    covered: NDArray[np.bool_]
+    binds: bool
+
+
+class AdaptiveOSUMem(OSUMem):
+    """Flat Vector unless the flat head is bound by OSUs; then coarse-to-fine inside it."""
+
+    name = "osumem_adaptive"
+    Config = AdaptiveConfig
+
+    def binding(self, q: NDArray[np.float32], limit: int) -> BindingDecision:
+        """Run the binding test for query ``q`` over the steps before ``limit``."""
+        cfg: AdaptiveConfig = self.config  # type: ignore[assignment]
+        assert self.pool_ is not None
+        cos = self._cosines(q, limit)
+        head = np.argsort(-cos, kind="stable")[: cfg.seed_steps].astype(np.int64)
+        return self._binding_from_head(head, limit)
+
+    def _binding_from_head(self, head: IntArray, limit: int) -> BindingDecision:
+        cfg: AdaptiveConfig = self.config  # type: ignore[assignment]
+        assert self.pool_ is not None
+        members, _, _ = self._visible(limit)
+        codes = np.asarray(self.pool_.view_codes)[: members.shape[1]]
+        allowed = np.isin(codes, [VIEWS.index(v) for v in cfg.binding_views])
+        bmembers = members[:, np.flatnonzero(allowed)]
+        cols = np.flatnonzero(allowed).astype(np.int64)
+        indicator = np.zeros(members.shape[0])
+        indicator[head] = 1.0
+        shared = np.rint(bmembers.T @ indicator).astype(np.int64)
+        keep = shared >= cfg.min_shared
+        osus, shared = cols[keep], shared[keep]
+        covered = np.asarray(bmembers[head].sum(axis=1)).ravel() > 0
+        coverage = float(covered.mean()) if head.size else 0.0
+        shared_ok = bool(osus.size)
+        cover_ok = head.size > 0 and coverage >= cfg.min_head_coverage
+        binds = {
+            "shared": shared_ok,
+            "coverage": cover_ok,
+            "both": shared_ok and cover_ok,
+            "none": True,
+        }[cfg.gate]
+        return BindingDecision(head, osus, shared, covered, binds)
+
+    def _in_binding_osu(self, limit: int) -> NDArray[np.bool_]:
+        """Which of the steps before ``limit`` belong to some OSU of a binding view."""
+        cfg: AdaptiveConfig = self.config  # type: ignore[assignment]
+        assert self.pool_ is not None
+        members, _, _ = self._visible(limit)
+        codes = np.asarray(self.pool_.view_codes)[: members.shape[1]]
+        allowed = np.isin(codes, [VIEWS.index(v) for v in cfg.binding_views]).astype(np.float64)
+        return np.asarray(members @ allowed).ravel()[:limit] > 0
+
+    def _select(
+        self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
+    ) -> IntArray:
+        assert self.view_ is not None
+        cfg: AdaptiveConfig = self.config  # type: ignore[assignment]
+        costs = self.view_.costs
+        cos = self._cosines(q, limit)
+        flat = np.argsort(-cos, kind="stable").astype(np.int64)
+        decision = self._binding_from_head(flat[: cfg.seed_steps], limit)
+        if not decision.binds:
+            return pack_first_fit(flat, costs, budget)
+        if cfg.expand_from == "coarse":
+            coarse = self.coarse(q, budget, limit, evidence)
+            cand = np.unique(coarse.members[:, coarse.kept].indices).astype(np.int64)
+            score = cos[cand].astype(np.float64)
+        else:
+            members, _, _ = self._visible(limit)
+            sub = members[:, decision.osus]
+            bonus = np.zeros(limit)
+            col_of = np.repeat(np.arange(sub.shape[1]), np.diff(sub.indptr))
+            extra = (decision.shared - (cfg.min_shared - 1)).astype(np.float64)
+            np.maximum.at(bonus, sub.indices, extra[col_of])
+            cand = np.unique(sub.indices).astype(np.int64)
+            score = cos[cand] + cfg.shared_bonus * bonus[cand]
+        if cfg.head_ratio > 0:
+            csum = np.cumsum(costs[flat])
+            n_head = int(np.searchsorted(csum, cfg.head_ratio * budget, side="right"))
+            in_head = np.zeros(limit, dtype=bool)
+            in_head[flat[: max(n_head, 1)]] = True
+            keep = in_head[cand]
+            cand, score = cand[keep], score[keep]
+        cand = cand[np.argsort(-score, kind="stable")]
+        head = flat[: cfg.keep_head]
+        if cfg.protect_orphans:
+            own = pack_first_fit(flat, costs, budget)
+            orphans = own[~self._in_binding_osu(limit)[own]]
+            head = np.concatenate([head, orphans[~np.isin(orphans, head)]])
+        first = pack_first_fit(head, costs, budget)
+        taken = np.zeros(limit, dtype=bool)
+        taken[first] = True
+        spent = int(costs[first].sum())
+        expand_budget = min(int(cfg.expand_share * budget), budget - spent)
+        expand = pack_first_fit(cand[~taken[cand]], costs, expand_budget)
+        taken[expand] = True
+        chosen = np.concatenate([first, expand])
+        left = budget - int(costs[chosen].sum())
+        fill = pack_first_fit(flat[~taken[flat]], costs, left) if left > 0 else chosen[:0]
+        return np.concatenate([chosen, fill])
