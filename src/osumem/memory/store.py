@@ -873,7 +873,9 @@ class MemoryStore:
     def check(self) -> None:
         """Raise :class:`StoreCorruptError` (alias ``StoreIntegrityError``) listing every
         problem, if any; nothing but a :class:`~osumem.errors.StoreError` escapes."""
-        problems = self.integrity_problems()
+        problems = [" ".join(p.split()) for p in self.integrity_problems()]
+        if len(problems) > 12:
+            problems = [*problems[:12], f"and {len(problems) - 12} more"]
         if problems:
             raise StoreCorruptError(f"{self._name}: corrupt: " + "; ".join(problems))
 

@@ -91,9 +91,12 @@ def check_json_data(value: Any, where: str, *, max_chars: int, total: int) -> No
                         raise OversizedInputError(f"{at}: a key has {len(k)} characters")
                     _check_utf8(k, at, "a key")
                     used += len(k)
-                    stack.append((item, f"{at}.{k[:40]}", depth + 1))
+                    stack.append((item, at if len(at) > 120 else f"{at}.{k[:40]}", depth + 1))
             else:
-                stack.extend((item, f"{at}[{j}]", depth + 1) for j, item in enumerate(v))
+                stack.extend(
+                    (item, at if len(at) > 120 else f"{at}[{j}]", depth + 1)
+                    for j, item in enumerate(v)
+                )
         else:
             raise InvalidInputError(f"{at}: {type(v).__name__} is not JSON data")
         if used > total:
@@ -130,8 +133,26 @@ def check_messages(messages: Sequence[Any], limit: int) -> list[dict[str, Any]]:
             for j, call in enumerate(calls):
                 if isinstance(call, Mapping) and "id" in call and not isinstance(call["id"], str):
                     raise InvalidInputError(f"{at}.tool_calls[{j}].id: expected a string")
+                fn = call.get("function") if isinstance(call, Mapping) else None
+                raw = fn.get("arguments") if isinstance(fn, Mapping) else None
+                if isinstance(raw, str) and raw:
+                    _check_arguments_text(raw, f"{at}.tool_calls[{j}]", limit)
         out.append(json.loads(json.dumps(msg, ensure_ascii=False, allow_nan=False)))
     return out
+
+
+def _check_arguments_text(raw: str, where: str, limit: int) -> None:
+    """Parse tool-call arguments given as JSON text and check the parsed data as well
+    (1e999 parses to infinity, a 5000-digit number or 5000 nested brackets break the
+    JSON reader)."""
+    from osumem.ingest.openai_chat import LogFormatError
+
+    try:
+        parsed = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        detail = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)[:80]
+        raise LogFormatError(f"{where}: arguments are not valid JSON ({detail})") from None
+    check_json_data(parsed, f"{where}.arguments", max_chars=limit, total=message_limit(limit))
 
 
 def check_message_sizes(messages: Sequence[Any], limit: int) -> None:
