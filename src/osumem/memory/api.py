@@ -373,7 +373,8 @@ class Memory:
                 f"query: expected a text or a vector of numbers, got {type(query).__name__}"
             )
         try:
-            q = np.asarray(query, dtype=np.float32)
+            with np.errstate(over="ignore", invalid="ignore"):
+                q = np.asarray(query, dtype=np.float32)
         except (TypeError, ValueError, OverflowError) as exc:
             raise InvalidInputError(f"query: not a vector of numbers ({exc})") from None
         dim = self.store.dim
