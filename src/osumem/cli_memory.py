@@ -89,7 +89,7 @@ def ingest_cmd(
     try:
         logs = read_log(log)
     except UnicodeError as exc:
-        raise InvalidInputError(f"{log}: not UTF-8 text ({exc.reason})") from None
+        raise InvalidInputError(f"{log}: not UTF-8 text ({getattr(exc, 'reason', exc)})") from None
     except RecursionError:
         raise InvalidInputError(f"{log}: JSON nested too deeply") from None
     if limit is not None:

@@ -37,6 +37,7 @@ from osumem.errors import (
     InvalidInputError,
     NonFiniteError,
 )
+from osumem.memory.buffer import NamespaceBuffer
 from osumem.memory.encoders import EXTERNAL_PREFIX, resolve_encoder
 from osumem.memory.retrieved import Retrieved, RetrievedStep, osu_handles
 from osumem.memory.store import (
@@ -124,7 +125,8 @@ class Memory:
         self._encoder = encoder
         self._encoder_spec = encoder_spec
         self._owns_encoder = owns_encoder or encoder_spec is not None
-        self._data: dict[str, NamespaceData] = {}
+        self._data: dict[str, NamespaceBuffer] = {}
+        self._counts: dict[str, tuple[int, int]] = {}  # namespace -> (steps, user steps)
         self._retrievers: dict[str, tuple[Retriever, int]] = {}
         self._causal_cache: tuple[tuple[str, int, int], Retriever] | None = None
         self._version = store.data_version()
@@ -229,22 +231,24 @@ class Memory:
         self._version = version
         self._causal_cache = None
         for ns in list(self._data):
-            data = self._data[ns]
+            buf = self._data[ns]
             n = self.store.n_steps(ns)
-            if n == data.view.n:
+            if n == buf.n:
                 continue
-            if n < data.view.n:
+            if n < buf.n:
                 self._forget(ns)
                 continue
-            self._data[ns] = _concat(data, self.store.load(ns, start=data.view.n))
+            buf.extend(self.store.load(ns, start=buf.n))
 
     def _forget(self, namespace: str | None = None) -> None:
         """Drop cached views and retrievers (of one namespace, or all)."""
         if namespace is None:
             self._data.clear()
+            self._counts.clear()
             self._retrievers.clear()
         else:
             self._data.pop(namespace, None)
+            self._counts.pop(namespace, None)
             self._retrievers.pop(namespace, None)
         self._causal_cache = None
 
@@ -303,11 +307,29 @@ class Memory:
         return self.store.discard_pending(namespace)
 
     def _namespace(self, namespace: str) -> NamespaceData:
-        data = self._data.get(namespace)
-        if data is None:
-            data = self.store.load(namespace)
-            self._data[namespace] = data
-        return data
+        buf = self._data.get(namespace)
+        if buf is None:
+            buf = NamespaceBuffer(self.store.load(namespace))
+            self._data[namespace] = buf
+        return buf.data()
+
+    def _users(self, namespace: str) -> int:
+        """User steps stored in ``namespace`` (the subgoal segment counter), kept
+        incrementally: only steps added since the last count are looked at."""
+        n = self.store.n_steps(namespace)
+        buf = self._data.get(namespace)
+        if buf is not None and buf.n == n:
+            return buf.users
+        seen, users = self._counts.get(namespace, (0, 0))
+        if seen > n:
+            seen, users = 0, 0
+        if seen < n:
+            users += self.store.count_role(namespace, "user", start=seen)
+        self._counts[namespace] = (n, users)
+        return users
+
+    def _snapshot(self, namespace: str) -> tuple[list[dict[str, Any]], int]:
+        return self.store.pending(namespace), self._users(namespace)
 
     def _sync(self, namespace: str) -> Retriever | None:
         data = self._namespace(namespace)
@@ -525,13 +547,13 @@ class Memory:
         self._refresh()
         if on_duplicate != "append" and self._is_duplicate(namespace, digest, on_duplicate):
             return []
-        snapshot = (self.store.pending(namespace), self.store.count_role(namespace, "user"))
+        snapshot = self._snapshot(namespace)
         plan = self._plan(clean, snapshot, namespace, src, prefix, hold_open_calls)
         with self.store.transaction():
             self._refresh()
             if on_duplicate != "append" and self._is_duplicate(namespace, digest, on_duplicate):
                 return []
-            now = (self.store.pending(namespace), self.store.count_role(namespace, "user"))
+            now = self._snapshot(namespace)
             if now != snapshot:  # another writer moved the namespace meanwhile
                 plan = self._plan(clean, now, namespace, src, prefix, hold_open_calls)
             rows, emb, new_held = plan
@@ -651,9 +673,13 @@ class Memory:
                 f"dimension {self.store.dim} (model {self.store.model_id!r})"
             )
         model_id = self._model_id_for(external, emb.shape[1])
+        users = self._users(namespace) if rows else 0
         ids = self.store.append(
             namespace, rows, emb, model_id=model_id, pending=pending, digest=digest
         )
+        if rows:
+            n = self.store.n_steps(namespace)
+            self._counts[namespace] = (n, users + sum(r.role == "user" for r in rows))
         if model_id.startswith(EXTERNAL_PREFIX) and self._encoder is None:
             self._encoder_spec = None  # a vectors-only store: never guess an encoder
         return ids
@@ -670,13 +696,12 @@ class Memory:
     ) -> None:
         """Append the committed rows to the cached view (the same bytes the store now
         holds, so the live view equals a reloaded one)."""
-        old = self._data.get(namespace)
-        if old is None or not rows:
+        buf = self._data.get(namespace)
+        if buf is None or not rows:
             return
-        if self.store.n_steps(namespace) != old.view.n + len(rows):
+        if self.store.n_steps(namespace) != buf.n + len(rows):
             self._forget(namespace)  # someone else wrote in between: reload lazily
             return
-        v = old.view
 
         def obj(values: Iterable[Any]) -> NDArray[Any]:
             new = np.empty(len(rows), dtype=object)
@@ -697,9 +722,9 @@ class Memory:
             ),
             step_ids=np.asarray(ids, dtype=np.int64),
             arguments=tuple(r.arguments_json for r in rows),
-            batch_ends=(v.n + len(rows),),
+            batch_ends=(buf.n + len(rows),),
         )
-        self._data[namespace] = _concat(old, delta)
+        buf.extend(delta)
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -721,35 +746,6 @@ class Memory:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _concat(old: NamespaceData, delta: NamespaceData) -> NamespaceData:
-    """``old`` followed by ``delta`` (steps at the positions after ``old``'s)."""
-    v, d = old.view, delta.view
-    if d.n == 0:
-        return old
-    dim = d.embeddings.shape[1]
-
-    def cat(a: NDArray[Any], b: NDArray[Any]) -> NDArray[Any]:
-        return np.concatenate([a, b])
-
-    view = MemoryView(
-        embeddings=np.concatenate([v.embeddings.reshape(-1, dim), d.embeddings]),
-        costs=cat(v.costs, d.costs),
-        tool_actions=cat(v.tool_actions, d.tool_actions),
-        tool_signatures=cat(v.tool_signatures, d.tool_signatures),
-        entities=v.entities + d.entities,
-        subgoals=cat(v.subgoals, d.subgoals),
-        namespaces=cat(v.namespaces, d.namespaces),
-        roles=cat(v.roles, d.roles),
-        texts=cat(v.texts, d.texts),
-    )
-    return NamespaceData(
-        view=view,
-        step_ids=cat(old.step_ids, delta.step_ids),
-        arguments=old.arguments + delta.arguments,
-        batch_ends=(*old.batch_ends, *(e for e in delta.batch_ends if e > v.n)),
-    )
 
 
 def _check_sbert_installed() -> None:

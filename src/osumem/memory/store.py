@@ -558,11 +558,13 @@ class MemoryStore:
         return int(n)
 
     @_guard
-    def count_role(self, namespace: str, role: str) -> int:
-        """Number of steps with ``role`` in ``namespace``."""
+    def count_role(self, namespace: str, role: str, start: int = 0) -> int:
+        """Number of steps with ``role`` in ``namespace`` at positions ``>= start`` (an
+        index range scan over those positions only)."""
         assert self._conn is not None
         (n,) = self._conn.execute(
-            "SELECT COUNT(*) FROM steps WHERE ns = ? AND role = ?", (namespace, role)
+            "SELECT COUNT(*) FROM steps WHERE ns = ? AND pos >= ? AND role = ?",
+            (namespace, start, role),
         ).fetchone()
         return int(n)
 
