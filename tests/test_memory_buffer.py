@@ -44,3 +44,21 @@ def test_live_view_equals_reloaded_after_growth(tmp_path):
         # subgoal segments continue from the stored user count after reopening
         again.add_messages([{"role": "user", "content": "next"}])
         assert again.view().subgoals[-1] == "default:sg152"
+
+
+def test_reopen_fits_a_non_incremental_method_once(tmp_path, monkeypatch):
+    """A method whose update is a fresh fit is rebuilt by one fit on reopen (the same
+    state by definition), not once per stored add batch."""
+    from osumem.retrieve.base import Retriever
+
+    path = tmp_path / "m.db"
+    with Memory.open(path, encoder=HashingEncoder(16), method="flat") as mem:
+        for k in range(40):
+            mem.add_messages([{"role": "user", "content": f"user {k} order {k % 5}"}])
+        want = mem.retrieve("order 3", 32).to_dict()
+    calls = []
+    real = Retriever.fit
+    monkeypatch.setattr(Retriever, "fit", lambda self, v: calls.append(v.n) or real(self, v))
+    with Memory.open(path, encoder=HashingEncoder(16), method="flat") as again:
+        assert again.retrieve("order 3", 32).to_dict() == want
+    assert calls == [40]

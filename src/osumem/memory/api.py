@@ -350,6 +350,8 @@ class Memory:
         if retriever is None:
             retriever = create(self.config.method, self.config.params, seed=self.config.seed)
         ends = data.batch_ends if self.config.replay_batches or fitted else (data.view.n,)
+        if type(retriever).update is Retriever.update:
+            ends = ()  # its update is a fresh fit: one fit of the prefix is the same state
         for end in [*(e for e in ends if fitted < e < upto), upto]:
             if end <= fitted:
                 continue
