@@ -135,7 +135,7 @@ def test_namespace_and_step_limits(mem):
     with pytest.raises(InvalidInputError, match="role"):
         mem.add_steps([Step(role="r" * 100, text="x")])
     with pytest.raises(OversizedInputError, match="subgoal"):
-        mem.add_steps([Step(role="user", text="x", subgoal="s" * 3000)])
+        mem.add_steps([Step(role="user", text="x", subgoal="s" * 4000)])
     with pytest.raises(InvalidInputError, match="nested"):
         deep: dict = {}
         cur = deep
@@ -234,3 +234,20 @@ def test_read_only_open_answers_queries_and_refuses_writes(tmp_path):
             ro.discard_held()
         assert ro.store.content_hash() == h
         ro.check()
+
+
+def test_fuzz_findings_long_namespace_and_huge_numbers(mem):
+    """Found by the long fuzz profile: a namespace near its length limit used to make
+    every add_messages into it fail (its subgoal label outgrew max_text_chars), and
+    printing a 5,000-digit cost or budget raised ValueError instead of a typed error."""
+    ns = "n" * 1000
+    assert mem.add_steps([Step(role="user", text="x")], namespace=ns)
+    assert mem.add_messages([U], namespace=ns) and mem.add_messages([U], namespace=ns)
+    with pytest.raises(InvalidInputError, match="bits"):
+        mem.add_steps([Step(role="user", text="x", cost=10**5000)])
+    with pytest.raises(InvalidInputError):
+        mem.add_steps([Step(role="user", text="x", cost=-(10**5000))])
+    with pytest.raises(InvalidInputError, match="bits"):
+        mem.retrieve("order", 10**5000)
+    with pytest.raises(InvalidInputError, match="bits"):
+        mem.add_messages([U], namespace=10**5000)

@@ -31,6 +31,7 @@ from numpy.typing import NDArray
 from osumem.annotate import DEFAULT_BOILERPLATE
 from osumem.embed import Encoder
 from osumem.errors import (
+    BudgetError,
     ConfigError,
     DimensionError,
     DuplicateInputError,
@@ -49,6 +50,7 @@ from osumem.memory.store import (
 )
 from osumem.memory.validate import (
     OversizedInputError,
+    _show,
     check_messages,
     check_namespace,
     continue_segments,
@@ -433,12 +435,14 @@ class Memory:
                 ``before - 1`` was added: the structure is rebuilt from those steps
                 alone, so later steps cannot influence it.
         """
+        if isinstance(budget, int) and not isinstance(budget, bool) and abs(budget) > 2**62:
+            raise BudgetError(f"budget must be a positive integer, got {_show(budget)}")
         b = check_budget(self.config.budget if budget is None else budget)
         check_namespace(namespace)
         if before is not None and (
             isinstance(before, bool) or not isinstance(before, int | np.integer)
         ):
-            raise InvalidInputError(f"before: expected an integer position, got {before!r}")
+            raise InvalidInputError(f"before: expected an integer position, got {_show(before)}")
         if before is not None and before < 0:
             raise InvalidInputError(f"before: expected a position >= 0, got {before}")
         before = None if before is None else int(before)
@@ -535,7 +539,9 @@ class Memory:
         """
         check_namespace(namespace)
         if on_duplicate not in ON_DUPLICATE:
-            raise ConfigError(f"on_duplicate: expected one of {ON_DUPLICATE}, got {on_duplicate!r}")
+            raise ConfigError(
+                f"on_duplicate: expected one of {ON_DUPLICATE}, got {_show(on_duplicate)}"
+            )
         if log_id is not None:
             check_namespace(log_id, "log_id")
         if source is not None:

@@ -85,7 +85,7 @@ def check_json_data(value: Any, where: str, *, max_chars: int, total: int) -> No
                 for k, item in v.items():
                     if not isinstance(k, str):
                         raise InvalidInputError(
-                            f"{at}: key {k!r} is not a string ({type(k).__name__})"
+                            f"{at}: key {_show(k)} is not a string ({type(k).__name__})"
                         )
                     if len(k) > max_chars:
                         raise OversizedInputError(f"{at}: a key has {len(k)} characters")
@@ -189,21 +189,29 @@ def step_row(s: Any, where: str, namespace: str, max_text_chars: int) -> StepRow
         raise InvalidInputError(f"{where}: expected a Step, got {type(s).__name__}")
     if not isinstance(s.role, str) or not s.role:
         raise InvalidInputError(f"{where}: role must be a non-empty string")
+    # labels derived from a namespace (``<source>:sg<k>``, ``<source>::<entity>``) get
+    # room for the longest accepted namespace, so an accepted namespace never makes a
+    # later add fail
+    label_limit = max_text_chars + MAX_NAMESPACE_CHARS + 64
     for name in ("role", "text", "tool_action", "tool_signature", "subgoal", "namespace"):
         value = getattr(s, name)
         if not isinstance(value, str):
             raise InvalidInputError(f"{where}: {name} must be a string")
         _check_utf8(value, where, name)
-        if len(value) > max_text_chars:
+        limit = max_text_chars if name in ("text", "tool_action") else label_limit
+        if len(value) > limit:
             raise OversizedInputError(
-                f"{where}: {name} has {len(value)} characters; max_text_chars is {max_text_chars}"
+                f"{where}: {name} has {len(value)} characters; at most {limit} "
+                f"(max_text_chars is {max_text_chars})"
             )
     if len(s.role) > MAX_ROLE_CHARS:
         raise InvalidInputError(f"{where}: role longer than {MAX_ROLE_CHARS} characters")
     if isinstance(s.cost, bool) or not isinstance(s.cost, int | np.integer) or s.cost <= 0:
-        raise InvalidInputError(f"{where}: cost must be a positive integer, got {s.cost!r}")
+        raise InvalidInputError(f"{where}: cost must be a positive integer, got {_show(s.cost)}")
     if s.cost > MAX_STEP_COST:
-        raise InvalidInputError(f"{where}: cost {s.cost} exceeds the maximum {MAX_STEP_COST}")
+        raise InvalidInputError(
+            f"{where}: cost {_show(s.cost)} exceeds the maximum {MAX_STEP_COST}"
+        )
     try:
         entities = list(s.entities)
     except TypeError:
@@ -214,7 +222,7 @@ def step_row(s: Any, where: str, namespace: str, max_text_chars: int) -> StepRow
         raise InvalidInputError(f"{where}: {len(entities)} entities; at most {MAX_ENTITIES}")
     for e in entities:
         _check_utf8(e, where, "an entity")
-        if len(e) > max_text_chars:
+        if len(e) > label_limit:
             raise OversizedInputError(f"{where}: an entity has {len(e)} characters")
     if not isinstance(s.arguments, Mapping):
         raise InvalidInputError(f"{where}: arguments must be a dict")
@@ -243,11 +251,22 @@ def step_row(s: Any, where: str, namespace: str, max_text_chars: int) -> StepRow
     )
 
 
+def _show(value: Any) -> str:
+    """A short, always printable rendering of a rejected value."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        text = repr(value)
+    except Exception:  # a value whose repr fails is still named
+        return f"a {type(value).__name__}"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def check_namespace(namespace: Any, what: str = "namespace") -> None:
     """A namespace is a non-empty string of valid Unicode, at most
     :data:`MAX_NAMESPACE_CHARS` characters."""
     if not isinstance(namespace, str) or not namespace:
-        raise InvalidInputError(f"{what}: expected a non-empty string, got {namespace!r}")
+        raise InvalidInputError(f"{what}: expected a non-empty string, got {_show(namespace)}")
     if len(namespace) > MAX_NAMESPACE_CHARS:
         raise InvalidInputError(
             f"{what}: {len(namespace)} characters; at most {MAX_NAMESPACE_CHARS}"
