@@ -69,10 +69,12 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=1000)
     ap.add_argument("--method", default="osumem")
     ap.add_argument("--group", type=int, default=1, help="build: adds per commit")
+    ap.add_argument("--views", default=None, help="osumem views, e.g. entity,tool,subgoal")
     args = ap.parse_args()
-    out: dict = {"what": args.what}
+    out: dict = {"what": args.what, "method": args.method, "views": args.views}
+    params = None if args.views is None else {"views": tuple(args.views.split(","))}
     if args.what in ("build", "adds"):
-        with Memory.open(args.store, encoder="hashing", method=args.method) as mem:
+        with Memory.open(args.store, encoder="hashing", method=args.method, params=params) as mem:
             start = mem.n_steps("agent")
             count = args.n - start if args.what == "build" else args.k
             wall, cpu = _adds(mem, start, count, args.group if args.what == "build" else 1)
@@ -81,7 +83,7 @@ def main() -> None:
             )
     else:
         w0, c0 = time.perf_counter(), time.process_time()
-        with Memory.open(args.store, encoder="hashing", method=args.method) as mem:
+        with Memory.open(args.store, encoder="hashing", method=args.method, params=params) as mem:
             r = mem.retrieve("refund request for user U7", 256, namespace="agent")
             out.update(
                 reopen_first_retrieve_cpu_s=round(time.process_time() - c0, 3),

@@ -338,12 +338,17 @@ class Memory:
         if data.view.n == 0:
             return None
         retriever, fitted = self._retrievers.get(namespace, (None, 0))
-        retriever, fitted = self._replay(data, data.view.n, retriever, fitted)
+        retriever, fitted = self._replay(namespace, data, data.view.n, retriever, fitted)
         self._retrievers[namespace] = (retriever, fitted)
         return retriever
 
     def _replay(
-        self, data: NamespaceData, upto: int, retriever: Retriever | None = None, fitted: int = 0
+        self,
+        namespace: str,
+        data: NamespaceData,
+        upto: int,
+        retriever: Retriever | None = None,
+        fitted: int = 0,
     ) -> tuple[Retriever, int]:
         """Bring ``retriever`` (a new one when ``None``) from ``fitted`` steps up to
         ``upto`` along the stored add boundaries, as the writing session did."""
@@ -354,10 +359,13 @@ class Memory:
         ends = data.batch_ends if self.config.replay_batches or fitted else (data.view.n,)
         if type(retriever).update is Retriever.update:
             ends = ()  # its update is a fresh fit: one fit of the prefix is the same state
+        buf = self._data[namespace]
         for end in [*(e for e in ends if fitted < e < upto), upto]:
             if end <= fitted:
                 continue
-            v = data.view.prefix(end)
+            # intermediate batches go through copy-free prefix views; the last one is
+            # a plain view, which the retriever keeps
+            v = data.view.prefix(end) if end == upto else buf.prefix_view(end)
             retriever = retriever.fit(v) if fitted == 0 else retriever.update(v)
             fitted = end
         return retriever, fitted
@@ -370,7 +378,7 @@ class Memory:
         cached = self._causal_cache
         if cached is not None and cached[0] == key:
             return cached[1]
-        retriever, _ = self._replay(data, before)
+        retriever, _ = self._replay(namespace, data, before)
         self._causal_cache = (key, retriever)
         return retriever
 
