@@ -75,6 +75,8 @@ def main() -> None:
     params = None if args.views is None else {"views": tuple(args.views.split(","))}
     if args.what in ("build", "adds"):
         with Memory.open(args.store, encoder="hashing", method=args.method, params=params) as mem:
+            if args.what == "adds":  # load the namespace first, as a live agent has
+                mem.retrieve("warm up", 64, namespace="agent")
             start = mem.n_steps("agent")
             count = args.n - start if args.what == "build" else args.k
             wall, cpu = _adds(mem, start, count, args.group if args.what == "build" else 1)
