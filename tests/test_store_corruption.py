@@ -138,6 +138,7 @@ ROW_CASES = {
     "short blob": ("UPDATE steps SET embedding = x'00000000' WHERE id = 3", "embedding"),
     "NaN vector": (None, "non-finite"),
     "bad entities": ("UPDATE steps SET entities = 'nope' WHERE id = 2", "entities"),
+    "invalid UTF-8 text": ("UPDATE steps SET text = CAST(x'c328ff' AS TEXT) WHERE id = 2", "UTF-8"),
 }
 
 

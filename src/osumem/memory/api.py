@@ -77,7 +77,9 @@ class MemoryConfig:
         seed: seed of the retriever (similarity-view communities); fixed so a reopened
             store rebuilds the same structure.
         budget: default token budget of :meth:`Memory.retrieve`.
-        max_text_chars: longest accepted step or message text, in characters.
+        max_text_chars: longest accepted step or message text, in characters; also
+            the bound of every other stored string (argument values, keys, labels);
+            a whole message may hold ``2 * max_text_chars + 4096`` characters.
         boilerplate: tool names that get no tool signature (no tool OSU).
         prefix_namespace: prefix entities and tool signatures with the step's source
             name (set it when one namespace holds several unrelated episodes).

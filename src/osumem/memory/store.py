@@ -150,6 +150,18 @@ _COLUMNS = {
     "pending": ("ns", "messages"),
 }
 
+_TEXT_COLUMNS = (
+    "ns",
+    "role",
+    "text",
+    "tool_action",
+    "arguments",
+    "tool_signature",
+    "entities",
+    "subgoal",
+    "source",
+)
+
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
@@ -196,6 +208,8 @@ def _guard(method: _F) -> _F:
             return method(self, *args, **kwargs)
         except sqlite3.Error as exc:
             raise self._translate(exc) from exc
+        except UnicodeDecodeError as exc:
+            raise self._undecodable(exc) from exc
 
     return wrapper  # type: ignore[return-value]
 
@@ -253,6 +267,9 @@ class MemoryStore:
             err = self._translate(exc)
             self._abandon()
             raise err from exc
+        except UnicodeDecodeError as exc:
+            self._abandon()
+            raise self._undecodable(exc) from exc
         except BaseException:
             self._abandon()
             raise
@@ -351,6 +368,8 @@ class MemoryStore:
             return ForeignStoreError(f"{self._name}: not a readable SQLite database ({text})")
         if primary == 11 or "malformed" in low:
             return StoreCorruptError(f"{self._name}: corrupt: {text}")
+        if "could not decode" in low:
+            return StoreCorruptError(f"{self._name}: corrupt: a text value is not UTF-8 ({text})")
         if "no such table" in low or "no such column" in low:
             return StoreCorruptError(f"{self._name}: corrupt: schema damaged ({text})")
         if isinstance(exc, sqlite3.IntegrityError):
@@ -358,6 +377,12 @@ class MemoryStore:
         if isinstance(exc, sqlite3.ProgrammingError):
             return StoreError(f"{self._name}: {text}")
         return StoreIOError(f"{self._name}: SQLite error ({text})")
+
+    def _undecodable(self, exc: UnicodeDecodeError) -> StoreCorruptError:
+        return StoreCorruptError(
+            f"{self._name}: corrupt: a text value is not valid UTF-8 ({exc.reason} at byte "
+            f"{exc.start})"
+        )
 
     def _tables(self) -> set[str]:
         assert self._conn is not None
@@ -822,6 +847,8 @@ class MemoryStore:
             if isinstance(exc, StoreBusyError):
                 raise
             problems.append(str(exc).replace(f"{self._name}: ", "").replace("corrupt: ", ""))
+        except UnicodeDecodeError as exc:
+            problems.append(f"a text value is not valid UTF-8 ({exc.reason} at byte {exc.start})")
         except (ValueError, TypeError, KeyError, OverflowError, MemoryError) as exc:
             problems.append(f"unreadable content ({type(exc).__name__}: {exc})")
         return problems
@@ -851,11 +878,12 @@ class MemoryStore:
         ).fetchone()
         if bad:
             problems.append(f"{bad} embedding blob(s) are not {dim} float32 values")
-        nonfinite = json_bad = 0
+        nonfinite = json_bad = text_bad = 0
         last_id = -1
+        texts = ", ".join(f"CAST({c} AS BLOB)" for c in _TEXT_COLUMNS)
         while True:  # chunked: a large store is checked in bounded memory
             chunk = conn.execute(
-                "SELECT id, embedding, entities, arguments FROM steps WHERE id > ? "
+                f"SELECT id, embedding, {texts} FROM steps WHERE id > ? "
                 "AND typeof(embedding) = 'blob' AND length(embedding) = ? ORDER BY id LIMIT 4096",
                 (last_id, 4 * dim),
             ).fetchall()
@@ -866,12 +894,21 @@ class MemoryStore:
                 emb = np.frombuffer(b"".join(r[1] for r in chunk), dtype="<f4").reshape(-1, dim)
                 nonfinite += int((~np.isfinite(emb).all(axis=1)).sum())
             for r in chunk:
-                if not _json_is(r[2], list) or not _json_is(r[3], dict):
+                try:
+                    cols = dict(
+                        zip(_TEXT_COLUMNS, (bytes(b or b"").decode() for b in r[2:]), strict=True)
+                    )
+                except UnicodeDecodeError:
+                    text_bad += 1
+                    continue
+                if not _json_is(cols["entities"], list) or not _json_is(cols["arguments"], dict):
                     json_bad += 1
         if nonfinite:
             problems.append(f"{nonfinite} embedding(s) hold NaN or infinite values")
         if json_bad:
             problems.append(f"{json_bad} step(s) have entities or arguments that are not JSON")
+        if text_bad:
+            problems.append(f"{text_bad} step(s) hold text that is not valid UTF-8")
         for (ns,) in conn.execute("SELECT ns FROM pending").fetchall():
             try:
                 self.pending(ns)
