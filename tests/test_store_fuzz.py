@@ -26,8 +26,10 @@ from osumem.memory import Memory, MemoryStore
 from osumem.types import Step
 
 LONG = os.environ.get("OSUMEM_FUZZ_PROFILE", "") == "long"
+#: With OSUMEM_FUZZ_TALLY=FILE, every generated input is counted into FILE (one line each).
+TALLY = os.environ.get("OSUMEM_FUZZ_TALLY")
 FUZZ = settings(
-    max_examples=1500 if LONG else 25,
+    max_examples=int(os.environ.get("OSUMEM_FUZZ_EXAMPLES", 1500)) if LONG else 25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     derandomize=not LONG,
@@ -152,6 +154,12 @@ def _apply(mem: Memory, action: tuple) -> None:
         mem.retrieve(q, budget, namespace=ns)
 
 
+def _tally(kind: str) -> None:
+    if TALLY:
+        with open(TALLY, "a") as fh:
+            fh.write(kind + "\n")
+
+
 class _Rollback(Exception):
     pass
 
@@ -177,6 +185,7 @@ def test_every_input_is_accepted_or_typed_and_never_wedges(actions):
     with Memory.open(None, encoder=ENC, method="osumem", max_text_chars=600) as mem:
         mem.add_messages([{"role": "user", "content": "seed: order 42 shipped"}])
         for action in actions:
+            _tally(action[0])
             before = mem.store.content_hash()
             try:
                 _apply(mem, action)
@@ -199,9 +208,10 @@ ingest_bytes = st.one_of(
 )
 
 
-@settings(FUZZ, max_examples=300 if LONG else 12)
+@settings(FUZZ, max_examples=FUZZ.max_examples // 5 if LONG else 12)
 @given(ingest_bytes, st.sampled_from([".json", ".jsonl"]))
 def test_ingest_files_never_end_in_a_traceback(data, suffix):
+    _tally("ingest")
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / f"log{suffix}"
         log.write_bytes(data)
