@@ -5,10 +5,13 @@ transaction is all-or-nothing, and a log added twice is recognised."""
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
+from osumem.cli import main
 from osumem.embed import HashingEncoder
 from osumem.errors import (
     ConfigError,
@@ -206,17 +209,15 @@ def test_failed_open_leaves_no_file(tmp_path, monkeypatch):
     with pytest.raises(InvalidInputError):
         Memory.open(path, encoder="no-such-encoder")
     assert list(tmp_path.iterdir()) == []
-    import importlib.util
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util,
-        "find_spec",
-        lambda name, *a: None if name == "sentence_transformers" else real(name, *a),
-    )
-    with pytest.raises(ConfigError, match="sbert extra"):
-        Memory.open(path)
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # the extra is missing
+    with pytest.raises(InvalidInputError, match="sbert"):
+        Memory.open(path, encoder="sbert")
     assert list(tmp_path.iterdir()) == []
+    log = tmp_path / "log.json"
+    log.write_text(json.dumps([U]))
+    r = CliRunner().invoke(main, ["ingest", str(log), "--store", str(path)])  # default: sbert
+    assert r.exit_code == 2 and "sbert" in r.stderr, r.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log.json"]
 
 
 def test_read_only_open_answers_queries_and_refuses_writes(tmp_path):

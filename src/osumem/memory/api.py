@@ -168,8 +168,8 @@ class Memory:
             StoreError: typed by cause (``StoreBusyError``, ``StoreReadOnlyError``,
                 ``StoreIOError``, ``StoreCorruptError``, ``ForeignStoreError``,
                 ``NewerSchemaError``, ``IncompatibleStoreError`` for another encoder).
-            ConfigError: the encoder cannot be loaded (unknown name, missing extra).
-            A failed open leaves no new file behind.
+            InvalidInputError: the encoder cannot be loaded (unknown name, missing
+                extra). A failed open leaves no new file behind.
         """
         config = MemoryConfig(method=method, params=params, seed=seed, budget=budget, **settings)
         if encoder is not None and not isinstance(encoder, Encoder | str | Path):
@@ -187,8 +187,6 @@ class Memory:
                     f"{store.dim}); opened with {enc.model_id!r} (dim {enc.dim})"
                 )
             spec = None if enc is not None else (recorded or "sbert")
-            if spec is not None and spec.startswith("sbert"):
-                _check_sbert_installed()
             memory = cls(
                 store,
                 enc,
@@ -764,14 +762,3 @@ class Memory:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _check_sbert_installed() -> None:
-    """Fail at open, not at the first add, when the SBERT extra is missing."""
-    import importlib.util
-
-    if importlib.util.find_spec("sentence_transformers") is None:
-        raise ConfigError(
-            "encoder 'sbert' needs the sbert extra: pip install 'osumem[sbert]' "
-            "(or pass encoder='hashing')"
-        )
