@@ -59,6 +59,7 @@ from osumem.errors import (
     StoreIOError,
     StoreReadOnlyError,
 )
+from osumem.memory.integrity import collect_problems, translate_error
 from osumem.types import MemoryView
 
 __all__ = [
@@ -149,18 +150,6 @@ _COLUMNS = {
     "batches": ("id", "ns", "end_pos"),
     "pending": ("ns", "messages"),
 }
-
-_TEXT_COLUMNS = (
-    "ns",
-    "role",
-    "text",
-    "tool_action",
-    "arguments",
-    "tool_signature",
-    "entities",
-    "subgoal",
-    "source",
-)
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -351,32 +340,7 @@ class MemoryStore:
 
     def _translate(self, exc: sqlite3.Error) -> StoreError:
         """The typed store error for an ``sqlite3`` error."""
-        code = getattr(exc, "sqlite_errorcode", None)
-        primary = code & 0xFF if isinstance(code, int) else None
-        text = str(exc)
-        low = text.lower()
-        if primary in (5, 6) or "database is locked" in low or "is busy" in low:
-            return StoreBusyError(
-                f"{self._name}: busy: another process held its lock for more than "
-                f"{self.timeout:g} s ({text}); retry later"
-            )
-        if primary == 8 or "readonly" in low or "read-only" in low:
-            return StoreReadOnlyError(f"{self._name}: read-only, cannot write ({text})")
-        if primary in (10, 13, 14, 15, 22) or "disk i/o" in low:
-            return StoreIOError(f"{self._name}: I/O error ({text})")
-        if primary == 26 or "not a database" in low:
-            return ForeignStoreError(f"{self._name}: not a readable SQLite database ({text})")
-        if primary == 11 or "malformed" in low:
-            return StoreCorruptError(f"{self._name}: corrupt: {text}")
-        if "could not decode" in low:
-            return StoreCorruptError(f"{self._name}: corrupt: a text value is not UTF-8 ({text})")
-        if "no such table" in low or "no such column" in low:
-            return StoreCorruptError(f"{self._name}: corrupt: schema damaged ({text})")
-        if isinstance(exc, sqlite3.IntegrityError):
-            return StoreCorruptError(f"{self._name}: corrupt: {text}")
-        if isinstance(exc, sqlite3.ProgrammingError):
-            return StoreError(f"{self._name}: {text}")
-        return StoreIOError(f"{self._name}: SQLite error ({text})")
+        return translate_error(exc, self._name, self.timeout)
 
     def _undecodable(self, exc: UnicodeDecodeError) -> StoreCorruptError:
         return StoreCorruptError(
@@ -837,7 +801,7 @@ class MemoryStore:
             raise StoreError(f"{self._name}: the store is closed")
         problems: list[str] = []
         try:
-            self._collect_problems(problems)
+            collect_problems(self, problems)
         except sqlite3.Error as exc:
             err = self._translate(exc)
             if isinstance(err, StoreBusyError | StoreIOError) and "SQLite error" not in str(err):
@@ -852,68 +816,6 @@ class MemoryStore:
         except (ValueError, TypeError, KeyError, OverflowError, MemoryError) as exc:
             problems.append(f"unreadable content ({type(exc).__name__}: {exc})")
         return problems
-
-    def _collect_problems(self, problems: list[str]) -> None:
-        assert self._conn is not None
-        conn = self._conn
-        problems.extend(
-            str(r[0]) for r in conn.execute("PRAGMA integrity_check").fetchall() if r[0] != "ok"
-        )
-        self._validate_schema(self._tables())
-        dim = self.dim
-        for ns, n, lo, hi in conn.execute(
-            "SELECT ns, COUNT(*), MIN(pos), MAX(pos) FROM steps GROUP BY ns"
-        ).fetchall():
-            if lo != 0 or hi != n - 1:
-                problems.append(f"namespace {ns!r}: positions {lo}..{hi} for {n} steps")
-            (last,) = conn.execute(
-                "SELECT MAX(end_pos) FROM batches WHERE ns = ?", (ns,)
-            ).fetchone()
-            if last != n:
-                problems.append(f"namespace {ns!r}: last batch ends at {last}, {n} steps stored")
-        (bad,) = conn.execute(
-            "SELECT COUNT(*) FROM steps WHERE typeof(embedding) != 'blob' "
-            "OR length(embedding) != ?",
-            (4 * dim,),
-        ).fetchone()
-        if bad:
-            problems.append(f"{bad} embedding blob(s) are not {dim} float32 values")
-        nonfinite = json_bad = text_bad = 0
-        last_id = -1
-        texts = ", ".join(f"CAST({c} AS BLOB)" for c in _TEXT_COLUMNS)
-        while True:  # chunked: a large store is checked in bounded memory
-            chunk = conn.execute(
-                f"SELECT id, embedding, {texts} FROM steps WHERE id > ? "
-                "AND typeof(embedding) = 'blob' AND length(embedding) = ? ORDER BY id LIMIT 4096",
-                (last_id, 4 * dim),
-            ).fetchall()
-            if not chunk:
-                break
-            last_id = chunk[-1][0]
-            if dim:
-                emb = np.frombuffer(b"".join(r[1] for r in chunk), dtype="<f4").reshape(-1, dim)
-                nonfinite += int((~np.isfinite(emb).all(axis=1)).sum())
-            for r in chunk:
-                try:
-                    cols = dict(
-                        zip(_TEXT_COLUMNS, (bytes(b or b"").decode() for b in r[2:]), strict=True)
-                    )
-                except UnicodeDecodeError:
-                    text_bad += 1
-                    continue
-                if not _json_is(cols["entities"], list) or not _json_is(cols["arguments"], dict):
-                    json_bad += 1
-        if nonfinite:
-            problems.append(f"{nonfinite} embedding(s) hold NaN or infinite values")
-        if json_bad:
-            problems.append(f"{json_bad} step(s) have entities or arguments that are not JSON")
-        if text_bad:
-            problems.append(f"{text_bad} step(s) hold text that is not valid UTF-8")
-        for (ns,) in conn.execute("SELECT ns FROM pending").fetchall():
-            try:
-                self.pending(ns)
-            except StoreCorruptError:
-                problems.append(f"held messages of namespace {ns!r} are not a JSON message list")
 
     def check(self) -> None:
         """Raise :class:`StoreCorruptError` (alias ``StoreIntegrityError``) listing every
@@ -949,13 +851,6 @@ class MemoryStore:
         with suppress(sqlite3.Error):
             self._conn.close()
         self._conn = None
-
-
-def _json_is(text: Any, kind: type) -> bool:
-    try:
-        return isinstance(json.loads(text), kind)
-    except (TypeError, ValueError, RecursionError):
-        return False
 
 
 def remove_store_files(path: Path) -> None:
