@@ -182,6 +182,8 @@ def test_query_empty_text_and_check_command(tmp_path):
     )
     assert "empty text" in _err_line(run(main, ["query", "", "--store", str(store)]))
     assert "empty text" in _err_line(run(main, ["query", "  ", "--store", str(store)]))
+    empty_ns = ["query", "", "--store", str(store), "--namespace", "nope"]
+    assert "empty text" in _err_line(run(main, empty_ns))  # one line, no note before it
     r = run(main, ["check", "--store", str(store), "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["ok"] is True and json.loads(r.stdout)["steps"] == 3

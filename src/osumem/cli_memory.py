@@ -239,13 +239,13 @@ def query_cmd(
     with Memory.open(
         store, method=method, params=overrides or None, budget=budget, read_only=True
     ) as mem:
-        if mem.n_steps(namespace) == 0:
+        result = mem.retrieve(text, budget, namespace=namespace, before=before)
+        if mem.n_steps(namespace) == 0:  # after retrieve: a bad query is one error line
             click.echo(
                 f"osumem: note: namespace {namespace!r} holds no steps; namespaces in "
                 f"{store}: {mem.namespaces()}",
                 err=True,
             )
-        result = mem.retrieve(text, budget, namespace=namespace, before=before)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
     else:
