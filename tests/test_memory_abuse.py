@@ -193,6 +193,9 @@ def test_a_log_added_twice_is_recognised(mem):
         mem.add_messages(log, on_duplicate="error")
     assert mem.n_steps() == 2
     assert len(mem.add_messages(log)) == 2  # append (the default) adds again
+    streamed = [{"role": "user", "content": "streamed once"}]
+    mem.add_messages(streamed)  # a streaming add (append, no id) is not remembered
+    assert len(mem.add_messages(streamed, on_duplicate="skip")) == 1
     assert mem.add_messages([U], log_id="run-1", on_duplicate="skip")
     assert (
         mem.add_messages(

@@ -543,6 +543,8 @@ class Memory:
                 ``log_id``) were added to the namespace before: ``"append"`` (default:
                 add them again, as an agent repeating itself does), ``"skip"`` (add
                 nothing, return ``[]``) or ``"error"`` (``DuplicateInputError``).
+                Only adds made with ``"skip"``/``"error"`` or a ``log_id`` are
+                remembered for this (whole logs, as ``osumem ingest`` adds them).
             log_id: a caller-given identity of the log (instead of its content hash).
         """
         check_namespace(namespace)
@@ -573,7 +575,11 @@ class Memory:
             if now != snapshot:  # another writer moved the namespace meanwhile
                 plan = self._plan(clean, now, namespace, src, prefix, hold_open_calls)
             rows, emb, new_held = plan
-            ids = self._write(namespace, rows, emb, False, pending=new_held, digest=digest)
+            # an agent's streaming adds (append, no id) are not logs: no digest kept
+            keep = on_duplicate != "append" or log_id is not None
+            ids = self._write(
+                namespace, rows, emb, False, pending=new_held, digest=digest if keep else None
+            )
         self._extend_cache(namespace, rows, emb, ids)
         return ids
 
