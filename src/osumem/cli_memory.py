@@ -104,6 +104,9 @@ def ingest_cmd(
             for i, messages in enumerate(logs):
                 source = f"{namespace}/{i}" if several else namespace
                 try:
+                    if on_duplicate == "skip" and mem.contains_log(messages, namespace=namespace):
+                        skipped += 1
+                        continue
                     ids = mem.add_messages(
                         messages,
                         namespace=namespace,
@@ -116,7 +119,6 @@ def ingest_cmd(
                     what = f"log {i} of {log}" if several else str(log)
                     raise _renamed(exc, f"{what}: {exc}; nothing from {log} was stored") from None
                 added += len(ids)
-                skipped += bool(not ids and on_duplicate == "skip" and messages)
         summary: dict[str, Any] = {
             "store": str(store),
             "namespace": namespace,

@@ -583,6 +583,21 @@ class Memory:
         self._extend_cache(namespace, rows, emb, ids)
         return ids
 
+    def contains_log(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        log_id: str | None = None,
+    ) -> bool:
+        """Whether this log (same content, or the same ``log_id``) was added to
+        ``namespace`` as a log (with ``on_duplicate`` skip/error or a ``log_id``)."""
+        check_namespace(namespace)
+        if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
+            raise InvalidInputError("messages: expected a list of message dicts")
+        digest = log_digest(check_messages(messages, self.config.max_text_chars), log_id)
+        return self.store.has_digest(namespace, digest)
+
     def _is_duplicate(self, namespace: str, digest: str, on_duplicate: str) -> bool:
         if not self.store.has_digest(namespace, digest):
             return False
