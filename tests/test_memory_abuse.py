@@ -115,6 +115,7 @@ BOUNDARY = [
     ([{"role": "user", "content": "x", "n": 10**4400}], "64-bit"),
     ([{"role": "user", "content": "x", "k\ud800": 1}], "Unicode"),
     ([{"role": "user", "content": "x", "b": b"bytes"}], "not JSON"),
+    ([{"role": "user", "content": {"\r\nkey": 10**30}}], r"\['\\r\\nkey'\]: integer"),
     ([call("c", json.dumps({"\ud800": 1}))], "Unicode"),
 ]
 

@@ -117,7 +117,10 @@ def ingest_cmd(
                     )
                 except OSUMemError as exc:
                     what = f"log {i} of {log}" if several else str(log)
-                    raise _renamed(exc, f"{what}: {exc}; nothing from {log} was stored") from None
+                    detail = " ".join(str(exc).split())  # one line, whatever the log held
+                    raise _renamed(
+                        exc, f"{what}: {detail}; nothing from {log} was stored"
+                    ) from None
                 added += len(ids)
         summary: dict[str, Any] = {
             "store": str(store),

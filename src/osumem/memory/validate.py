@@ -91,7 +91,7 @@ def check_json_data(value: Any, where: str, *, max_chars: int, total: int) -> No
                         raise OversizedInputError(f"{at}: a key has {len(k)} characters")
                     _check_utf8(k, at, "a key")
                     used += len(k)
-                    stack.append((item, at if len(at) > 120 else f"{at}.{k[:40]}", depth + 1))
+                    stack.append((item, at if len(at) > 120 else at + _key_label(k), depth + 1))
             else:
                 stack.extend(
                     (item, at if len(at) > 120 else f"{at}[{j}]", depth + 1)
@@ -103,6 +103,13 @@ def check_json_data(value: Any, where: str, *, max_chars: int, total: int) -> No
             raise OversizedInputError(
                 f"{where}: more than {total} characters in all; max_text_chars is {max_chars}"
             )
+
+
+def _key_label(key: str) -> str:
+    """``.key`` for a printable key, ``['…']`` (escaped) otherwise: error messages stay
+    one line whatever the keys hold."""
+    k = key[:40]
+    return f".{k}" if k.isprintable() and k else f"[{k!r}]"
 
 
 def check_messages(messages: Sequence[Any], limit: int) -> list[dict[str, Any]]:
