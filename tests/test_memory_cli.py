@@ -93,3 +93,98 @@ def test_real_taubench_trajectory_with_sbert(shared_data, tmp_path):
         assert "New York to Seattle" in r.steps[0].text
     with Memory.open(path, encoder=enc) as again:
         assert again.retrieve(question, 256, namespace="task0").positions == r.positions
+
+
+def _err_line(r) -> str:
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("osumem: error:"), r.stderr
+    return lines[0]
+
+
+def test_double_ingest_adds_nothing(tmp_path):
+    log = tmp_path / "log.json"
+    log.write_text(json.dumps([{"traj": LOG}, {"messages": LOG[1:2] + LOG[4:]}]))
+    store = tmp_path / "mem.db"
+    run = CliRunner().invoke
+    args = ["ingest", str(log), "--store", str(store), "--model", "hashing", "--json"]
+    first = json.loads(run(main, args).stdout)
+    second = run(main, args)
+    assert second.exit_code == 0, second.output
+    again = json.loads(second.stdout)
+    assert again["steps_added"] == 0 and again["logs_skipped_as_duplicates"] == 2
+    assert again["steps_in_namespace"] == first["steps_in_namespace"]
+    line = _err_line(run(main, [*args, "--on-duplicate", "error"]))
+    assert "added before" in line and "nothing from" in line
+    r = run(main, [*args, "--on-duplicate", "append"])
+    assert json.loads(r.stdout)["steps_in_namespace"] == 2 * first["steps_in_namespace"]
+
+
+def test_ingest_is_one_transaction_per_file_and_names_the_log(tmp_path):
+    log = tmp_path / "log.json"
+    bad = [{"role": "user", "content": "fine"}, {"role": "wizard", "content": "x"}]
+    log.write_text(json.dumps([{"traj": LOG}, {"messages": bad}]))
+    store = tmp_path / "mem.db"
+    run = CliRunner().invoke
+    line = _err_line(run(main, ["ingest", str(log), "--store", str(store), "--model", "hashing"]))
+    assert f"log 1 of {log}" in line and "unknown role 'wizard'" in line
+    assert f"nothing from {log} was stored" in line
+    assert not store.exists()  # a new store that got nothing is not left behind
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(LOG))
+    assert (
+        run(main, ["ingest", str(good), "--store", str(store), "--model", "hashing"]).exit_code == 0
+    )
+    with Memory.open(store) as mem:
+        n = mem.n_steps()
+    _err_line(run(main, ["ingest", str(log), "--store", str(store)]))
+    with Memory.open(store) as mem:
+        assert mem.n_steps() == n  # the good first log of the bad file was rolled back
+
+
+@pytest.mark.parametrize(
+    "args,text",
+    [
+        (["--limit", "-1"], "--limit"),
+        (["--model", "no-such-model"], "encoder 'no-such-model'"),
+    ],
+)
+def test_bad_ingest_options_leave_no_file(tmp_path, args, text):
+    log = tmp_path / "log.json"
+    log.write_text(json.dumps(LOG))
+    store = tmp_path / "mem.db"
+    line = _err_line(CliRunner().invoke(main, ["ingest", str(log), "--store", str(store), *args]))
+    assert text in line
+    assert not store.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["log.json"]
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "latin-1"])
+def test_ingest_of_a_non_utf8_file_is_one_line(tmp_path, encoding):
+    log = tmp_path / "log.json"
+    log.write_bytes(
+        json.dumps([{"role": "user", "content": "caf\u00e9"}], ensure_ascii=False).encode(encoding)
+    )
+    line = _err_line(
+        CliRunner().invoke(
+            main, ["ingest", str(log), "--store", str(tmp_path / "m.db"), "--model", "hashing"]
+        )
+    )
+    assert "not UTF-8" in line
+
+
+def test_query_empty_text_and_check_command(tmp_path):
+    log = tmp_path / "log.json"
+    log.write_text(json.dumps(LOG))
+    store = tmp_path / "mem.db"
+    run = CliRunner().invoke
+    assert (
+        run(main, ["ingest", str(log), "--store", str(store), "--model", "hashing"]).exit_code == 0
+    )
+    assert "empty text" in _err_line(run(main, ["query", "", "--store", str(store)]))
+    assert "empty text" in _err_line(run(main, ["query", "  ", "--store", str(store)]))
+    empty_ns = ["query", "", "--store", str(store), "--namespace", "nope"]
+    assert "empty text" in _err_line(run(main, empty_ns))  # one line, no note before it
+    r = run(main, ["check", "--store", str(store), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["ok"] is True and json.loads(r.stdout)["steps"] == 3
+    assert "not found" in _err_line(run(main, ["check", "--store", str(tmp_path / "none.db")]))

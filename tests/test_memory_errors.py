@@ -88,7 +88,7 @@ BAD_MESSAGES = [
             {"role": "tool", "tool_call_id": "k", "content": "ok"},
         ],
         OversizedInputError,
-        "step 0 (tool) text has",
+        "characters; max_text_chars is 500",
     ),
     (
         [{"role": "assistant", "tool_calls": [{"id": "k", "function": {"arguments": "{}"}}]}],

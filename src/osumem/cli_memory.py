@@ -4,7 +4,9 @@ LOG.json may hold one chat log (a list of messages, or an object with a ``messag
 or ``traj`` list; OpenAI, legacy OpenAI function calling, Anthropic Messages, or one
 ToolBench DFS answer file, see ``--format``) or a list of such logs (a tau-bench results file is a
 list of objects with ``traj``); ``.jsonl`` files hold one log per line. Every log is
-one add (one transaction) into the namespace.
+one add into the namespace, and the whole file is one transaction: either every log
+of the file is stored or none is. A log already in the namespace is skipped by default
+(``--on-duplicate``). ``osumem check`` verifies a store.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ def register(main: click.Group, bench: click.Group) -> None:
     """Add the memory commands to the ``osumem`` group."""
     main.add_command(ingest_cmd)
     main.add_command(query_cmd)
+    main.add_command(check_cmd)
 
 
 @click.command("ingest")
@@ -57,6 +60,20 @@ def register(main: click.Group, bench: click.Group) -> None:
     show_default=True,
     help="Log format (auto: read from the log's fields).",
 )
+@click.option(
+    "--on-duplicate",
+    type=click.Choice(["skip", "error", "append"]),
+    default="skip",
+    show_default=True,
+    help="A log the namespace already holds (same content): skip it, fail, or add it again.",
+)
+@click.option(
+    "--busy-timeout",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait for another writer's lock before giving up.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @handle_errors
 def ingest_cmd(
@@ -67,46 +84,130 @@ def ingest_cmd(
     limit: int | None,
     prefix: bool | None,
     log_format: str,
+    on_duplicate: str,
+    busy_timeout: float,
     as_json: bool,
 ) -> None:
-    """Add the chat log(s) in LOG to a memory store."""
+    """Add the chat log(s) in LOG to a memory store (all of the file, or nothing)."""
+    from osumem.errors import ConfigError, InvalidInputError, OSUMemError
     from osumem.ingest import read_logs, skip_summary
     from osumem.memory import Memory
+    from osumem.memory.store import remove_store_files
 
-    normalized = read_logs(log, log_format)
+    if limit is not None and limit < 0:
+        raise ConfigError(f"--limit: expected a number of logs >= 0, got {limit}")
+    try:
+        normalized = read_logs(log, log_format)
+    except UnicodeError as exc:
+        raise InvalidInputError(f"{log}: not UTF-8 text ({getattr(exc, 'reason', exc)})") from None
+    except RecursionError:
+        raise InvalidInputError(f"{log}: JSON nested too deeply") from None
     if skip_summary(normalized):
         click.echo(f"osumem: note: {skip_summary(normalized)}", err=True)
     logs = [list(n.messages) for n in normalized]
     if limit is not None:
-        logs = logs[: max(0, limit)]
+        logs = logs[:limit]
     several = len(logs) > 1
     use_prefix = several if prefix is None else prefix
-    added = 0
-    with Memory.open(store, encoder=model) as mem:
-        for i, messages in enumerate(logs):
-            source = f"{namespace}/{i}" if several else namespace
-            ids = mem.add_messages(
-                messages,
-                namespace=namespace,
-                source=source,
-                prefix_namespace=use_prefix,
-                hold_open_calls=False,
-            )
-            added += len(ids)
+    added = skipped = 0
+    mem = Memory.open(store, encoder=model, timeout=busy_timeout)
+    created = mem.store.created
+    try:
+        with mem.transaction():
+            for i, messages in enumerate(logs):
+                source = f"{namespace}/{i}" if several else namespace
+                try:
+                    if on_duplicate == "skip" and mem.contains_log(messages, namespace=namespace):
+                        skipped += 1
+                        continue
+                    ids = mem.add_messages(
+                        messages,
+                        namespace=namespace,
+                        source=source,
+                        prefix_namespace=use_prefix,
+                        hold_open_calls=False,
+                        on_duplicate=on_duplicate,
+                    )
+                except OSUMemError as exc:
+                    what = f"log {i} of {log}" if several else str(log)
+                    detail = " ".join(str(exc).split())  # one line, whatever the log held
+                    raise _renamed(
+                        exc, f"{what}: {detail}; nothing from {log} was stored"
+                    ) from None
+                added += len(ids)
         summary: dict[str, Any] = {
             "store": str(store),
             "namespace": namespace,
             "logs": len(logs),
+            "logs_skipped_as_duplicates": skipped,
             "steps_added": added,
             "steps_in_namespace": mem.n_steps(namespace),
             "model": mem.store.model_id,
         }
+    except BaseException:
+        mem.close()
+        if created and mem.store.path is not None:
+            remove_store_files(mem.store.path)  # a failed first ingest leaves no file
+        raise
+    mem.close()
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        dup = f", {skipped} skipped as already stored" if skipped else ""
+        click.echo(
+            f"ingested {summary['logs']} log(s){dup}, {added} steps into namespace "
+            f"{namespace!r} of {store} ({summary['steps_in_namespace']} steps there; "
+            f"model {summary['model']})"
+        )
+
+
+def _renamed(exc: Exception, message: str) -> Exception:
+    """``exc``'s type with ``message`` (falls back to the base error type)."""
+    from osumem.errors import OSUMemError
+
+    try:
+        return type(exc)(message)
+    except Exception:  # an error type with another constructor
+        return OSUMemError(message)
+
+
+@click.command("check")
+@click.option(
+    "--store",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="SQLite memory store to verify (opened read-only).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@handle_errors
+def check_cmd(store: Path, as_json: bool) -> None:
+    """Verify a memory store: SQLite pages, tables, meta, positions, embeddings (size,
+    finite values), JSON columns and held messages. Exit 2 with one line naming every
+    problem found."""
+    from osumem.errors import DataFileError
+    from osumem.memory.store import MemoryStore
+
+    if not store.is_file():
+        raise DataFileError(f"memory store not found: {store}")
+    st = MemoryStore(store, read_only=True)
+    try:
+        st.check()
+        namespaces = st.namespaces()
+        summary = {
+            "store": str(store),
+            "ok": True,
+            "namespaces": len(namespaces),
+            "steps": sum(st.n_steps(ns) for ns in namespaces),
+            "model": st.model_id,
+        }
+    finally:
+        st.close()
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
         click.echo(
-            f"ingested {summary['logs']} log(s), {added} steps into namespace {namespace!r} "
-            f"of {store} ({summary['steps_in_namespace']} steps there; model {summary['model']})"
+            f"{store}: ok ({summary['steps']} steps in {summary['namespaces']} namespace(s), "
+            f"model {summary['model'] or 'none yet'})"
         )
 
 
@@ -153,14 +254,16 @@ def query_cmd(
         if not sep or not key.strip():
             raise ConfigError(f"--set expects PARAM=VALUE, got {item!r}")
         overrides[key.strip()] = value.strip()
-    with Memory.open(store, method=method, params=overrides or None, budget=budget) as mem:
-        if mem.n_steps(namespace) == 0:
+    with Memory.open(
+        store, method=method, params=overrides or None, budget=budget, read_only=True
+    ) as mem:
+        result = mem.retrieve(text, budget, namespace=namespace, before=before)
+        if mem.n_steps(namespace) == 0:  # after retrieve: a bad query is one error line
             click.echo(
                 f"osumem: note: namespace {namespace!r} holds no steps; namespaces in "
                 f"{store}: {mem.namespaces()}",
                 err=True,
             )
-        result = mem.retrieve(text, budget, namespace=namespace, before=before)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
     else:

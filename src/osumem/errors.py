@@ -36,3 +36,40 @@ class ConfigError(InvalidInputError):
 
 class DataFileError(OSUMemError, FileNotFoundError):
     """A data file is missing or unreadable."""
+
+
+class StoreError(OSUMemError):
+    """The memory store cannot be opened, read or written (base of the store errors)."""
+
+
+class StoreBusyError(StoreError):
+    """Another process held the store's write lock for longer than the busy timeout."""
+
+
+class StoreReadOnlyError(StoreError):
+    """A write was asked of a store opened read-only (read-only file, folder or medium)."""
+
+
+class StoreIOError(StoreError):
+    """The operating system failed to read or write the store (disk full, I/O error)."""
+
+
+class StoreCorruptError(StoreError):
+    """The store is damaged: a missing table or column, a bad ``meta`` row, a short or
+    non-finite embedding, a non-JSON column, or a page SQLite cannot read."""
+
+
+class IncompatibleStoreError(StoreError):
+    """The file is not a memory store of this version, or was made with another encoder."""
+
+
+class ForeignStoreError(IncompatibleStoreError):
+    """The file is not an osumem memory store (not SQLite, or SQLite with other tables)."""
+
+
+class NewerSchemaError(IncompatibleStoreError):
+    """The store was written with a schema version this osumem does not read."""
+
+
+class DuplicateInputError(InvalidInputError):
+    """A log already stored in the namespace was added again with ``on_duplicate="error"``."""

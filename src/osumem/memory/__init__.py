@@ -8,23 +8,35 @@ from osumem.memory.api import DEFAULT_NAMESPACE, Memory, MemoryConfig, Oversized
 from osumem.memory.retrieved import OSUHandle, Retrieved, RetrievedStep
 from osumem.memory.store import (
     SCHEMA_VERSION,
+    ForeignStoreError,
     IncompatibleStoreError,
     MemoryStore,
+    NewerSchemaError,
+    StoreBusyError,
+    StoreCorruptError,
     StoreError,
     StoreIntegrityError,
+    StoreIOError,
+    StoreReadOnlyError,
 )
 
 __all__ = [
     "DEFAULT_NAMESPACE",
     "SCHEMA_VERSION",
+    "ForeignStoreError",
     "IncompatibleStoreError",
     "Memory",
     "MemoryConfig",
     "MemoryStore",
+    "NewerSchemaError",
     "OSUHandle",
     "OversizedInputError",
     "Retrieved",
     "RetrievedStep",
+    "StoreBusyError",
+    "StoreCorruptError",
     "StoreError",
+    "StoreIOError",
     "StoreIntegrityError",
+    "StoreReadOnlyError",
 ]

@@ -19,8 +19,8 @@ one), so a reopened store answers exactly as the session that wrote it did.
 from __future__ import annotations
 
 import functools
-import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Self
@@ -30,7 +30,15 @@ from numpy.typing import NDArray
 
 from osumem.annotate import DEFAULT_BOILERPLATE
 from osumem.embed import Encoder
-from osumem.errors import DimensionError, InvalidInputError
+from osumem.errors import (
+    BudgetError,
+    ConfigError,
+    DimensionError,
+    DuplicateInputError,
+    InvalidInputError,
+    NonFiniteError,
+)
+from osumem.memory.buffer import NamespaceBuffer
 from osumem.memory.encoders import EXTERNAL_PREFIX, resolve_encoder
 from osumem.memory.retrieved import Retrieved, RetrievedStep, osu_handles
 from osumem.memory.store import (
@@ -38,12 +46,15 @@ from osumem.memory.store import (
     MemoryStore,
     NamespaceData,
     StepRow,
+    remove_store_files,
 )
 from osumem.memory.validate import (
     OversizedInputError,
-    check_message_sizes,
+    _show,
+    check_messages,
     check_namespace,
     continue_segments,
+    log_digest,
     open_call_start,
     step_row,
 )
@@ -52,6 +63,8 @@ from osumem.types import MemoryView, Step, l2_normalise
 
 #: The namespace used when none is given.
 DEFAULT_NAMESPACE = "default"
+#: What an add does with a log the namespace already holds (see ``on_duplicate``).
+ON_DUPLICATE = ("append", "skip", "error")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,7 +77,9 @@ class MemoryConfig:
         seed: seed of the retriever (similarity-view communities); fixed so a reopened
             store rebuilds the same structure.
         budget: default token budget of :meth:`Memory.retrieve`.
-        max_text_chars: longest accepted step or message text, in characters.
+        max_text_chars: longest accepted step or message text, in characters; also
+            the bound of every other stored string (argument values, keys, labels);
+            a whole message may hold ``2 * max_text_chars + 4096`` characters.
         boilerplate: tool names that get no tool signature (no tool OSU).
         prefix_namespace: prefix entities and tool signatures with the step's source
             name (set it when one namespace holds several unrelated episodes).
@@ -91,7 +106,14 @@ class MemoryConfig:
 
 
 class Memory:
-    """An incremental, optionally persistent trajectory memory. Use :meth:`open`."""
+    """An incremental, optionally persistent trajectory memory. Use :meth:`open`.
+
+    Several processes may write one store (each add is one ``BEGIN IMMEDIATE``
+    transaction); before answering, a memory catches up with what other writers
+    committed (SQLite's ``data_version``), so its positions and answers always equal
+    a fresh open's. One ``Memory`` object is not meant to be used by two threads at
+    once: serialise calls (the SQLite connection itself is thread-safe).
+    """
 
     def __init__(
         self,
@@ -107,9 +129,11 @@ class Memory:
         self._encoder = encoder
         self._encoder_spec = encoder_spec
         self._owns_encoder = owns_encoder or encoder_spec is not None
-        self._data: dict[str, NamespaceData] = {}
+        self._data: dict[str, NamespaceBuffer] = {}
+        self._counts: dict[str, tuple[int, int]] = {}  # namespace -> (steps, user steps)
         self._retrievers: dict[str, tuple[Retriever, int]] = {}
         self._causal_cache: tuple[tuple[str, int, int], Retriever] | None = None
+        self._version = store.data_version()
 
     @classmethod
     def open(
@@ -121,6 +145,8 @@ class Memory:
         params: Mapping[str, Any] | None = None,
         seed: int = 0,
         budget: int = 256,
+        read_only: bool = False,
+        timeout: float = 30.0,
         **settings: Any,
     ) -> Memory:
         """Open (or create) a memory.
@@ -132,14 +158,25 @@ class Memory:
                 ``"hashing"``, a model path). ``None``: the encoder the store recorded,
                 or SBERT for a new store, loaded at the first text to encode.
             method, params, seed, budget: see :class:`MemoryConfig`.
+            read_only: open for queries only (chosen automatically on a read-only
+                file, folder or medium); every add then raises ``StoreReadOnlyError``.
+            timeout: seconds to wait for another writer's lock before
+                ``StoreBusyError``.
             settings: the other :class:`MemoryConfig` fields.
 
         Raises:
-            IncompatibleStoreError: the file is not a store of this version, or was
-                made with another encoder than ``encoder``.
+            StoreError: typed by cause (``StoreBusyError``, ``StoreReadOnlyError``,
+                ``StoreIOError``, ``StoreCorruptError``, ``ForeignStoreError``,
+                ``NewerSchemaError``, ``IncompatibleStoreError`` for another encoder).
+            InvalidInputError: the encoder cannot be loaded (unknown name, missing
+                extra). A failed open leaves no new file behind.
         """
         config = MemoryConfig(method=method, params=params, seed=seed, budget=budget, **settings)
-        store = MemoryStore(path)
+        if encoder is not None and not isinstance(encoder, Encoder | str | Path):
+            raise InvalidInputError(
+                f"encoder: expected an Encoder, a name or a path, got {type(encoder).__name__}"
+            )
+        store = MemoryStore(path, read_only=read_only, timeout=timeout)
         try:
             enc = resolve_encoder(encoder)
             recorded = store.model_id
@@ -149,16 +186,21 @@ class Memory:
                     f"memory store {path}: made with encoder {recorded!r} (dim "
                     f"{store.dim}); opened with {enc.model_id!r} (dim {enc.dim})"
                 )
+            spec = None if enc is not None else (recorded or "sbert")
+            memory = cls(
+                store,
+                enc,
+                config,
+                encoder_spec=spec,
+                owns_encoder=enc is not None and not isinstance(encoder, Encoder),
+            )
         except BaseException:
+            created = store.created
             store.close()
+            if created and store.path is not None:
+                remove_store_files(store.path)
             raise
-        return cls(
-            store,
-            enc,
-            config,
-            encoder_spec=None if enc is not None else (recorded or "sbert"),
-            owns_encoder=enc is not None and not isinstance(encoder, Encoder),
-        )
+        return memory
 
     # --- encoder --------------------------------------------------------------------
 
@@ -179,6 +221,57 @@ class Memory:
             )
         return enc
 
+    # --- keeping up with other writers ---------------------------------------------
+
+    def _refresh(self) -> None:
+        """Bring the cached namespaces up to what other connections committed: new
+        steps are appended to the cached view (the retriever then takes them as an
+        ``update`` along the stored batch ends); anything else is reloaded."""
+        version = self.store.data_version()
+        if version == self._version:
+            return
+        self._version = version
+        self._causal_cache = None
+        for ns in list(self._data):
+            buf = self._data[ns]
+            n = self.store.n_steps(ns)
+            if n == buf.n:
+                continue
+            if n < buf.n:
+                self._forget(ns)
+                continue
+            buf.extend(self.store.load(ns, start=buf.n))
+
+    def _forget(self, namespace: str | None = None) -> None:
+        """Drop cached views and retrievers (of one namespace, or all)."""
+        if namespace is None:
+            self._data.clear()
+            self._counts.clear()
+            self._retrievers.clear()
+        else:
+            self._data.pop(namespace, None)
+            self._counts.pop(namespace, None)
+            self._retrievers.pop(namespace, None)
+        self._causal_cache = None
+
+    @contextmanager
+    def transaction(self) -> Iterator[Memory]:
+        """Group several adds into one transaction: all are stored, or none (a failure
+        inside rolls every add of the block back).
+
+        >>> with mem.transaction():                                   # doctest: +SKIP
+        ...     for log in logs:
+        ...         mem.add_messages(log, namespace="runs")
+        """
+        outer = not self.store.in_transaction
+        try:
+            with self.store.transaction():
+                yield self
+        except BaseException:
+            if outer:
+                self._forget()
+            raise
+
     # --- reading --------------------------------------------------------------------
 
     def namespaces(self) -> list[str]:
@@ -187,35 +280,75 @@ class Memory:
 
     def n_steps(self, namespace: str = DEFAULT_NAMESPACE) -> int:
         """Number of steps in ``namespace``."""
+        check_namespace(namespace)
         return self.store.n_steps(namespace)
 
     def view(self, namespace: str = DEFAULT_NAMESPACE) -> MemoryView:
         """The columnar view of ``namespace`` (what the retriever reads)."""
+        check_namespace(namespace)
+        self._refresh()
         return self._namespace(namespace).view
 
     def retriever(self, namespace: str = DEFAULT_NAMESPACE) -> Retriever | None:
         """The namespace's retriever, brought up to date (``None`` while it is empty)."""
+        check_namespace(namespace)
+        self._refresh()
         return self._sync(namespace)
 
+    def held(self, namespace: str = DEFAULT_NAMESPACE) -> list[dict[str, Any]]:
+        """The messages of ``namespace`` held back by :meth:`add_messages` (an
+        assistant tool call still waiting for its response, with any responses that
+        came already); they become steps with the next add."""
+        check_namespace(namespace)
+        return self.store.pending(namespace)
+
+    def discard_held(self, namespace: str = DEFAULT_NAMESPACE) -> list[dict[str, Any]]:
+        """Delete the held messages of ``namespace`` (one transaction) and return
+        them; the calls they hold never become steps. Works on damaged entries too."""
+        check_namespace(namespace)
+        return self.store.discard_pending(namespace)
+
     def _namespace(self, namespace: str) -> NamespaceData:
-        data = self._data.get(namespace)
-        if data is None:
-            data = self.store.load(namespace)
-            self._data[namespace] = data
-        return data
+        buf = self._data.get(namespace)
+        if buf is None:
+            buf = NamespaceBuffer(self.store.load(namespace))
+            self._data[namespace] = buf
+        return buf.data()
+
+    def _users(self, namespace: str) -> int:
+        """User steps stored in ``namespace`` (the subgoal segment counter), kept
+        incrementally: only steps added since the last count are looked at."""
+        n = self.store.n_steps(namespace)
+        buf = self._data.get(namespace)
+        if buf is not None and buf.n == n:
+            return buf.users
+        seen, users = self._counts.get(namespace, (0, 0))
+        if seen > n:
+            seen, users = 0, 0
+        if seen < n:
+            users += self.store.count_role(namespace, "user", start=seen)
+        self._counts[namespace] = (n, users)
+        return users
+
+    def _snapshot(self, namespace: str) -> tuple[list[dict[str, Any]], int]:
+        return self.store.pending(namespace), self._users(namespace)
 
     def _sync(self, namespace: str) -> Retriever | None:
-
         data = self._namespace(namespace)
         if data.view.n == 0:
             return None
         retriever, fitted = self._retrievers.get(namespace, (None, 0))
-        retriever, fitted = self._replay(data, data.view.n, retriever, fitted)
+        retriever, fitted = self._replay(namespace, data, data.view.n, retriever, fitted)
         self._retrievers[namespace] = (retriever, fitted)
         return retriever
 
     def _replay(
-        self, data: NamespaceData, upto: int, retriever: Retriever | None = None, fitted: int = 0
+        self,
+        namespace: str,
+        data: NamespaceData,
+        upto: int,
+        retriever: Retriever | None = None,
+        fitted: int = 0,
     ) -> tuple[Retriever, int]:
         """Bring ``retriever`` (a new one when ``None``) from ``fitted`` steps up to
         ``upto`` along the stored add boundaries, as the writing session did."""
@@ -224,10 +357,15 @@ class Memory:
         if retriever is None:
             retriever = create(self.config.method, self.config.params, seed=self.config.seed)
         ends = data.batch_ends if self.config.replay_batches or fitted else (data.view.n,)
+        if type(retriever).update is Retriever.update:
+            ends = ()  # its update is a fresh fit: one fit of the prefix is the same state
+        buf = self._data[namespace]
         for end in [*(e for e in ends if fitted < e < upto), upto]:
             if end <= fitted:
                 continue
-            v = data.view.prefix(end)
+            # intermediate batches go through copy-free prefix views; the last one is
+            # a plain view, which the retriever keeps
+            v = data.view.prefix(end) if end == upto else buf.prefix_view(end)
             retriever = retriever.fit(v) if fitted == 0 else retriever.update(v)
             fitted = end
         return retriever, fitted
@@ -240,9 +378,50 @@ class Memory:
         cached = self._causal_cache
         if cached is not None and cached[0] == key:
             return cached[1]
-        retriever, _ = self._replay(data, before)
+        retriever, _ = self._replay(namespace, data, before)
         self._causal_cache = (key, retriever)
         return retriever
+
+    def _query_vector(self, query: Any) -> tuple[NDArray[np.float32], str | None]:
+        """Validate ``query`` (a non-empty text or a finite vector of the store's
+        dimension) and return it as a vector (and its text)."""
+        if isinstance(query, str):
+            if not query.strip():
+                raise InvalidInputError("query: empty text; give words to search for")
+            if len(query) > self.config.max_text_chars:
+                raise OversizedInputError(
+                    f"query: {len(query)} characters; max_text_chars is "
+                    f"{self.config.max_text_chars}"
+                )
+            try:
+                query.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidInputError(
+                    f"query: not valid Unicode text (position {exc.start})"
+                ) from None
+            return self._need_encoder("retrieve(query text)").encode([query])[0], query
+        if isinstance(query, bytes | bytearray | Mapping | set | frozenset) or not isinstance(
+            query, np.ndarray | Sequence
+        ):
+            raise InvalidInputError(
+                f"query: expected a text or a vector of numbers, got {type(query).__name__}"
+            )
+        try:
+            with np.errstate(over="ignore", invalid="ignore"):
+                q = np.asarray(query, dtype=np.float32)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise InvalidInputError(f"query: not a vector of numbers ({exc})") from None
+        dim = self.store.dim
+        if q.ndim != 1 or q.shape[0] == 0:
+            raise DimensionError(f"query: expected a non-empty 1-d vector, got shape {q.shape}")
+        if dim and q.shape[0] != dim:
+            raise DimensionError(
+                f"query: vector has dimension {q.shape[0]}, the memory store has {dim} "
+                f"(model {self.store.model_id!r})"
+            )
+        if not np.isfinite(q).all():
+            raise NonFiniteError("query: the vector holds NaN or infinite values")
+        return q, None
 
     def retrieve(
         self,
@@ -255,7 +434,8 @@ class Memory:
         """Select past steps of ``namespace`` for ``query`` under ``budget`` tokens.
 
         Args:
-            query: a text (encoded with the memory's encoder) or a query vector.
+            query: a non-empty text (encoded with the memory's encoder) or a finite
+                query vector; anything else is an ``InvalidInputError``.
             budget: token budget (default: the memory's ``budget``).
             namespace: which episode to search.
             before: only steps at positions ``< before`` (causality); ``None``: all.
@@ -263,24 +443,19 @@ class Memory:
                 ``before - 1`` was added: the structure is rebuilt from those steps
                 alone, so later steps cannot influence it.
         """
+        if isinstance(budget, int) and not isinstance(budget, bool) and abs(budget) > 2**62:
+            raise BudgetError(f"budget must be a positive integer, got {_show(budget)}")
         b = check_budget(self.config.budget if budget is None else budget)
-        if before is not None and (isinstance(before, bool) or not isinstance(before, int)):
-            raise InvalidInputError(f"before: expected an integer position, got {before!r}")
+        check_namespace(namespace)
+        if before is not None and (
+            isinstance(before, bool) or not isinstance(before, int | np.integer)
+        ):
+            raise InvalidInputError(f"before: expected an integer position, got {_show(before)}")
         if before is not None and before < 0:
             raise InvalidInputError(f"before: expected a position >= 0, got {before}")
-        text = query if isinstance(query, str) else None
-        if isinstance(query, str):
-            q = self._need_encoder("retrieve(query text)").encode([query])[0]
-        else:
-            q = np.asarray(query, dtype=np.float32)
-            dim = self.store.dim
-            if q.ndim != 1:
-                raise DimensionError(f"query: expected a 1-d vector, got shape {q.shape}")
-            if dim and q.shape[0] != dim:
-                raise DimensionError(
-                    f"query: vector has dimension {q.shape[0]}, the memory store has {dim} "
-                    f"(model {self.store.model_id!r})"
-                )
+        before = None if before is None else int(before)
+        q, text = self._query_vector(query)
+        self._refresh()
         retriever = self._sync(namespace)
         if retriever is None or before == 0:
             return Retrieved(namespace, self.config.method, b, (), text)
@@ -330,7 +505,12 @@ class Memory:
             step_row(s, f"steps[{i}]", namespace, self.config.max_text_chars)
             for i, s in enumerate(steps)
         ]
-        return self._append(namespace, rows, embeddings, pending=None)
+        emb = self._embed(rows, embeddings)
+        with self.store.transaction():
+            self._refresh()
+            ids = self._write(namespace, rows, emb, embeddings is not None, pending=None)
+        self._extend_cache(namespace, rows, emb, ids)
+        return ids
 
     def add_messages(
         self,
@@ -340,6 +520,8 @@ class Memory:
         source: str | None = None,
         prefix_namespace: bool | None = None,
         hold_open_calls: bool = True,
+        on_duplicate: str = "append",
+        log_id: str | None = None,
     ) -> list[int]:
         """Append OpenAI-format chat messages to ``namespace``; return the new step ids.
 
@@ -348,68 +530,130 @@ class Memory:
         is its call's observation). The messages may come a few at a time: when the
         last assistant message's tool calls have no response yet and
         ``hold_open_calls`` is set, that message is held (stored, not yet a step) and
-        joins the next add, so its step carries the response. Subgoal segments and
-        tool-call matching continue across adds. Nothing is written if any message is
-        invalid.
+        joins the next add, so its step carries the response (see :meth:`held` and
+        :meth:`discard_held`). Subgoal segments and tool-call matching continue across
+        adds. Everything, the held messages included, is validated before anything
+        is written, so an accepted add never makes a later valid add fail.
 
         Args:
             source: the steps' source name (default: ``namespace``); it labels subgoals
                 and, with ``prefix_namespace``, prefixes entities and signatures.
             prefix_namespace: default: the memory's ``prefix_namespace`` setting.
+            on_duplicate: what to do when these messages (same content, or the same
+                ``log_id``) were added to the namespace before: ``"append"`` (default:
+                add them again, as an agent repeating itself does), ``"skip"`` (add
+                nothing, return ``[]``) or ``"error"`` (``DuplicateInputError``).
+                Only adds made with ``"skip"``/``"error"`` or a ``log_id`` are
+                remembered for this (whole logs, as ``osumem ingest`` adds them).
+            log_id: a caller-given identity of the log (instead of its content hash).
         """
-        from osumem.ingest.openai_chat import read_messages
+        check_namespace(namespace)
+        if on_duplicate not in ON_DUPLICATE:
+            raise ConfigError(
+                f"on_duplicate: expected one of {ON_DUPLICATE}, got {_show(on_duplicate)}"
+            )
+        if log_id is not None:
+            check_namespace(log_id, "log_id")
+        if source is not None:
+            check_namespace(source, "source")
+        if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
+            raise InvalidInputError("messages: expected a list of message dicts")
+        clean = check_messages(messages, self.config.max_text_chars)
+        digest = log_digest(clean, log_id)
+        src = namespace if source is None else source
+        prefix = self.config.prefix_namespace if prefix_namespace is None else prefix_namespace
+        self._refresh()
+        if on_duplicate != "append" and self._is_duplicate(namespace, digest, on_duplicate):
+            return []
+        snapshot = self._snapshot(namespace)
+        plan = self._plan(clean, snapshot, namespace, src, prefix, hold_open_calls)
+        with self.store.transaction():
+            self._refresh()
+            if on_duplicate != "append" and self._is_duplicate(namespace, digest, on_duplicate):
+                return []
+            now = self._snapshot(namespace)
+            if now != snapshot:  # another writer moved the namespace meanwhile
+                plan = self._plan(clean, now, namespace, src, prefix, hold_open_calls)
+            rows, emb, new_held = plan
+            # an agent's streaming adds (append, no id) are not logs: no digest kept
+            keep = on_duplicate != "append" or log_id is not None
+            ids = self._write(
+                namespace, rows, emb, False, pending=new_held, digest=digest if keep else None
+            )
+        self._extend_cache(namespace, rows, emb, ids)
+        return ids
 
+    def contains_log(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        log_id: str | None = None,
+    ) -> bool:
+        """Whether this log (same content, or the same ``log_id``) was added to
+        ``namespace`` as a log (with ``on_duplicate`` skip/error or a ``log_id``)."""
         check_namespace(namespace)
         if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
             raise InvalidInputError("messages: expected a list of message dicts")
-        check_message_sizes(messages, self.config.max_text_chars)
-        held = self.store.pending(namespace)
+        digest = log_digest(check_messages(messages, self.config.max_text_chars), log_id)
+        return self.store.has_digest(namespace, digest)
+
+    def _is_duplicate(self, namespace: str, digest: str, on_duplicate: str) -> bool:
+        if not self.store.has_digest(namespace, digest):
+            return False
+        if on_duplicate == "error":
+            raise DuplicateInputError(
+                f"namespace {namespace!r}: this log was added before ({digest[:19]}…); "
+                "pass on_duplicate='append' to add it again"
+            )
+        return True
+
+    def _plan(
+        self,
+        messages: list[dict[str, Any]],
+        snapshot: tuple[list[dict[str, Any]], int],
+        namespace: str,
+        source: str,
+        prefix: bool,
+        hold_open_calls: bool,
+    ) -> tuple[list[StepRow], NDArray[np.float32], list[dict[str, Any]]]:
+        """Validate held + new messages and turn them into rows, embeddings and the
+        messages to hold (everything an add writes, computed before the write)."""
+        from osumem.ingest.openai_chat import read_messages
+
+        held, users_before = snapshot
         combined = [*held, *messages]
         where = "messages" if not held else f"held+messages (the first {len(held)} held)"
-        cut = open_call_start(combined) if hold_open_calls else len(combined)
-        src = namespace if source is None else source
-        prefix = self.config.prefix_namespace if prefix_namespace is None else prefix_namespace
         read = functools.partial(
             read_messages,
-            namespace=src,
+            namespace=source,
             boilerplate=self.config.boilerplate,
             prefix_namespace=prefix,
             where=where,
         )
-        read(combined)  # validates all, indices as given
-        steps = read(combined[:cut])
-        new_held = combined[cut:]
-        try:
-            json.dumps(new_held)
-        except (TypeError, ValueError) as exc:
-            raise InvalidInputError(f"{where}: held messages are not JSON data ({exc})") from None
-        steps = continue_segments(steps, self.store.count_role(namespace, "user"), src)
-        for i, s in enumerate(steps):
-            if len(s.text) > self.config.max_text_chars:
+        limit = self.config.max_text_chars
+        every = continue_segments(read(combined), users_before, source)  # validates all
+        for i, s in enumerate(every):  # held calls included: nothing is checked later
+            if len(s.text) > limit:
                 raise OversizedInputError(
                     f"{where}: step {i} ({s.role}) text has {len(s.text)} characters; "
-                    f"max_text_chars is {self.config.max_text_chars}"
+                    f"max_text_chars is {limit}"
                 )
-        for i, s in enumerate(steps):  # reject bad text before any tokenizer sees it
-            step_row(s, f"{where}: step {i}", namespace, self.config.max_text_chars)
+            step_row(s, f"{where}: step {i}", namespace, limit)
+        cut = open_call_start(combined) if hold_open_calls else len(combined)
+        new_held = combined[cut:]
+        if new_held:
+            read(new_held)  # a held tail must be readable on its own at the next add
+        steps = continue_segments(read(combined[:cut]), users_before, source)
         enc = self._need_encoder("add_messages") if steps else None
         if enc is not None:
             costs = enc.count_tokens([s.text for s in steps])
             steps = [replace(s, cost=int(c)) for s, c in zip(steps, costs, strict=True)]
-        rows = [
-            step_row(s, f"{where}: step {i}", namespace, self.config.max_text_chars)
-            for i, s in enumerate(steps)
-        ]
-        return self._append(namespace, rows, None, pending=new_held)
+        rows = [step_row(s, f"{where}: step {i}", namespace, limit) for i, s in enumerate(steps)]
+        return rows, self._embed(rows, None), new_held
 
-    def _append(
-        self,
-        namespace: str,
-        rows: list[StepRow],
-        embeddings: NDArray[Any] | None,
-        *,
-        pending: Sequence[Mapping[str, Any]] | None,
-    ) -> list[int]:
+    def _embed(self, rows: list[StepRow], embeddings: NDArray[Any] | None) -> NDArray[np.float32]:
+        """Validated, L2-normalised embeddings of ``rows`` (given or encoded)."""
         store_dim = self.store.dim
         if embeddings is None:
             if rows:
@@ -420,7 +664,10 @@ class Memory:
                 emb = np.zeros((0, store_dim), dtype=np.float32)
                 where = "embeddings"
         else:
-            emb = np.asarray(embeddings, dtype=np.float32)
+            try:
+                emb = np.asarray(embeddings, dtype=np.float32)
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise InvalidInputError(f"embeddings: not a matrix of numbers ({exc})") from None
             where = "embeddings"
         if emb.ndim != 2 or emb.shape[0] != len(rows):
             raise DimensionError(f"{where}: expected shape ({len(rows)}, d), got {emb.shape}")
@@ -429,6 +676,8 @@ class Memory:
                 f"{where}: vectors of dimension {emb.shape[1]}, the memory store holds "
                 f"dimension {store_dim} (model {self.store.model_id!r})"
             )
+        if rows and emb.shape[1] == 0:
+            raise DimensionError(f"{where}: vectors of dimension 0")
         own = self._encoder
         # a first add of given vectors must match the encoder the store will record
         if (
@@ -442,13 +691,34 @@ class Memory:
                 f"embeddings: vectors of dimension {emb.shape[1]}, the memory's encoder "
                 f"{own.model_id!r} has dimension {own.dim}"
             )
-        emb = l2_normalise(emb, what=where) if rows else emb
-        model_id = self._model_id_for(embeddings is not None, emb.shape[1])
-        ids = self.store.append(namespace, rows, emb, model_id=model_id, pending=pending)
+        return l2_normalise(emb, what=where) if rows else emb
+
+    def _write(
+        self,
+        namespace: str,
+        rows: list[StepRow],
+        emb: NDArray[np.float32],
+        external: bool,
+        *,
+        pending: Sequence[Mapping[str, Any]] | None,
+        digest: str | None = None,
+    ) -> list[int]:
+        """Store validated rows (inside the caller's transaction)."""
+        if rows and self.store.dim and emb.shape[1] != self.store.dim:
+            raise DimensionError(
+                f"embeddings: vectors of dimension {emb.shape[1]}, the memory store holds "
+                f"dimension {self.store.dim} (model {self.store.model_id!r})"
+            )
+        model_id = self._model_id_for(external, emb.shape[1])
+        users = self._users(namespace) if rows else 0
+        ids = self.store.append(
+            namespace, rows, emb, model_id=model_id, pending=pending, digest=digest
+        )
+        if rows:
+            n = self.store.n_steps(namespace)
+            self._counts[namespace] = (n, users + sum(r.role == "user" for r in rows))
         if model_id.startswith(EXTERNAL_PREFIX) and self._encoder is None:
             self._encoder_spec = None  # a vectors-only store: never guess an encoder
-        if rows:
-            self._extend_cache(namespace, rows, emb, ids)
         return ids
 
     def _model_id_for(self, external: bool, dim: int) -> str:
@@ -463,42 +733,46 @@ class Memory:
     ) -> None:
         """Append the committed rows to the cached view (the same bytes the store now
         holds, so the live view equals a reloaded one)."""
-        old = self._data.get(namespace)
-        if old is None:
+        buf = self._data.get(namespace)
+        if buf is None or not rows:
             return
-        v = old.view
+        if self.store.n_steps(namespace) != buf.n + len(rows):
+            self._forget(namespace)  # someone else wrote in between: reload lazily
+            return
 
-        def cat(column: NDArray[Any], values: Iterable[Any]) -> NDArray[Any]:
+        def obj(values: Iterable[Any]) -> NDArray[Any]:
             new = np.empty(len(rows), dtype=object)
             new[:] = list(values)
-            return np.concatenate([column, new])
+            return new
 
-        view = MemoryView(
-            embeddings=np.concatenate([v.embeddings.reshape(-1, emb.shape[1]), emb]),
-            costs=np.concatenate([v.costs, np.array([r.cost for r in rows], dtype=np.int64)]),
-            tool_actions=cat(v.tool_actions, (r.tool_action for r in rows)),
-            tool_signatures=cat(v.tool_signatures, (r.tool_signature for r in rows)),
-            entities=v.entities + tuple(frozenset(r.entities) for r in rows),
-            subgoals=cat(v.subgoals, (r.subgoal for r in rows)),
-            namespaces=cat(v.namespaces, (r.source for r in rows)),
-            roles=cat(v.roles, (r.role for r in rows)),
-            texts=cat(v.texts, (r.text for r in rows)),
+        delta = NamespaceData(
+            view=MemoryView(
+                embeddings=emb.astype(np.float32, copy=False),
+                costs=np.array([r.cost for r in rows], dtype=np.int64),
+                tool_actions=obj(r.tool_action for r in rows),
+                tool_signatures=obj(r.tool_signature for r in rows),
+                entities=tuple(frozenset(r.entities) for r in rows),
+                subgoals=obj(r.subgoal for r in rows),
+                namespaces=obj(r.source for r in rows),
+                roles=obj(r.role for r in rows),
+                texts=obj(r.text for r in rows),
+            ),
+            step_ids=np.asarray(ids, dtype=np.int64),
+            arguments=tuple(r.arguments_json for r in rows),
+            batch_ends=(buf.n + len(rows),),
         )
-        self._data[namespace] = NamespaceData(
-            view=view,
-            step_ids=np.concatenate([old.step_ids, np.asarray(ids, dtype=np.int64)]),
-            arguments=old.arguments + tuple(r.arguments_json for r in rows),
-            batch_ends=(*old.batch_ends, v.n + len(rows)),
-        )
+        buf.extend(delta)
 
     # --- lifecycle ------------------------------------------------------------------
 
     def check(self) -> None:
-        """Run the store's integrity check (raises ``StoreIntegrityError``)."""
+        """Run the store's full integrity check; raises only ``StoreError`` subclasses
+        (``StoreCorruptError``, alias ``StoreIntegrityError``, listing every problem)."""
         self.store.check()
 
     def close(self) -> None:
-        """Close the store and, if this memory opened it, the encoder's cache."""
+        """Checkpoint and close the store and, if this memory opened it, the encoder's
+        cache."""
         self.store.close()
         close = getattr(self._encoder, "close", None)
         if self._owns_encoder and callable(close):

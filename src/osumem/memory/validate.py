@@ -3,7 +3,9 @@ calls, subgoal segments that continue across adds)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -34,19 +36,145 @@ def continue_segments(steps: list[Step], users_before: int, source: str) -> list
     return out
 
 
-def check_message_sizes(messages: Sequence[Any], limit: int) -> None:
-    """Reject a message whose content is longer than ``limit`` characters."""
+#: Deepest nesting of lists and objects accepted inside a message or argument dict.
+MAX_DEPTH = 32
+#: Largest magnitude of an integer inside a message (a signed 64-bit integer, what
+#: SQLite and most JSON readers hold exactly).
+MAX_INT = 2**63 - 1
+#: Longest role name, namespace and caller-given log id.
+MAX_ROLE_CHARS = 64
+MAX_NAMESPACE_CHARS = 1024
+#: Most entities one step may carry.
+MAX_ENTITIES = 10_000
+
+
+def message_limit(max_text_chars: int) -> int:
+    """Most characters (all strings of a message, keys included) one message may hold:
+    room for a full-size content plus full-size tool-call arguments."""
+    return 2 * max_text_chars + 4096
+
+
+def check_json_data(value: Any, where: str, *, max_chars: int, total: int) -> None:
+    """Reject anything in ``value`` a store cannot hold exactly: non-JSON types,
+    non-string keys, nesting deeper than :data:`MAX_DEPTH`, integers beyond
+    :data:`MAX_INT`, NaN/infinite floats, invalid Unicode, a string longer than
+    ``max_chars`` or more than ``total`` characters in all (iterative: no recursion)."""
+    stack: list[tuple[Any, str, int]] = [(value, where, 0)]
+    used = 0
+    while stack:
+        v, at, depth = stack.pop()
+        if isinstance(v, str):
+            if len(v) > max_chars:
+                raise OversizedInputError(
+                    f"{at}: {len(v)} characters; max_text_chars is {max_chars}"
+                )
+            used += len(v)
+            _check_utf8(v, at, "text")
+        elif v is None or isinstance(v, bool):
+            pass
+        elif isinstance(v, int):
+            if abs(v) > MAX_INT:
+                raise InvalidInputError(f"{at}: integer beyond the 64-bit range")
+        elif isinstance(v, float):
+            if not math.isfinite(v):
+                raise InvalidInputError(f"{at}: {v} is not a finite number")
+        elif isinstance(v, Mapping | list | tuple):
+            if depth >= MAX_DEPTH:
+                raise InvalidInputError(f"{at}: nested deeper than {MAX_DEPTH} levels")
+            if isinstance(v, Mapping):
+                for k, item in v.items():
+                    if not isinstance(k, str):
+                        raise InvalidInputError(
+                            f"{at}: key {_show(k)} is not a string ({type(k).__name__})"
+                        )
+                    if len(k) > max_chars:
+                        raise OversizedInputError(f"{at}: a key has {len(k)} characters")
+                    _check_utf8(k, at, "a key")
+                    used += len(k)
+                    stack.append((item, at if len(at) > 120 else at + _key_label(k), depth + 1))
+            else:
+                stack.extend(
+                    (item, at if len(at) > 120 else f"{at}[{j}]", depth + 1)
+                    for j, item in enumerate(v)
+                )
+        else:
+            raise InvalidInputError(f"{at}: {type(v).__name__} is not JSON data")
+        if used > total:
+            raise OversizedInputError(
+                f"{where}: more than {total} characters in all; max_text_chars is {max_chars}"
+            )
+
+
+def _key_label(key: str) -> str:
+    """``.key`` for a printable key, ``['…']`` (escaped) otherwise: error messages stay
+    one line whatever the keys hold."""
+    k = key[:40]
+    return f".{k}" if k.isprintable() and k else f"[{k!r}]"
+
+
+def check_messages(messages: Sequence[Any], limit: int) -> list[dict[str, Any]]:
+    """Validate every message for storage (see :func:`check_json_data`; content at most
+    ``limit`` characters, ids strings) and return canonical JSON copies of them, so
+    what is validated is exactly what a held message is stored as."""
+    out: list[dict[str, Any]] = []
     for i, msg in enumerate(messages):
+        at = f"messages[{i}]"
         if not isinstance(msg, Mapping):
-            continue  # the reader names the malformed message
+            from osumem.ingest.openai_chat import LogFormatError
+
+            raise LogFormatError(f"{at}: expected a message object, got {type(msg).__name__}")
         content = msg.get("content")
         size = len(content) if isinstance(content, str) else 0
         if isinstance(content, list):
             size = sum(len(str(p.get("text", ""))) for p in content if isinstance(p, Mapping))
         if size > limit:
-            raise OversizedInputError(
-                f"messages[{i}].content: {size} characters; max_text_chars is {limit}"
-            )
+            raise OversizedInputError(f"{at}.content: {size} characters; max_text_chars is {limit}")
+        check_json_data(msg, at, max_chars=limit, total=message_limit(limit))
+        if "tool_call_id" in msg and not isinstance(msg["tool_call_id"], str):
+            raise InvalidInputError(f"{at}.tool_call_id: expected a string")
+        role = msg.get("role")
+        if isinstance(role, str) and len(role) > MAX_ROLE_CHARS:
+            raise InvalidInputError(f"{at}.role: longer than {MAX_ROLE_CHARS} characters")
+        calls = msg.get("tool_calls")
+        if isinstance(calls, list):
+            for j, call in enumerate(calls):
+                if isinstance(call, Mapping) and "id" in call and not isinstance(call["id"], str):
+                    raise InvalidInputError(f"{at}.tool_calls[{j}].id: expected a string")
+                fn = call.get("function") if isinstance(call, Mapping) else None
+                raw = fn.get("arguments") if isinstance(fn, Mapping) else None
+                if isinstance(raw, str) and raw:
+                    _check_arguments_text(raw, f"{at}.tool_calls[{j}]", limit)
+        out.append(json.loads(json.dumps(msg, ensure_ascii=False, allow_nan=False)))
+    return out
+
+
+def _check_arguments_text(raw: str, where: str, limit: int) -> None:
+    """Parse tool-call arguments given as JSON text and check the parsed data as well
+    (1e999 parses to infinity, a 5000-digit number or 5000 nested brackets break the
+    JSON reader)."""
+    from osumem.ingest.openai_chat import LogFormatError
+
+    try:
+        parsed = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        detail = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)[:80]
+        raise LogFormatError(f"{where}: arguments are not valid JSON ({detail})") from None
+    check_json_data(parsed, f"{where}.arguments", max_chars=limit, total=message_limit(limit))
+
+
+def check_message_sizes(messages: Sequence[Any], limit: int) -> None:
+    """Reject a message whose content is longer than ``limit`` characters (kept for
+    callers of the earlier API; :func:`check_messages` checks everything)."""
+    check_messages(messages, limit)
+
+
+def log_digest(messages: Sequence[Mapping[str, Any]], log_id: str | None = None) -> str:
+    """The identity of one added log: ``id:<log_id>`` when the caller names it, else
+    ``sha256:<hash of its canonical JSON>``."""
+    if log_id is not None:
+        return f"id:{log_id}"
+    data = json.dumps(list(messages), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(data.encode("utf-8")).hexdigest()
 
 
 #: The largest token cost one step may carry (a sanity bound: sums of costs stay exact).
@@ -68,26 +196,54 @@ def step_row(s: Any, where: str, namespace: str, max_text_chars: int) -> StepRow
         raise InvalidInputError(f"{where}: expected a Step, got {type(s).__name__}")
     if not isinstance(s.role, str) or not s.role:
         raise InvalidInputError(f"{where}: role must be a non-empty string")
+    # labels derived from a namespace (``<source>:sg<k>``, ``<source>::<entity>``) get
+    # room for the longest accepted namespace, so an accepted namespace never makes a
+    # later add fail
+    label_limit = max_text_chars + MAX_NAMESPACE_CHARS + 64
     for name in ("role", "text", "tool_action", "tool_signature", "subgoal", "namespace"):
-        if not isinstance(getattr(s, name), str):
+        value = getattr(s, name)
+        if not isinstance(value, str):
             raise InvalidInputError(f"{where}: {name} must be a string")
-        _check_utf8(getattr(s, name), where, name)
-    if len(s.text) > max_text_chars:
-        raise OversizedInputError(
-            f"{where}: text has {len(s.text)} characters; max_text_chars is {max_text_chars}"
-        )
+        _check_utf8(value, where, name)
+        limit = max_text_chars if name in ("text", "tool_action") else label_limit
+        if len(value) > limit:
+            raise OversizedInputError(
+                f"{where}: {name} has {len(value)} characters; at most {limit} "
+                f"(max_text_chars is {max_text_chars})"
+            )
+    if len(s.role) > MAX_ROLE_CHARS:
+        raise InvalidInputError(f"{where}: role longer than {MAX_ROLE_CHARS} characters")
     if isinstance(s.cost, bool) or not isinstance(s.cost, int | np.integer) or s.cost <= 0:
-        raise InvalidInputError(f"{where}: cost must be a positive integer, got {s.cost!r}")
+        raise InvalidInputError(f"{where}: cost must be a positive integer, got {_show(s.cost)}")
     if s.cost > MAX_STEP_COST:
-        raise InvalidInputError(f"{where}: cost {s.cost} exceeds the maximum {MAX_STEP_COST}")
-    if not all(isinstance(e, str) for e in s.entities):
+        raise InvalidInputError(
+            f"{where}: cost {_show(s.cost)} exceeds the maximum {MAX_STEP_COST}"
+        )
+    try:
+        entities = list(s.entities)
+    except TypeError:
+        raise InvalidInputError(f"{where}: entities must be a set of strings") from None
+    if not all(isinstance(e, str) for e in entities):
         raise InvalidInputError(f"{where}: entities must be strings")
-    for e in s.entities:
+    if len(entities) > MAX_ENTITIES:
+        raise InvalidInputError(f"{where}: {len(entities)} entities; at most {MAX_ENTITIES}")
+    for e in entities:
         _check_utf8(e, where, "an entity")
+        if len(e) > label_limit:
+            raise OversizedInputError(f"{where}: an entity has {len(e)} characters")
+    if not isinstance(s.arguments, Mapping):
+        raise InvalidInputError(f"{where}: arguments must be a dict")
+    try:
+        check_json_data(
+            s.arguments, "arguments", max_chars=max_text_chars, total=message_limit(max_text_chars)
+        )
+    except OversizedInputError as exc:
+        raise OversizedInputError(f"{where}: {exc}") from None
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"{where}: arguments are not JSON data ({exc})") from None
     try:
         args = json.dumps(dict(s.arguments), sort_keys=True, ensure_ascii=False, allow_nan=False)
-        args.encode("utf-8")
-    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+    except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidInputError(f"{where}: arguments are not JSON data ({exc})") from None
     return StepRow(
         role=s.role,
@@ -95,33 +251,82 @@ def step_row(s: Any, where: str, namespace: str, max_text_chars: int) -> StepRow
         tool_action=s.tool_action,
         arguments_json=args,
         tool_signature=s.tool_signature,
-        entities=tuple(sorted(s.entities)),
+        entities=tuple(sorted(entities)),
         subgoal=s.subgoal,
         source=s.namespace or namespace,
         cost=int(s.cost),
     )
 
 
-def check_namespace(namespace: Any) -> None:
-    """A namespace is a non-empty string."""
+def _show(value: Any) -> str:
+    """A short, always printable rendering of a rejected value."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        text = repr(value)
+    except Exception:  # a value whose repr fails is still named
+        return f"a {type(value).__name__}"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_namespace(namespace: Any, what: str = "namespace") -> None:
+    """A namespace is a non-empty string of valid Unicode, at most
+    :data:`MAX_NAMESPACE_CHARS` characters."""
     if not isinstance(namespace, str) or not namespace:
-        raise InvalidInputError(f"namespace: expected a non-empty string, got {namespace!r}")
+        raise InvalidInputError(f"{what}: expected a non-empty string, got {_show(namespace)}")
+    if len(namespace) > MAX_NAMESPACE_CHARS:
+        raise InvalidInputError(
+            f"{what}: {len(namespace)} characters; at most {MAX_NAMESPACE_CHARS}"
+        )
+    _check_utf8(namespace, what, "the name")
+
+
+def _call_ids(msg: Mapping[str, Any]) -> list[str]:
+    calls = msg.get("tool_calls") if msg.get("role") == "assistant" else None
+    if not isinstance(calls, list):
+        return []
+    return [c["id"] for c in calls if isinstance(c, Mapping) and isinstance(c.get("id"), str)]
 
 
 def open_call_start(messages: Sequence[Any]) -> int:
-    """Index of the last assistant message whose tool calls are still unanswered when
-    only tool messages follow it (the agent is waiting for tool results); otherwise
-    ``len(messages)``."""
-    for i in range(len(messages) - 1, -1, -1):
-        msg = messages[i]
+    """Where the held (not yet stepped) tail of ``messages`` starts: at the first
+    assistant message of the trailing run of tool-call and tool messages whose calls
+    are not all answered, moved back so that every held tool response sits with the
+    call it answers; ``len(messages)`` when nothing waits. Both parts are then
+    readable on their own, so a held tail can never make a later add fail."""
+    n = len(messages)
+    start = n
+    while start > 0:
+        msg = messages[start - 1]
         if not isinstance(msg, Mapping):
-            return len(messages)
-        role = msg.get("role")
-        if role == "tool":
-            continue
-        if role != "assistant" or not isinstance(msg.get("tool_calls"), list):
-            return len(messages)
-        ids = {c.get("id") for c in msg["tool_calls"] if isinstance(c, Mapping)}
-        answered = {m.get("tool_call_id") for m in messages[i + 1 :] if isinstance(m, Mapping)}
-        return i if ids - answered else len(messages)
-    return len(messages)
+            return n
+        if msg.get("role") == "tool" or _call_ids(msg):
+            start -= 1
+        else:
+            break
+    cut = n
+    for i in range(start, n):
+        ids = _call_ids(messages[i])
+        later = {m.get("tool_call_id") for m in messages[i + 1 :]}
+        if any(c not in later for c in ids):
+            cut = i
+            break
+    if cut == n:
+        return n
+    moved = True
+    while moved:  # a held response must travel with its call
+        moved = False
+        for k in range(cut, n):
+            msg = messages[k]
+            if msg.get("role") != "tool":
+                continue
+            cid = msg.get("tool_call_id")
+            if any(cid in _call_ids(messages[j]) for j in range(cut, k)):
+                continue
+            origin = next(
+                (j for j in range(cut - 1, -1, -1) if cid in _call_ids(messages[j])), None
+            )
+            if origin is not None:
+                cut, moved = origin, True
+                break
+    return cut

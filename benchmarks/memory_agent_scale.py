@@ -1,0 +1,105 @@
+"""Agent-memory scale: add latency, reopen + first retrieve, and file size at N steps.
+
+    PYTHONPATH=src python benchmarks/memory_agent_scale.py build  --store /tmp/m.db --n 50000
+    PYTHONPATH=src python benchmarks/memory_agent_scale.py adds   --store /tmp/m.db --k 1000
+    PYTHONPATH=src python benchmarks/memory_agent_scale.py reopen --store /tmp/m.db
+
+``build`` adds N single-message steps one add at a time (the agent pattern) with the
+hashing encoder and reports add p50/p99 over the last 1,000 adds; ``adds`` times K more
+single adds on an existing store; ``reopen`` times ``Memory.open`` + the first
+``retrieve`` (CPU and wall) and the file size against the raw float32 embeddings.
+Run ``adds``/``reopen`` on a copy when comparing two versions of the code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+
+from osumem.memory import Memory
+
+TOPICS = ["flight", "hotel", "refund", "baggage", "seat", "invoice", "order", "address"]
+
+
+def _message(k: int) -> dict:
+    t = TOPICS[k % len(TOPICS)]
+    return {"role": "user", "content": f"step {k}: {t} request R{k % 997} for user U{k % 113}"}
+
+
+def _adds(mem: Memory, start: int, count: int, group: int = 1) -> tuple[list[float], list[float]]:
+    """``count`` single-message adds (each its own add batch); with ``group`` > 1, every
+    ``group`` adds share one commit (fewer disk flushes while building)."""
+    wall: list[float] = []
+    cpu: list[float] = []
+    for g in range(start, start + count, group):
+        todo = range(g, min(g + group, start + count))
+        if group > 1:
+            with mem.transaction():
+                _timed(mem, todo, wall, cpu)
+        else:
+            _timed(mem, todo, wall, cpu)
+    return wall, cpu
+
+
+def _timed(mem: Memory, ks: range, wall: list[float], cpu: list[float]) -> None:
+    for k in ks:
+        w0, c0 = time.perf_counter(), time.process_time()
+        mem.add_messages([_message(k)], namespace="agent")
+        wall.append(time.perf_counter() - w0)
+        cpu.append(time.process_time() - c0)
+
+
+def _pct(xs: list[float]) -> dict:
+    a = np.asarray(xs) * 1000
+    return {
+        "p50_ms": round(float(np.percentile(a, 50)), 3),
+        "p99_ms": round(float(np.percentile(a, 99)), 3),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=["build", "adds", "reopen"])
+    ap.add_argument("--store", required=True)
+    ap.add_argument("--n", type=int, default=50_000)
+    ap.add_argument("--k", type=int, default=1000)
+    ap.add_argument("--method", default="osumem")
+    ap.add_argument("--group", type=int, default=1, help="build: adds per commit")
+    ap.add_argument("--views", default=None, help="osumem views, e.g. entity,tool,subgoal")
+    args = ap.parse_args()
+    out: dict = {"what": args.what, "method": args.method, "views": args.views}
+    params = None if args.views is None else {"views": tuple(args.views.split(","))}
+    if args.what in ("build", "adds"):
+        with Memory.open(args.store, encoder="hashing", method=args.method, params=params) as mem:
+            if args.what == "adds":  # load the namespace first, as a live agent has
+                mem.retrieve("warm up", 64, namespace="agent")
+            start = mem.n_steps("agent")
+            count = args.n - start if args.what == "build" else args.k
+            wall, cpu = _adds(mem, start, count, args.group if args.what == "build" else 1)
+            out.update(
+                steps=mem.n_steps("agent"), add_wall=_pct(wall[-1000:]), add_cpu=_pct(cpu[-1000:])
+            )
+    else:
+        w0, c0 = time.perf_counter(), time.process_time()
+        with Memory.open(args.store, encoder="hashing", method=args.method, params=params) as mem:
+            r = mem.retrieve("refund request for user U7", 256, namespace="agent")
+            out.update(
+                reopen_first_retrieve_cpu_s=round(time.process_time() - c0, 3),
+                reopen_first_retrieve_wall_s=round(time.perf_counter() - w0, 3),
+                steps=mem.n_steps("agent"),
+                selected=len(r.steps),
+                positions=[s.position for s in r.steps][:12],
+            )
+            dim = mem.store.dim
+        size = os.path.getsize(args.store)
+        raw = out["steps"] * dim * 4
+        out.update(file_bytes=size, raw_float32_bytes=raw, file_over_raw=round(size / raw, 3))
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

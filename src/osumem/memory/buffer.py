@@ -1,0 +1,154 @@
+"""Growable columnar buffers of one namespace: appending k steps costs O(k) amortised
+(capacity doubles), and the :class:`~osumem.types.MemoryView` handed to retrievers is
+a set of slices of the buffers, not a copy."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from typing import Any, cast, overload
+
+import numpy as np
+from numpy.typing import NDArray
+
+from osumem.memory.store import NamespaceData
+from osumem.types import MemoryView
+
+
+class EntityPrefix(Sequence[frozenset[str]]):
+    """The first ``n`` entries of a shared entity list, without copying them: the
+    entity column of the transient prefix views a reopened namespace is replayed
+    through (a tuple slice per stored add batch would cost O(n) each, O(n²) in all)."""
+
+    __slots__ = ("_items", "_n")
+
+    def __init__(self, items: list[frozenset[str]], n: int) -> None:
+        self._items = items
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, i: int) -> frozenset[str]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[frozenset[str], ...]: ...
+
+    def __getitem__(self, i: int | slice) -> frozenset[str] | tuple[frozenset[str], ...]:
+        if isinstance(i, slice):
+            return tuple(self._items[: self._n][i])
+        k = i + self._n if i < 0 else i
+        if not 0 <= k < self._n:
+            raise IndexError(i)
+        return self._items[k]
+
+    def __iter__(self) -> Iterator[frozenset[str]]:
+        return itertools.islice(self._items, self._n)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+_OBJECT_COLUMNS = ("tool_actions", "tool_signatures", "subgoals", "namespaces", "roles", "texts")
+
+
+class NamespaceBuffer:
+    """The cached steps of one namespace, appended in place.
+
+    Holds the columns of :class:`NamespaceData` with spare capacity, the number of
+    ``user`` steps (the subgoal segment counter of the next add), and a snapshot
+    (:meth:`data`) rebuilt only when steps were appended since the last one.
+    """
+
+    def __init__(self, data: NamespaceData) -> None:
+        v = data.view
+        self.n = 0
+        self.dim = v.dim
+        cap = max(64, v.n)
+        self._emb = np.empty((cap, self.dim), dtype=np.float32)
+        self._costs = np.empty(cap, dtype=np.int64)
+        self._ids = np.empty(cap, dtype=np.int64)
+        self._obj = {name: np.empty(cap, dtype=object) for name in _OBJECT_COLUMNS}
+        self._entities: list[frozenset[str]] = []
+        self._arguments: list[str] = []
+        self.batch_ends: list[int] = []
+        self.users = 0
+        self._snapshot: NamespaceData | None = None
+        self.extend(data)
+
+    @property
+    def capacity(self) -> int:
+        """Rows the buffers hold before the next doubling."""
+        return int(self._costs.shape[0])
+
+    def _grow(self, need: int) -> None:
+        cap = self.capacity
+        if need <= cap:
+            return
+        new = max(need, 2 * cap)
+
+        def grown(a: NDArray[Any]) -> NDArray[Any]:
+            b = np.empty((new, *a.shape[1:]), dtype=a.dtype)
+            b[: self.n] = a[: self.n]
+            return b
+
+        self._emb = grown(self._emb)
+        self._costs = grown(self._costs)
+        self._ids = grown(self._ids)
+        self._obj = {k: grown(a) for k, a in self._obj.items()}
+
+    def extend(self, delta: NamespaceData) -> None:
+        """Append the steps of ``delta`` (the positions right after the buffered ones)."""
+        d = delta.view
+        k = d.n
+        if k == 0:
+            self.batch_ends.extend(e for e in delta.batch_ends if e > self.n)
+            return
+        if self.dim == 0:
+            self.dim = d.dim
+            self._emb = np.empty((self.capacity, self.dim), dtype=np.float32)
+        self._grow(self.n + k)
+        lo, hi = self.n, self.n + k
+        self._emb[lo:hi] = d.embeddings
+        self._costs[lo:hi] = d.costs
+        self._ids[lo:hi] = delta.step_ids
+        for name in _OBJECT_COLUMNS:
+            self._obj[name][lo:hi] = getattr(d, name)
+        self._entities.extend(d.entities)
+        self._arguments.extend(delta.arguments)
+        self.batch_ends.extend(e for e in delta.batch_ends if e > lo)
+        self.users += int(np.count_nonzero(d.roles == "user"))
+        self.n = hi
+        self._snapshot = None
+
+    def prefix_view(self, t: int) -> MemoryView:
+        """Steps ``0 .. t-1`` as a view over the buffers: array slices and an
+        :class:`EntityPrefix`, nothing copied (for replaying stored add batches)."""
+        t = max(0, min(int(t), self.n))
+        return MemoryView(
+            embeddings=self._emb[:t],
+            costs=self._costs[:t],
+            entities=cast(tuple[frozenset[str], ...], EntityPrefix(self._entities, t)),
+            **{name: a[:t] for name, a in self._obj.items()},
+        )
+
+    def data(self) -> NamespaceData:
+        """The buffered steps as a :class:`NamespaceData` (slices of the buffers)."""
+        if self._snapshot is None or self._snapshot.view.n != self.n:
+            n = self.n
+            view = MemoryView(
+                embeddings=self._emb[:n],
+                costs=self._costs[:n],
+                entities=tuple(self._entities),
+                **{name: a[:n] for name, a in self._obj.items()},
+            )
+            self._snapshot = NamespaceData(
+                view=view,
+                step_ids=self._ids[:n],
+                arguments=tuple(self._arguments),
+                batch_ends=tuple(self.batch_ends),
+            )
+        return self._snapshot

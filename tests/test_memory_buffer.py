@@ -1,0 +1,64 @@
+"""The growable namespace buffer: the live view after many small adds equals a
+reloaded one, and views handed out earlier never change under later adds."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from osumem.embed import HashingEncoder
+from osumem.memory import Memory
+
+
+def _same(a, b) -> None:
+    assert a.n == b.n
+    np.testing.assert_array_equal(a.embeddings, b.embeddings)
+    np.testing.assert_array_equal(a.costs, b.costs)
+    for name in ("tool_actions", "tool_signatures", "subgoals", "namespaces", "roles", "texts"):
+        assert list(getattr(a, name)) == list(getattr(b, name)), name
+    assert a.entities == b.entities
+
+
+def test_live_view_equals_reloaded_after_growth(tmp_path):
+    path = tmp_path / "m.db"
+    with Memory.open(path, encoder=HashingEncoder(16), method="flat") as mem:
+        mem.add_messages([{"role": "user", "content": "start"}])
+        early = mem.view()
+        early_copy = early.embeddings.copy(), list(early.texts)
+        for k in range(150):  # past two capacity doublings (64 -> 128 -> 256)
+            mem.add_messages(
+                [
+                    {"role": "user", "content": f"user {k}"},
+                    {"role": "assistant", "content": f"reply {k} about order {k % 7}"},
+                ]
+            )
+            if k % 37 == 0:
+                mem.retrieve("order 3", 64)
+        live = mem.view()
+        assert live.n == 301 and mem._data["default"].users == 151
+        np.testing.assert_array_equal(early.embeddings, early_copy[0])
+        assert list(early.texts) == early_copy[1] and early.n == 1
+        answer = mem.retrieve("order 3", 64).to_dict()
+    with Memory.open(path, encoder=HashingEncoder(16), method="flat") as again:
+        _same(live, again.view())
+        assert again.retrieve("order 3", 64).to_dict() == answer
+        # subgoal segments continue from the stored user count after reopening
+        again.add_messages([{"role": "user", "content": "next"}])
+        assert again.view().subgoals[-1] == "default:sg152"
+
+
+def test_reopen_fits_a_non_incremental_method_once(tmp_path, monkeypatch):
+    """A method whose update is a fresh fit is rebuilt by one fit on reopen (the same
+    state by definition), not once per stored add batch."""
+    from osumem.retrieve.base import Retriever
+
+    path = tmp_path / "m.db"
+    with Memory.open(path, encoder=HashingEncoder(16), method="flat") as mem:
+        for k in range(40):
+            mem.add_messages([{"role": "user", "content": f"user {k} order {k % 5}"}])
+        want = mem.retrieve("order 3", 32).to_dict()
+    calls = []
+    real = Retriever.fit
+    monkeypatch.setattr(Retriever, "fit", lambda self, v: calls.append(v.n) or real(self, v))
+    with Memory.open(path, encoder=HashingEncoder(16), method="flat") as again:
+        assert again.retrieve("order 3", 32).to_dict() == want
+    assert calls == [40]
