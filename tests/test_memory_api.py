@@ -256,3 +256,53 @@ def test_first_vectors_must_match_the_encoder():
     assert mem.n_steps() == 0
     mem.add_steps(steps, embeddings=np.ones((3, ENC.dim)))
     assert len(mem.retrieve("t1", 50).positions) > 0
+
+
+def test_add_messages_reads_legacy_and_anthropic_shapes_into_the_same_steps():
+    """A legacy `function_call` log and an Anthropic log give the OpenAI log's steps."""
+    from osumem.memory import Memory
+
+    openai = [
+        {"role": "user", "content": "Book flight AB123 for Ann"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "book", "arguments": '{"flight": "AB123"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "booked AB123"},
+    ]
+    legacy = [
+        openai[0],
+        {
+            "role": "assistant",
+            "content": None,
+            "function_call": {"name": "book", "arguments": '{"flight": "AB123"}'},
+        },
+        {"role": "function", "name": "book", "content": "booked AB123"},
+    ]
+    anthropic = [
+        openai[0],
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "t1", "name": "book", "input": {"flight": "AB123"}}
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "booked AB123"}],
+        },
+    ]
+    with Memory.open(None, encoder="hashing") as mem:
+        texts = {}
+        for name, log in (("openai", openai), ("legacy", legacy), ("anthropic", anthropic)):
+            assert len(mem.add_messages(log, namespace=name)) == 2
+            got = mem.retrieve("flight AB123", budget=64, namespace=name)
+            texts[name] = sorted(s.text for s in got.steps)
+        assert texts["legacy"] == texts["openai"] == texts["anthropic"]

@@ -102,8 +102,6 @@ def ingest_cmd(
         raise InvalidInputError(f"{log}: not UTF-8 text ({getattr(exc, 'reason', exc)})") from None
     except RecursionError:
         raise InvalidInputError(f"{log}: JSON nested too deeply") from None
-    if skip_summary(normalized):
-        click.echo(f"osumem: note: {skip_summary(normalized)}", err=True)
     logs = [list(n.messages) for n in normalized]
     if limit is not None:
         logs = logs[:limit]
@@ -150,6 +148,8 @@ def ingest_cmd(
             remove_store_files(mem.store.path)  # a failed first ingest leaves no file
         raise
     mem.close()
+    if skip_summary(normalized):  # after success: an error stays the only line
+        click.echo(f"osumem: note: {skip_summary(normalized)}", err=True)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:

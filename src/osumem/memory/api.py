@@ -522,8 +522,9 @@ class Memory:
         hold_open_calls: bool = True,
         on_duplicate: str = "append",
         log_id: str | None = None,
+        format: str = "auto",
     ) -> list[int]:
-        """Append OpenAI-format chat messages to ``namespace``; return the new step ids.
+        """Append an agent's chat messages to ``namespace``; return the new step ids.
 
         Messages become steps as :func:`osumem.ingest.openai_chat.read_messages`
         defines (one per user message, assistant text and tool call; a tool response
@@ -546,6 +547,12 @@ class Memory:
                 Only adds made with ``"skip"``/``"error"`` or a ``log_id`` are
                 remembered for this (whole logs, as ``osumem ingest`` adds them).
             log_id: a caller-given identity of the log (instead of its content hash).
+            format: the messages' shape: ``"openai"`` (``tool_calls``),
+                ``"openai-legacy"`` (``function_call`` / ``role: "function"``),
+                ``"anthropic"`` (``tool_use`` / ``tool_result`` blocks) or ``"auto"``
+                (default: read from the messages); see
+                :func:`osumem.ingest.normalize_messages`. Messages that make no step
+                (a system prompt, an empty assistant message) are not stored.
         """
         check_namespace(namespace)
         if on_duplicate not in ON_DUPLICATE:
@@ -558,7 +565,7 @@ class Memory:
             check_namespace(source, "source")
         if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
             raise InvalidInputError("messages: expected a list of message dicts")
-        clean = check_messages(messages, self.config.max_text_chars)
+        clean = _canonical(check_messages(messages, self.config.max_text_chars), format)
         digest = log_digest(clean, log_id)
         src = namespace if source is None else source
         prefix = self.config.prefix_namespace if prefix_namespace is None else prefix_namespace
@@ -595,8 +602,8 @@ class Memory:
         check_namespace(namespace)
         if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
             raise InvalidInputError("messages: expected a list of message dicts")
-        digest = log_digest(check_messages(messages, self.config.max_text_chars), log_id)
-        return self.store.has_digest(namespace, digest)
+        clean = _canonical(check_messages(messages, self.config.max_text_chars), "auto")
+        return self.store.has_digest(namespace, log_digest(clean, log_id))
 
     def _is_duplicate(self, namespace: str, digest: str, on_duplicate: str) -> bool:
         if not self.store.has_digest(namespace, digest):
@@ -783,3 +790,10 @@ class Memory:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _canonical(messages: list[dict[str, Any]], format: str) -> list[dict[str, Any]]:
+    """The messages in canonical OpenAI ``tool_calls`` shape (validated input)."""
+    from osumem.ingest import normalize_messages
+
+    return [dict(m) for m in normalize_messages(messages, format).messages]
