@@ -447,6 +447,7 @@ def run_and_report(
     quiet: bool,
 ) -> Any:
     """Shared tail of every bench command: validate, run, write rows, print."""
+    from osumem.evaluate.methods import method_table
     from osumem.evaluate.runner import parse_method_runs, run, split_methods, write_results
 
     runs = parse_method_runs(split_methods(methods), overrides)
@@ -457,6 +458,7 @@ def run_and_report(
             **meta,
             "benchmark": benchmark,
             "methods": [r.__dict__ | {"params": dict(r.params)} for r in runs],
+            "method_table": method_table(runs),
             "budgets": budget_list,
             "version": __version__,
         }
@@ -511,7 +513,7 @@ def bench_synthetic(
     overrides: tuple[str, ...],
     quiet: bool,
 ) -> None:
-    """The synthetic benchmark (SPEC §6.1): 200 seeded episodes, 64-d embeddings,
+    """The synthetic benchmark of the paper: 200 seeded episodes, 64-d embeddings,
     no downloaded data. Evaluation seed 0 by default."""
     from osumem.bench.synthetic import SyntheticConfig, construction_stats, generate
 

@@ -1,4 +1,4 @@
-"""Efficiency of every method (SPEC §7): retrieve-only latency, amortised latency and
+"""Efficiency of every method: retrieve-only latency, amortised latency and
 storage bytes of the built structure, with ratios to Flat Vector from the same run.
 
 Nothing here knows a method by name. Storage is measured generically by walking the
