@@ -29,9 +29,16 @@ def register(main: click.Group, bench: click.Group) -> None:
 @click.argument("log", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
     "--store",
-    required=True,
+    default=None,
     type=click.Path(dir_okay=False, path_type=Path),
     help="SQLite memory store (created if missing).",
+)
+@click.option(
+    "--server",
+    default=None,
+    metavar="URL",
+    help="Send the logs to a running `osumem serve --transport http` instead of --store "
+    "(token from OSUMEM_TOKEN).",
 )
 @click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="Target episode.")
 @click.option(
@@ -52,7 +59,8 @@ def register(main: click.Group, bench: click.Group) -> None:
 @handle_errors
 def ingest_cmd(
     log: Path,
-    store: Path,
+    store: Path | None,
+    server: str | None,
     namespace: str,
     model: str | None,
     limit: int | None,
@@ -60,14 +68,20 @@ def ingest_cmd(
     as_json: bool,
 ) -> None:
     """Add the chat log(s) in LOG to a memory store."""
+    from osumem.cli_serve import remote_ingest, store_or_server
     from osumem.ingest.openai_chat import read_log
     from osumem.memory import Memory
 
+    store_or_server(store, server)
     logs = read_log(log)
     if limit is not None:
         logs = logs[: max(0, limit)]
     several = len(logs) > 1
     use_prefix = several if prefix is None else prefix
+    if server is not None:
+        remote_ingest(server, logs, namespace, use_prefix, model, as_json)
+        return
+    assert store is not None
     added = 0
     with Memory.open(store, encoder=model) as mem:
         for i, messages in enumerate(logs):
@@ -101,9 +115,16 @@ def ingest_cmd(
 @click.argument("text")
 @click.option(
     "--store",
-    required=True,
+    default=None,
     type=click.Path(dir_okay=False, path_type=Path),
     help="SQLite memory store made by `osumem ingest`.",
+)
+@click.option(
+    "--server",
+    default=None,
+    metavar="URL",
+    help="Ask a running `osumem serve --transport http` instead of --store (no model "
+    "load per call; token from OSUMEM_TOKEN).",
 )
 @click.option("--budget", type=int, default=256, show_default=True, help="Token budget.")
 @click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="Episode.")
@@ -120,7 +141,8 @@ def ingest_cmd(
 @handle_errors
 def query_cmd(
     text: str,
-    store: Path,
+    store: Path | None,
+    server: str | None,
     budget: int,
     namespace: str,
     method: str,
@@ -129,9 +151,15 @@ def query_cmd(
     as_json: bool,
 ) -> None:
     """Print the context retrieved from a memory store for TEXT."""
+    from osumem.cli_serve import remote_query, store_or_server
     from osumem.errors import ConfigError, DataFileError
     from osumem.memory import Memory
 
+    store_or_server(store, server)
+    if server is not None:
+        remote_query(server, text, budget, namespace, method, params, before, as_json)
+        return
+    assert store is not None
     if not store.is_file():
         raise DataFileError(f"memory store not found: {store}")
     overrides: dict[str, str] = {}
