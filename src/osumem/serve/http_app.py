@@ -64,10 +64,6 @@ async def _send_json(send: Send, status: int, body: dict[str, Any], headers: Any
     await send({"type": "http.response.body", "body": data})
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class ForbiddenNamespace(Exception):
     """The request's token may not use the namespace it names (HTTP 403)."""
 
@@ -104,29 +100,31 @@ class LimitsAndAuth:
                 await _send_json(send, 401, body, [(b"www-authenticate", b"Bearer")])
                 return
             scope["osumem.grant"] = grant
-        received = 0
-        started = False
-
-        async def counted_receive() -> Message:
-            nonlocal received
+        # Read the body here (it is bounded), so an oversized one is refused before any
+        # route sees it, whether or not it came with a Content-Length.
+        chunks, received, more = [], 0, True
+        while more:
             message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > limit:
-                    raise _TooLarge
-            return message
-
-        async def tracked_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, counted_receive, tracked_send)
-        except _TooLarge:
-            if not started:
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunk = message.get("body", b"")
+            received += len(chunk)
+            if received > limit:
                 await _send_json(send, 413, _too_large(limit))
+                return
+            chunks.append(chunk)
+            more = bool(message.get("more_body", False))
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()  # later: only the disconnect message
+
+        await self.app(scope, replay, send)
 
 
 def _too_large(limit: int) -> dict[str, Any]:
