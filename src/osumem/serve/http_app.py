@@ -91,13 +91,13 @@ class LimitsAndAuth:
         if self.tokens.enabled and scope["path"] not in PUBLIC_PATHS:
             grant = self.tokens.grant_for_header(headers.get("authorization"))
             if grant is None:
-                body = {
+                refusal = {
                     "error": {
                         "type": "Unauthorized",
                         "message": "a valid 'Authorization: Bearer <token>' header is required",
                     }
                 }
-                await _send_json(send, 401, body, [(b"www-authenticate", b"Bearer")])
+                await _send_json(send, 401, refusal, [(b"www-authenticate", b"Bearer")])
                 return
             scope["osumem.grant"] = grant
         # Read the body here (it is bounded), so an oversized one is refused before any
