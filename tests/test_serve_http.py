@@ -5,6 +5,8 @@ the in-process `Memory.retrieve` on the same store."""
 from __future__ import annotations
 
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -202,3 +204,19 @@ def test_delete_namespace(server):
         assert again["steps_in_namespace"] == 2
         r = c.post("/v1/namespaces/happy/retrieve", json={"query": "R7", "budget": 40})
         assert r.json()["steps"]  # other namespaces unaffected
+
+
+def test_example_agent_loop_runs_against_the_server(server):
+    example = Path(__file__).resolve().parents[1] / "examples" / "agent_loop_http.py"
+    out = subprocess.run(
+        [sys.executable, str(example), "--server", server.url, "--namespace", "loop"],
+        env=serve_env() | {"OSUMEM_TOKEN": TOKEN},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("# Retrieved memory") == 4
+    assert "[step 0] user: I need to change reservation R1001" in out.stdout  # turn 3 sees turn 0
+    with httpx.Client(base_url=server.url, headers={"authorization": f"Bearer {TOKEN}"}) as c:
+        assert "loop" in c.get("/v1/namespaces").json()["namespaces"]

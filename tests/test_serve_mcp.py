@@ -4,6 +4,9 @@ HTTP endpoint behind the bearer token."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import anyio
 import pytest
 
@@ -20,13 +23,20 @@ TOOLS = {
 }
 
 
+EXAMPLE_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "mcp_config.json"
+
+
 def stdio_params(store):
+    """The server entry of the README's MCP client config, with this test's store (and
+    the light encoder); `osumem` runs this checkout's command."""
     from mcp import StdioServerParameters
 
+    entry = json.loads(EXAMPLE_CONFIG.read_text())["mcpServers"]["osumem"]
+    assert entry["command"] == "osumem"
+    args = [str(store) if a.endswith("agent-memory.db") else a for a in entry["args"]]
+    assert args[:2] == ["serve", "--store"] and str(store) in args
     return StdioServerParameters(
-        command=OSUMEM[0],
-        args=[*OSUMEM[1:], "serve", "--store", str(store), "--model", "hashing:d64"],
-        env=serve_env(),
+        command=OSUMEM[0], args=[*OSUMEM[1:], *args, "--model", "hashing:d64"], env=serve_env()
     )
 
 
@@ -128,5 +138,40 @@ def test_streamable_http_behind_the_token(tmp_path):
 
     try:
         anyio.run(main, TOKEN)
+    finally:
+        srv.stop()
+
+
+def test_streamable_http_token_limited_to_namespaces(tmp_path):
+    import httpx2
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    from serve_helpers import TEAM_TOKEN
+
+    srv = Server(tmp_path / "team.db", write_tokens(tmp_path / "tokens.txt"))
+
+    async def main():
+        headers = {"authorization": f"Bearer {TEAM_TOKEN}"}
+        with anyio.fail_after(120):
+            async with httpx2.AsyncClient(headers=headers, timeout=60) as http:  # noqa: SIM117
+                async with streamable_http_client(srv.url + "/mcp", http_client=http) as s:
+                    async with ClientSession(s[0], s[1]) as session:
+                        await session.initialize()
+                        ok = await session.call_tool(
+                            "memory_add_messages", {"namespace": "team-a", "messages": turn(1)}
+                        )
+                        assert not ok.is_error
+                        no = await session.call_tool(
+                            "memory_retrieve", {"query": "R1", "namespace": "secret"}
+                        )
+                        assert no.is_error and "forbidden" in no.content[0].text
+                        no = await session.call_tool(
+                            "memory_delete_namespace", {"namespace": "secret"}
+                        )
+                        assert no.is_error and "secret" in no.content[0].text
+
+    try:
+        anyio.run(main)
     finally:
         srv.stop()

@@ -216,12 +216,14 @@ def build_app(
     @app.post(
         "/v1/namespaces/{namespace}/retrieve", response_model=RetrieveResponse, tags=["memory"]
     )
-    async def retrieve(namespace: str, body: RetrieveRequest, request: Request) -> RetrieveResponse:
+    async def retrieve(namespace: str, body: RetrieveRequest, request: Request) -> JSONResponse:
         """The past steps of a namespace that best support the query, under the budget:
         a rendered context block and the structured steps."""
         allowed(request, namespace)
         result = await service.aretrieve(namespace, body.query, body.budget, body.method)
-        return RetrieveResponse.of(result)
+        # the response model documents the shape; the dict is built straight from the
+        # result (no second validation pass on the hot path)
+        return JSONResponse(result.to_dict() | {"rendered": result.render()})
 
     @app.get("/v1/namespaces", response_model=NamespacesResponse, tags=["memory"])
     async def list_namespaces(request: Request) -> NamespacesResponse:

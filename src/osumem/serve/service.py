@@ -21,6 +21,7 @@ overlap each other and wait for a write only while it commits and updates the in
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -146,6 +147,7 @@ class MemoryService:
         self._store = ThreadPoolExecutor(max_workers=1, thread_name_prefix="osumem-store")
         self._readers = ThreadPoolExecutor(max_workers=readers, thread_name_prefix="osumem-read")
         self._warm: set[str] = set()
+        self._pending_adds: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._generation: dict[str, int] = {}  # namespace -> number of writes seen
         self._others: dict[str, tuple[Memory, dict[str, int]]] = {}  # method -> memory
         self._closed = False
@@ -285,29 +287,57 @@ class MemoryService:
                 f"{self.limits.max_messages}"
             )
 
-        def write() -> AddResult:
-            mem = self.memory
-            self._lock.acquire_write()
+        if self._closed:
+            raise RuntimeError("the memory service is closed")
+        future: Future[AddResult] = Future()
+        options = (source, prefix_namespace, hold_open_calls)
+        self._pending_adds.put((namespace, messages, options, future))
+        self._on_store(self._drain_adds)
+        return future
+
+    def _drain_adds(self) -> None:
+        """Group commit, on the store thread: every add queued now is written in its own
+        transaction and acknowledged as soon as it commits; the namespaces they touched
+        are brought up to date once, at the end, before readers get in again."""
+        batch = []
+        while True:
             try:
+                batch.append(self._pending_adds.get_nowait())
+            except queue.Empty:
+                break
+        if not batch:
+            return  # an earlier drain took them
+        mem = self.memory
+        touched: list[str] = []
+        self._lock.acquire_write()
+        try:
+            for namespace, messages, (source, prefix, hold), future in batch:
+                if not future.set_running_or_notify_cancel():
+                    continue
                 self._generation[namespace] = self._generation.get(namespace, 0) + 1
                 self._warm.discard(namespace)
-                ids = mem.add_messages(
-                    messages,
-                    namespace=namespace,
-                    source=source,
-                    prefix_namespace=prefix_namespace,
-                    hold_open_calls=hold_open_calls,
-                )
-                # committed: bring the index up to date before anyone reads it
+                if namespace not in touched:
+                    touched.append(namespace)
+                try:
+                    ids = mem.add_messages(
+                        messages,
+                        namespace=namespace,
+                        source=source,
+                        prefix_namespace=prefix,
+                        hold_open_calls=hold,
+                    )
+                    result = AddResult(
+                        namespace, ids, mem.n_steps(namespace), len(mem.store.pending(namespace))
+                    )
+                except BaseException as exc:
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)  # committed: acknowledge now
+            for namespace in touched:  # then the index, before any reader sees the steps
                 self._warm_up(mem, namespace)
                 self._warm.add(namespace)
-                n = mem.n_steps(namespace)
-                held = len(mem.store.pending(namespace))
-            finally:
-                self._lock.release_write()
-            return AddResult(namespace, ids, n, held)
-
-        return self._on_store(write)
+        finally:
+            self._lock.release_write()
 
     def _delete_future(self, namespace: str) -> Future[int]:
         def write() -> int:
