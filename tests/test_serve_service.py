@@ -90,6 +90,8 @@ def test_limits_and_typed_errors(tmp_path):
         ServiceLimits(max_budget=0)
     with pytest.raises(InvalidInputError):
         MemoryService(tmp_path / "r.db", encoder="hashing", readers=0)
+    with pytest.raises(InvalidInputError, match="torch_threads"):
+        MemoryService(tmp_path / "r.db", encoder="hashing", torch_threads=0)
 
 
 def test_read_write_lock_excludes_writers():

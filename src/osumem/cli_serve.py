@@ -85,6 +85,13 @@ def _need_serve_extra() -> None:
     "--readers", type=int, default=4, show_default=True, help="Concurrent retrieval threads."
 )
 @click.option(
+    "--torch-threads",
+    type=int,
+    default=1,
+    show_default=True,
+    help="torch intra-op threads per request (SBERT); 0 keeps torch's default.",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
     default="warning",
@@ -105,6 +112,7 @@ def serve_cmd(
     max_budget: int,
     max_messages: int,
     readers: int,
+    torch_threads: int,
     log_level: str,
 ) -> None:
     """Serve a memory store to agents: MCP tools (stdio or streamable HTTP) and an HTTP
@@ -122,7 +130,14 @@ def serve_cmd(
     if transport == "http":
         tokens = load_tokens(token_file)
         check_http_security(host, tokens, no_auth)
-    with MemoryService(store, encoder=model, method=method, readers=readers, limits=limits) as svc:
+    with MemoryService(
+        store,
+        encoder=model,
+        method=method,
+        readers=readers,
+        limits=limits,
+        torch_threads=torch_threads or None,
+    ) as svc:
         if transport == "stdio":
             click.echo(
                 f"osumem serve: MCP over stdio, store {store}, model {svc.model_id}", err=True

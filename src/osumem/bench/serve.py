@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -210,10 +211,9 @@ def _run(cfg: ServeBenchConfig, folder: Path, say: Callable[[str], None]) -> dic
     import httpx
 
     from osumem.memory import Memory
+    from osumem.serve.service import set_torch_threads
 
-    store = folder / "bench.db"
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{store}{suffix}").unlink(missing_ok=True)
+    store = folder / "bench.db"  # kept in --work-dir: a rerun only tops it up
     say(f"building a {cfg.steps}-step store with encoder {cfg.model!r}")
     built = _build(cfg, store, say)
     rng = np.random.default_rng(cfg.seed + 1)
@@ -234,9 +234,19 @@ def _run(cfg: ServeBenchConfig, folder: Path, say: Callable[[str], None]) -> dic
         base_queries = [asks[int(rng.integers(len(asks)))] for _ in range(cfg.queries)]
 
     say("reopening the store in process")
+    # In-process retrievals run on a worker thread with one torch thread, as the
+    # server's do: on a busy machine torch's default pool can be many times slower per
+    # query (measured; see docs/decisions.md), which would flatter HTTP.
+    worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="in-process")
     t0 = time.perf_counter()
-    mem = Memory.open(store, method=cfg.method)
-    mem.retrieve(f"warm up {nonce}", cfg.budget, namespace=NAMESPACE)
+    mem = worker.submit(Memory.open, store, method=cfg.method).result()
+    worker.submit(lambda: mem.encoder).result()  # loaded, so torch's setting applies
+    set_torch_threads(1)  # the server's default, so both paths compute alike
+
+    def local_retrieve(query: str) -> Any:
+        return worker.submit(mem.retrieve, query, cfg.budget, namespace=NAMESPACE).result()
+
+    local_retrieve(f"warm up {nonce}")
     reopen_s = time.perf_counter() - t0
 
     token = secrets.token_hex(16)
@@ -259,7 +269,7 @@ def _run(cfg: ServeBenchConfig, folder: Path, say: Callable[[str], None]) -> dic
             local, remote, same = [], [], 0
             for i, q in enumerate(base_queries):
                 t0 = time.perf_counter()
-                a = mem.retrieve(f"{q} [{nonce} local {i}]", cfg.budget, namespace=NAMESPACE)
+                a = local_retrieve(f"{q} [{nonce} local {i}]")
                 local.append(time.perf_counter() - t0)
                 t0 = time.perf_counter()
                 body = {"query": f"{q} [{nonce} http {i}]", "budget": cfg.budget}
@@ -267,7 +277,8 @@ def _run(cfg: ServeBenchConfig, folder: Path, say: Callable[[str], None]) -> dic
                 remote.append(time.perf_counter() - t0)
                 r.raise_for_status()
                 same += int(len(a.steps) > 0 and len(r.json()["steps"]) > 0)
-        mem.close()
+        worker.submit(mem.close).result()
+        worker.shutdown()
 
         say(f"{cfg.clients} concurrent clients, {cfg.ops_per_client} operations each")
         loaded = _concurrent(cfg, url, headers, route, base_queries, nonce, acked)

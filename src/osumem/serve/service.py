@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,6 +36,13 @@ from osumem.errors import BudgetError, InvalidInputError
 from osumem.memory import Memory, MemoryConfig, Retrieved
 
 T = TypeVar("T")
+
+
+def set_torch_threads(n: int | None) -> None:
+    """Set torch's intra-op thread count when torch is loaded (``None``: leave it)."""
+    torch = sys.modules.get("torch")
+    if n is not None and torch is not None:
+        torch.set_num_threads(n)
 
 
 class ReadWriteLock:
@@ -125,6 +133,10 @@ class MemoryService:
         method: the default retrieval method.
         readers: reader threads (concurrent retrievals).
         limits: request bounds.
+        torch_threads: torch's intra-op threads once the encoder is loaded (``None``:
+            leave torch's default). One thread per request is the default: requests
+            run side by side on the reader threads, and on a busy machine torch's
+            default pool is many times slower per query (see docs/decisions.md).
         memory_settings: other :class:`~osumem.memory.MemoryConfig` fields.
     """
 
@@ -136,10 +148,20 @@ class MemoryService:
         method: str = "osumem",
         readers: int = 4,
         limits: ServiceLimits | None = None,
+        torch_threads: int | None = 1,
         **memory_settings: Any,
     ) -> None:
         if isinstance(readers, bool) or not isinstance(readers, int) or readers < 1:
             raise InvalidInputError(f"readers: expected a positive integer, got {readers!r}")
+        if torch_threads is not None and (
+            isinstance(torch_threads, bool)
+            or not isinstance(torch_threads, int)
+            or torch_threads < 1
+        ):
+            raise InvalidInputError(
+                f"torch_threads: expected a positive integer, got {torch_threads!r}"
+            )
+        self._torch_threads = torch_threads
         self.limits = limits or ServiceLimits()
         self.path = Path(path)
         self._settings = dict(memory_settings)
@@ -167,6 +189,7 @@ class MemoryService:
         mem = Memory.open(self.path, encoder=encoder, method=method, **settings)
         try:
             enc = mem.encoder  # loaded now, once, not at the first request
+            set_torch_threads(self._torch_threads)
             if enc is not None:
                 enc.encode(["warm up"])
         except BaseException:
