@@ -240,8 +240,12 @@ def _run(cfg: ServeBenchConfig, folder: Path, say: Callable[[str], None]) -> dic
     worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="in-process")
     t0 = time.perf_counter()
     mem = worker.submit(Memory.open, store, method=cfg.method).result()
-    worker.submit(lambda: mem.encoder).result()  # loaded, so torch's setting applies
-    set_torch_threads(1)  # the server's default, so both paths compute alike
+
+    def load_encoder() -> None:  # in the thread that encodes, as the server does
+        _ = mem.encoder
+        set_torch_threads(1)
+
+    worker.submit(load_encoder).result()
 
     def local_retrieve(query: str) -> Any:
         return worker.submit(mem.retrieve, query, cfg.budget, namespace=NAMESPACE).result()

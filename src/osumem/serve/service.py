@@ -39,7 +39,10 @@ T = TypeVar("T")
 
 
 def set_torch_threads(n: int | None) -> None:
-    """Set torch's intra-op thread count when torch is loaded (``None``: leave it)."""
+    """Set torch's intra-op thread count when torch is loaded (``None``: leave it).
+
+    Call it in every thread that encodes: with torch's OpenMP backend the setting of
+    a thread that already ran torch work stays as it was."""
     torch = sys.modules.get("torch")
     if n is not None and torch is not None:
         torch.set_num_threads(n)
@@ -167,13 +170,18 @@ class MemoryService:
         self._settings = dict(memory_settings)
         self._lock = ReadWriteLock()
         self._store = ThreadPoolExecutor(max_workers=1, thread_name_prefix="osumem-store")
-        self._readers = ThreadPoolExecutor(max_workers=readers, thread_name_prefix="osumem-read")
+        self._readers = ThreadPoolExecutor(
+            max_workers=readers,
+            thread_name_prefix="osumem-read",
+            initializer=lambda: set_torch_threads(self._torch_threads),  # per thread
+        )
         self._warm: set[str] = set()
         self._pending_adds: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._generation: dict[str, int] = {}  # namespace -> number of writes seen
         self._others: dict[str, tuple[Memory, dict[str, int]]] = {}  # method -> memory
         self._closed = False
         self._encoder_to_close: Any = None
+        self._model_id = ""
         try:
             self.memory: Memory = self._on_store(
                 lambda: self._open(encoder, method, memory_settings)
@@ -192,6 +200,7 @@ class MemoryService:
             set_torch_threads(self._torch_threads)
             if enc is not None:
                 enc.encode(["warm up"])
+            self._model_id = enc.model_id if enc is not None else mem.store.model_id
         except BaseException:
             mem.close()
             raise
@@ -210,8 +219,7 @@ class MemoryService:
     @property
     def model_id(self) -> str:
         """The encoder's model id ("" when the store has none)."""
-        enc = self.memory.encoder
-        return enc.model_id if enc is not None else self.memory.store.model_id
+        return self._model_id
 
     # --- synchronous API (blocking; any thread) --------------------------------------------
 
