@@ -397,7 +397,8 @@ def render_report(result: dict[str, Any]) -> str:
         f"{seq['in_process']['p50_ms']:.1f} | {seq['in_process']['p99_ms']:.1f} |",
         f"| HTTP retrieve, 1 client | {seq['http']['n']} | {seq['http']['p50_ms']:.1f} | "
         f"{seq['http']['p99_ms']:.1f} |",
-        f"| HTTP retrieve, {con['clients']} clients with adds | {con['retrieve']['n']} | "
+        f"| HTTP retrieve, {con['clients']} clients, {cfg['add_share']:.0%} adds | "
+        f"{con['retrieve']['n']} | "
         f"{con['retrieve']['p50_ms']:.1f} | {con['retrieve']['p99_ms']:.1f} |",
         f"| HTTP add (one turn), {con['clients']} clients | {con['add']['n']} | "
         f"{con['add']['p50_ms']:.1f} | {con['add']['p99_ms']:.1f} |",
