@@ -220,3 +220,17 @@ def test_example_agent_loop_runs_against_the_server(server):
     assert "[step 0] user: I need to change reservation R1001" in out.stdout  # turn 3 sees turn 0
     with httpx.Client(base_url=server.url, headers={"authorization": f"Bearer {TOKEN}"}) as c:
         assert "loop" in c.get("/v1/namespaces").json()["namespaces"]
+
+
+def test_namespaces_with_slashes_and_unicode_round_trip(server):
+    from osumem.serve.client import MemoryClient
+
+    with MemoryClient(server.url, token=TOKEN) as mc:
+        for ns in ("team-a/run 7", "épisode-ü"):
+            assert mc.add_messages(turn(70), namespace=ns)["steps_in_namespace"] == 2
+            got = mc.retrieve("R70", 100, namespace=ns)
+            assert got["namespace"] == ns and got["steps"]
+            assert ns in mc.namespaces()
+            assert mc.delete(ns) == 2
+    with MemoryClient(server.url, token=TEAM_TOKEN) as mc:
+        mc.add_messages(turn(71), namespace="team-b/sub")  # team-* covers sub-paths

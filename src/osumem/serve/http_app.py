@@ -198,7 +198,9 @@ def build_app(
             "model": service.model_id,
         }
 
-    @app.post("/v1/namespaces/{namespace}/messages", response_model=AddResponse, tags=["memory"])
+    @app.post(
+        "/v1/namespaces/{namespace:path}/messages", response_model=AddResponse, tags=["memory"]
+    )
     async def add_messages(namespace: str, body: AddRequest, request: Request) -> AddResponse:
         """Store OpenAI-format chat messages in a namespace. Answers after the steps are
         committed to the store; invalid messages are rejected whole (422 naming the
@@ -214,7 +216,7 @@ def build_app(
         return AddResponse.of(result)
 
     @app.post(
-        "/v1/namespaces/{namespace}/retrieve", response_model=RetrieveResponse, tags=["memory"]
+        "/v1/namespaces/{namespace:path}/retrieve", response_model=RetrieveResponse, tags=["memory"]
     )
     async def retrieve(namespace: str, body: RetrieveRequest, request: Request) -> JSONResponse:
         """The past steps of a namespace that best support the query, under the budget:
@@ -234,7 +236,7 @@ def build_app(
             names = [n for n in names if grant.allows(n)]
         return NamespacesResponse(namespaces=names)
 
-    @app.delete("/v1/namespaces/{namespace}", response_model=DeleteResponse, tags=["memory"])
+    @app.delete("/v1/namespaces/{namespace:path}", response_model=DeleteResponse, tags=["memory"])
     async def delete_namespace(namespace: str, request: Request) -> DeleteResponse:
         """Delete every step of a namespace (one transaction)."""
         allowed(request, namespace)
