@@ -162,3 +162,36 @@ def test_serve_refuses_a_public_address_without_a_token(tmp_path):
     assert out.returncode == 2
     assert "not a loopback address" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "m.db").exists()  # refused before opening anything
+
+
+def test_encoder_calls_never_overlap(tmp_path):
+    import time
+
+    from osumem.embed import HashingEncoder
+    from osumem.serve.service import SerializedEncoder
+
+    inner = HashingEncoder(16)
+    active, overlaps = [0], []
+
+    class Probe:
+        model_id, dim = inner.model_id, inner.dim
+
+        def encode(self, texts):
+            active[0] += 1
+            overlaps.append(active[0])
+            time.sleep(0.002)
+            active[0] -= 1
+            return inner.encode(texts)
+
+        count_tokens = encode
+
+    enc = SerializedEncoder(Probe())  # type: ignore[arg-type]
+    threads = [
+        threading.Thread(target=lambda: [enc.encode(["a b"]) for _ in range(10)]) for _ in range(4)
+    ] + [threading.Thread(target=lambda: [enc.count_tokens(["a"]) for _ in range(10)])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(overlaps) == 50 and max(overlaps) == 1
+    assert enc.model_id == inner.model_id and enc.dim == 16

@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
+from numpy.typing import NDArray
 
+from osumem.embed import Encoder
 from osumem.errors import BudgetError, InvalidInputError
 from osumem.memory import Memory, MemoryConfig, Retrieved
 
@@ -46,6 +48,41 @@ def set_torch_threads(n: int | None) -> None:
     torch = sys.modules.get("torch")
     if n is not None and torch is not None:
         torch.set_num_threads(n)
+
+
+class SerializedEncoder:
+    """An encoder used by one thread at a time.
+
+    Hugging Face fast tokenizers keep their truncation and padding settings in a Rust
+    object that raises "Already borrowed" when one thread changes them while another
+    tokenizes; the SBERT encoder tokenizes with truncation to encode and without it to
+    count tokens, so concurrent queries and adds could collide. On CPU the encodings
+    compete for the same cores anyway, so the lock costs little throughput.
+    """
+
+    def __init__(self, encoder: Encoder) -> None:
+        self._encoder = encoder
+        self._lock = threading.Lock()
+
+    @property
+    def model_id(self) -> str:
+        """The wrapped encoder's model id."""
+        return self._encoder.model_id
+
+    @property
+    def dim(self) -> int:
+        """The wrapped encoder's dimension."""
+        return self._encoder.dim
+
+    def encode(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        """Encode under the lock."""
+        with self._lock:
+            return self._encoder.encode(texts)
+
+    def count_tokens(self, texts: Sequence[str]) -> NDArray[np.int64]:
+        """Count tokens under the lock."""
+        with self._lock:
+            return self._encoder.count_tokens(texts)
 
 
 class ReadWriteLock:
@@ -194,17 +231,21 @@ class MemoryService:
     # --- set-up -----------------------------------------------------------------------
 
     def _open(self, encoder: str | None, method: str, settings: Mapping[str, Any]) -> Memory:
-        mem = Memory.open(self.path, encoder=encoder, method=method, **settings)
+        opened = Memory.open(self.path, encoder=encoder, method=method, **settings)
         try:
-            enc = mem.encoder  # loaded now, once, not at the first request
+            enc = opened.encoder  # loaded now, once, not at the first request
             set_torch_threads(self._torch_threads)
-            if enc is not None:
-                enc.encode(["warm up"])
-            self._model_id = enc.model_id if enc is not None else mem.store.model_id
+            self._model_id = enc.model_id if enc is not None else opened.store.model_id
+            if enc is None:
+                return opened
+            self._encoder_to_close = enc
+            shared = SerializedEncoder(enc)
+            shared.encode(["warm up"])
+            # the same store and settings, with the encoder behind one lock
+            return Memory(opened.store, shared, opened.config)
         except BaseException:
-            mem.close()
+            opened.close()
             raise
-        return mem
 
     def _on_store(self, fn: Callable[[], T]) -> Future[T]:
         if self._closed:
@@ -500,7 +541,6 @@ class MemoryService:
             **self._settings,
         )
         base.store.close()  # the encoder stays open: the fresh memory uses it
-        self._encoder_to_close = encoder  # opened by name here; closed with the service
         self.memory = fresh
         self._warm.clear()
         self._others.clear()
