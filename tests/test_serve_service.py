@@ -12,7 +12,8 @@ from osumem.errors import BudgetError, ConfigError, DataFileError, InvalidInputE
 from osumem.memory import Memory
 from osumem.serve.auth import Grant, TokenTable, is_loopback, load_tokens
 from osumem.serve.run import check_http_security
-from osumem.serve.service import MemoryService, ReadWriteLock, ServiceLimits
+from osumem.serve.service import MemoryService, ServiceLimits
+from osumem.serve.threads import ReadWriteLock
 from serve_helpers import OSUMEM, serve_env, turn
 
 QUERIES = ["how was R3 paid?", "passenger P2 flight", "reservation R11 voucher", "HAT005"]
@@ -168,7 +169,7 @@ def test_encoder_calls_never_overlap(tmp_path):
     import time
 
     from osumem.embed import HashingEncoder
-    from osumem.serve.service import SerializedEncoder
+    from osumem.serve.threads import SerializedEncoder
 
     inner = HashingEncoder(16)
     active, overlaps = [0], []

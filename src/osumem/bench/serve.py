@@ -211,7 +211,7 @@ def _run(cfg: ServeBenchConfig, folder: Path, say: Callable[[str], None]) -> dic
     import httpx
 
     from osumem.memory import Memory
-    from osumem.serve.service import set_torch_threads
+    from osumem.serve.threads import set_torch_threads
 
     store = folder / "bench.db"  # kept in --work-dir: a rerun only tops it up
     say(f"building a {cfg.steps}-step store with encoder {cfg.model!r}")
