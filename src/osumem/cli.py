@@ -593,9 +593,10 @@ from osumem import (  # noqa: E402
     cli_report,
     cli_taubench,
     cli_toolbench,
+    cli_serve,
 )
 
-for _commands in (cli_report, cli_taubench, cli_toolbench, cli_memory, cli_compare):
+for _commands in (cli_report, cli_taubench, cli_toolbench, cli_memory, cli_compare, cli_serve):
     _commands.register(main, bench)
 
 

@@ -33,9 +33,16 @@ def register(main: click.Group, bench: click.Group) -> None:
 @click.argument("log", type=click.Path(dir_okay=False, path_type=Path))
 @click.option(
     "--store",
-    required=True,
+    default=None,
     type=click.Path(dir_okay=False, path_type=Path),
     help="SQLite memory store (created if missing).",
+)
+@click.option(
+    "--server",
+    default=None,
+    metavar="URL",
+    help="Send the logs to a running `osumem serve --transport http` instead of --store "
+    "(token from OSUMEM_TOKEN).",
 )
 @click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="Target episode.")
 @click.option(
@@ -78,7 +85,8 @@ def register(main: click.Group, bench: click.Group) -> None:
 @handle_errors
 def ingest_cmd(
     log: Path,
-    store: Path,
+    store: Path | None,
+    server: str | None,
     namespace: str,
     model: str | None,
     limit: int | None,
@@ -90,10 +98,12 @@ def ingest_cmd(
 ) -> None:
     """Add the chat log(s) in LOG to a memory store (all of the file, or nothing)."""
     from osumem.errors import ConfigError, InvalidInputError, OSUMemError
+    from osumem.cli_serve import remote_ingest, store_or_server
     from osumem.ingest import read_logs, skip_summary
     from osumem.memory import Memory
     from osumem.memory.store import remove_store_files
 
+    store_or_server(store, server)
     if limit is not None and limit < 0:
         raise ConfigError(f"--limit: expected a number of logs >= 0, got {limit}")
     try:
@@ -107,6 +117,10 @@ def ingest_cmd(
         logs = logs[:limit]
     several = len(logs) > 1
     use_prefix = several if prefix is None else prefix
+    if server is not None:
+        remote_ingest(server, logs, namespace, use_prefix, model, as_json)
+        return
+    assert store is not None  # store_or_server checked that one of them is given
     added = skipped = 0
     mem = Memory.open(store, encoder=model, timeout=busy_timeout)
     created = mem.store.created
@@ -215,9 +229,16 @@ def check_cmd(store: Path, as_json: bool) -> None:
 @click.argument("text")
 @click.option(
     "--store",
-    required=True,
+    default=None,
     type=click.Path(dir_okay=False, path_type=Path),
     help="SQLite memory store made by `osumem ingest`.",
+)
+@click.option(
+    "--server",
+    default=None,
+    metavar="URL",
+    help="Ask a running `osumem serve --transport http` instead of --store (no model "
+    "load per call; token from OSUMEM_TOKEN).",
 )
 @click.option("--budget", type=int, default=256, show_default=True, help="Token budget.")
 @click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="Episode.")
@@ -234,7 +255,8 @@ def check_cmd(store: Path, as_json: bool) -> None:
 @handle_errors
 def query_cmd(
     text: str,
-    store: Path,
+    store: Path | None,
+    server: str | None,
     budget: int,
     namespace: str,
     method: str,
@@ -243,9 +265,15 @@ def query_cmd(
     as_json: bool,
 ) -> None:
     """Print the context retrieved from a memory store for TEXT."""
+    from osumem.cli_serve import remote_query, store_or_server
     from osumem.errors import ConfigError, DataFileError
     from osumem.memory import Memory
 
+    store_or_server(store, server)
+    if server is not None:
+        remote_query(server, text, budget, namespace, method, params, before, as_json)
+        return
+    assert store is not None
     if not store.is_file():
         raise DataFileError(f"memory store not found: {store}")
     overrides: dict[str, str] = {}

@@ -1,0 +1,324 @@
+"""``osumem serve`` (the memory as an MCP server and an HTTP API) and
+``osumem bench serve`` (latency and throughput of the HTTP face)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from osumem.cli import handle_errors
+
+
+def register(main: click.Group, bench: click.Group) -> None:
+    """Add ``serve`` and ``bench serve`` to the CLI."""
+    main.add_command(serve_cmd)
+    bench.add_command(bench_serve_cmd)
+
+
+def _need_serve_extra() -> None:
+    from osumem.errors import ConfigError
+
+    missing = []
+    for module in ("mcp", "fastapi", "uvicorn", "httpx"):
+        try:
+            __import__(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        raise ConfigError(f"osumem serve needs {', '.join(missing)}: pip install 'osumem[serve]'")
+
+
+@click.command("serve")
+@click.option(
+    "--store",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="SQLite memory store (created if missing).",
+)
+@click.option(
+    "--transport",
+    type=click.Choice(["stdio", "http"]),
+    default="stdio",
+    show_default=True,
+    help="stdio: MCP over stdin/stdout (an MCP client starts the server). http: the "
+    "JSON API, with MCP (streamable HTTP) at /mcp.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: address to bind.")
+@click.option("--port", type=int, default=8765, show_default=True, help="HTTP: port.")
+@click.option(
+    "--model",
+    default=None,
+    help="Encoder: 'sbert' (default for a new store), 'hashing[:d<dim>]' or a "
+    "sentence-transformers model directory. An existing store keeps its own.",
+)
+@click.option("--method", default="osumem", show_default=True, help="Default retrieval method.")
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="HTTP: bearer tokens, one per line, each optionally followed by the namespaces "
+    "(patterns) it may use. OSUMEM_TOKEN adds a token for every namespace.",
+)
+@click.option(
+    "--no-auth",
+    is_flag=True,
+    help="HTTP: serve without a token (refused unless --host is a loopback address).",
+)
+@click.option(
+    "--max-body-bytes",
+    type=int,
+    default=4 * 1024 * 1024,
+    show_default=True,
+    help="HTTP: largest request body (larger: 413).",
+)
+@click.option(
+    "--max-budget", type=int, default=32_768, show_default=True, help="Largest token budget."
+)
+@click.option(
+    "--max-messages", type=int, default=1_000, show_default=True, help="Most messages per add."
+)
+@click.option(
+    "--readers", type=int, default=4, show_default=True, help="Concurrent retrieval threads."
+)
+@click.option(
+    "--torch-threads",
+    type=int,
+    default=1,
+    show_default=True,
+    help="torch intra-op threads per request (SBERT); 0 keeps torch's default.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+    default="warning",
+    show_default=True,
+    help="HTTP: uvicorn's log level (stderr).",
+)
+@handle_errors
+def serve_cmd(
+    store: Path,
+    transport: str,
+    host: str,
+    port: int,
+    model: str | None,
+    method: str,
+    token_file: Path | None,
+    no_auth: bool,
+    max_body_bytes: int,
+    max_budget: int,
+    max_messages: int,
+    readers: int,
+    torch_threads: int,
+    log_level: str,
+) -> None:
+    """Serve a memory store to agents: MCP tools (stdio or streamable HTTP) and an HTTP
+    JSON API. The store is opened and the encoder loaded once; writes go through one
+    writer and are acknowledged after they commit."""
+    _need_serve_extra()
+    from osumem.serve.auth import TokenTable, load_tokens
+    from osumem.serve.run import check_http_security, run_http, run_stdio
+    from osumem.serve.service import MemoryService, ServiceLimits
+
+    limits = ServiceLimits(
+        max_budget=max_budget, max_messages=max_messages, max_body_bytes=max_body_bytes
+    )
+    tokens = TokenTable()
+    if transport == "http":
+        tokens = load_tokens(token_file)
+        check_http_security(host, tokens, no_auth)
+    with MemoryService(
+        store,
+        encoder=model,
+        method=method,
+        readers=readers,
+        limits=limits,
+        torch_threads=torch_threads or None,
+    ) as svc:
+        if transport == "stdio":
+            click.echo(
+                f"osumem serve: MCP over stdio, store {store}, model {svc.model_id}", err=True
+            )
+            run_stdio(svc)
+            return
+        auth = f"{len(tokens.grants)} token(s)" if tokens.enabled else "NO AUTH (loopback only)"
+        click.echo(
+            f"osumem serve: http://{host}:{port} (MCP at /mcp), store {store}, "
+            f"model {svc.model_id}, {auth}",
+            err=True,
+        )
+        run_http(svc, tokens, host=host, port=port, log_level=log_level)
+
+
+@click.command("serve")
+@click.option(
+    "--steps", type=int, default=10_000, show_default=True, help="Steps in the benchmark store."
+)
+@click.option("--clients", type=int, default=8, show_default=True, help="Concurrent HTTP clients.")
+@click.option(
+    "--ops", type=int, default=40, show_default=True, help="Operations per client (bounded)."
+)
+@click.option(
+    "--add-share",
+    type=float,
+    default=0.25,
+    show_default=True,
+    help="Share of operations that are adds (the rest retrieve).",
+)
+@click.option(
+    "--queries", type=int, default=100, show_default=True, help="Sequential retrievals timed."
+)
+@click.option("--budget", type=int, default=256, show_default=True, help="Token budget.")
+@click.option(
+    "--model",
+    default="hashing",
+    show_default=True,
+    help="Encoder of the benchmark store ('sbert' for the real one).",
+)
+@click.option("--method", default="osumem", show_default=True, help="Retrieval method.")
+@click.option(
+    "--data",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="A chat-log file (e.g. tau-bench's gpt-4o-airline.json) whose logs fill the "
+    "store, cycled to --steps; default: generated agent logs.",
+)
+@click.option(
+    "--work-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the benchmark store is built (default: a temporary folder).",
+)
+@click.option(
+    "--time-limit", type=float, default=300.0, show_default=True, help="Seconds per phase."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON only.")
+@handle_errors
+def bench_serve_cmd(
+    steps: int,
+    clients: int,
+    ops: int,
+    add_share: float,
+    queries: int,
+    budget: int,
+    model: str,
+    method: str,
+    data: Path | None,
+    work_dir: Path | None,
+    time_limit: float,
+    as_json: bool,
+) -> None:
+    """Latency and throughput of `osumem serve` over loopback HTTP: in-process vs HTTP
+    retrieval on the same store and queries, then concurrent clients mixing adds and
+    retrievals; checks that every acknowledged add is in the store after the server is
+    killed."""
+    _need_serve_extra()
+    from osumem.bench.serve import ServeBenchConfig, render_report, run_serve_bench
+
+    cfg = ServeBenchConfig(
+        steps=steps,
+        clients=clients,
+        ops_per_client=ops,
+        add_share=add_share,
+        queries=queries,
+        budget=budget,
+        model=model,
+        method=method,
+        data=data,
+        time_limit=time_limit,
+    )
+    result = run_serve_bench(cfg, work_dir, progress=None if as_json else _progress)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo(render_report(result))
+
+
+def _progress(message: str) -> None:
+    print(f"bench serve: {message}", file=sys.stderr, flush=True)
+
+
+# --- `osumem query/ingest --server URL` ---------------------------------------------------
+
+
+def store_or_server(store: Path | None, server: str | None) -> None:
+    """Exactly one of ``--store`` and ``--server``."""
+    from osumem.errors import ConfigError
+
+    if (store is None) == (server is None):
+        raise ConfigError("give either --store PATH or --server URL")
+
+
+def remote_ingest(
+    server: str,
+    logs: list[Any],
+    namespace: str,
+    prefix: bool,
+    model: str | None,
+    as_json: bool,
+) -> None:
+    """``osumem ingest --server``: one add per log, each acknowledged after it commits."""
+    from osumem.errors import ConfigError
+    from osumem.serve.client import MemoryClient
+
+    if model is not None:
+        raise ConfigError("--model: a server encodes with its own encoder; drop --model")
+    several = len(logs) > 1
+    added, in_namespace = 0, 0
+    with MemoryClient(server) as client:
+        model_id = client.health().get("model", "")
+        for i, messages in enumerate(logs):
+            answer = client.add_messages(
+                messages,
+                namespace=namespace,
+                source=f"{namespace}/{i}" if several else namespace,
+                prefix_namespace=prefix,
+                hold_open_calls=False,
+            )
+            added += len(answer["step_ids"])
+            in_namespace = int(answer["steps_in_namespace"])
+    summary = {
+        "server": server,
+        "namespace": namespace,
+        "logs": len(logs),
+        "steps_added": added,
+        "steps_in_namespace": in_namespace,
+        "model": model_id,
+    }
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        click.echo(
+            f"ingested {len(logs)} log(s), {added} steps into namespace {namespace!r} "
+            f"of {server} ({in_namespace} steps there; model {model_id})"
+        )
+
+
+def remote_query(
+    server: str,
+    text: str,
+    budget: int,
+    namespace: str,
+    method: str,
+    params: tuple[str, ...],
+    before: int | None,
+    as_json: bool,
+) -> None:
+    """``osumem query --server``: print the server's answer as the local query would."""
+    from osumem.errors import ConfigError
+    from osumem.serve.client import MemoryClient
+
+    if params:
+        raise ConfigError("--set: a server uses its methods' settings; drop --set")
+    if before is not None:
+        raise ConfigError("--before is answered from a local --store only")
+    with MemoryClient(server) as client:
+        answer = client.retrieve(text, budget, namespace=namespace, method=method)
+    if as_json:
+        answer.pop("rendered", None)
+        click.echo(json.dumps(answer, indent=2, ensure_ascii=False))
+    else:
+        click.echo(answer["rendered"])

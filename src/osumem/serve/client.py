@@ -1,0 +1,120 @@
+"""A small synchronous client of the HTTP face (``httpx``), for scripts, the CLI's
+``--server`` option and agent loops in plain Python."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import quote
+
+from osumem.errors import OSUMemError
+from osumem.serve.auth import TOKEN_ENV
+
+
+class ServerError(OSUMemError):
+    """The server refused a request or could not be reached.
+
+    Attributes:
+        status: the HTTP status (0 when no answer came).
+        error_type: the server's error type (e.g. ``InvalidInputError``).
+    """
+
+    def __init__(self, message: str, *, status: int = 0, error_type: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.error_type = error_type
+
+
+class MemoryClient:
+    """Talks to ``osumem serve --transport http``.
+
+    Args:
+        url: the server's base URL, e.g. ``http://127.0.0.1:8765``.
+        token: bearer token (default: the ``OSUMEM_TOKEN`` environment variable).
+        timeout: seconds per request.
+    """
+
+    def __init__(self, url: str, *, token: str | None = None, timeout: float = 60.0) -> None:
+        import httpx
+
+        self.url = url.rstrip("/")
+        token = os.environ.get(TOKEN_ENV) if token is None else token
+        headers = {"authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
+
+    def _call(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
+        import httpx
+
+        try:
+            response = self._http.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            raise ServerError(f"server {self.url}: {type(exc).__name__}: {exc}") from None
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if response.status_code >= 400:
+            err = data.get("error", {}) if isinstance(data, dict) else {}
+            message = err.get("message") or response.text[:200]
+            kind = err.get("type", "")
+            raise ServerError(
+                f"server {self.url} answered {response.status_code}"
+                f"{f' ({kind})' if kind else ''}: {message}",
+                status=response.status_code,
+                error_type=kind,
+            )
+        return data
+
+    @staticmethod
+    def _ns(namespace: str) -> str:
+        return quote(namespace, safe="")
+
+    def health(self) -> dict[str, Any]:
+        """The server's ``/healthz`` answer."""
+        return dict(self._call("GET", "/healthz"))
+
+    def add_messages(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        namespace: str = "default",
+        source: str | None = None,
+        prefix_namespace: bool | None = None,
+        hold_open_calls: bool = True,
+    ) -> dict[str, Any]:
+        """Store messages; returns ``{"step_ids", "steps_in_namespace", ...}`` once the
+        server has committed them."""
+        body: dict[str, Any] = {"messages": list(messages), "hold_open_calls": hold_open_calls}
+        if source is not None:
+            body["source"] = source
+        if prefix_namespace is not None:
+            body["prefix_namespace"] = prefix_namespace
+        return dict(self._call("POST", f"/v1/namespaces/{self._ns(namespace)}/messages", body))
+
+    def retrieve(
+        self, query: str, budget: int, *, namespace: str = "default", method: str | None = None
+    ) -> dict[str, Any]:
+        """The retrieved context: ``rendered`` (a prompt block) and ``steps``."""
+        body: dict[str, Any] = {"query": query, "budget": budget}
+        if method is not None:
+            body["method"] = method
+        return dict(self._call("POST", f"/v1/namespaces/{self._ns(namespace)}/retrieve", body))
+
+    def namespaces(self) -> list[str]:
+        """The namespaces this token may use that hold steps."""
+        return list(self._call("GET", "/v1/namespaces")["namespaces"])
+
+    def delete(self, namespace: str) -> int:
+        """Delete a namespace; returns the number of steps deleted."""
+        return int(self._call("DELETE", f"/v1/namespaces/{self._ns(namespace)}")["deleted_steps"])
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def __enter__(self) -> MemoryClient:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,183 @@
+"""Request and response shapes shared by the HTTP and MCP faces, and how library
+errors map onto HTTP statuses."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from osumem.errors import InvalidInputError, OSUMemError, UnknownMethodError
+from osumem.memory import Retrieved
+from osumem.serve.service import AddResult
+
+#: Longest accepted namespace name (characters).
+MAX_NAMESPACE_CHARS = 200
+
+
+class ToolCallFunction(BaseModel):
+    """The function of an OpenAI tool call."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(description="The tool (function) name.")
+    arguments: str | dict[str, Any] = Field(
+        default="{}", description="The call's arguments: a JSON object or its text."
+    )
+
+
+class ToolCall(BaseModel):
+    """One tool call of an assistant message (OpenAI format)."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str = Field(description="Call id; the tool message answering it repeats it.")
+    type: str = Field(default="function", description="Always 'function'.")
+    function: ToolCallFunction
+
+
+class ChatMessage(BaseModel):
+    """One OpenAI-format chat message. System and developer messages are accepted and
+    not stored as steps; a tool message answers the assistant's call with the same id."""
+
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = Field(
+        default=None, description="Text, or a list of content parts with 'text'."
+    )
+    tool_calls: list[ToolCall] | None = Field(
+        default=None, description="Tool calls of an assistant message."
+    )
+    tool_call_id: str | None = Field(
+        default=None, description="For a tool message: the id of the call it answers."
+    )
+    name: str | None = None
+
+
+class AddRequest(BaseModel):
+    """Body of ``POST /v1/namespaces/{ns}/messages``."""
+
+    messages: list[dict[str, Any]] = Field(
+        description="OpenAI-format chat messages, oldest first (role, content, "
+        "tool_calls, tool_call_id)."
+    )
+    source: str | None = Field(
+        default=None, description="Source name of the new steps (default: the namespace)."
+    )
+    prefix_namespace: bool | None = Field(
+        default=None,
+        description="Prefix entities and tool signatures with the source name.",
+    )
+    hold_open_calls: bool = Field(
+        default=True,
+        description="Hold a trailing tool call without its result until the result "
+        "arrives in a later add.",
+    )
+
+
+class AddResponse(BaseModel):
+    """An acknowledged add: its transaction has committed."""
+
+    namespace: str
+    step_ids: list[int] = Field(description="Store ids of the new steps.")
+    steps_in_namespace: int
+    held_messages: int = Field(
+        description="Messages held until their tool results arrive (stored, not steps yet)."
+    )
+
+    @classmethod
+    def of(cls, result: AddResult) -> AddResponse:
+        """From the service's result."""
+        return cls(
+            namespace=result.namespace,
+            step_ids=result.step_ids,
+            steps_in_namespace=result.steps_in_namespace,
+            held_messages=result.held_messages,
+        )
+
+
+class RetrieveRequest(BaseModel):
+    """Body of ``POST /v1/namespaces/{ns}/retrieve``."""
+
+    model_config = ConfigDict(extra="forbid")
+    query: str = Field(strict=True, description="What the agent needs to know, in words.")
+    budget: int = Field(strict=True, description="Token budget of the returned steps (> 0).")
+    method: str | None = Field(
+        default=None, description="Retrieval method (default: the server's)."
+    )
+
+
+class StepOut(BaseModel):
+    """One retrieved step."""
+
+    position: int = Field(description="Position inside its namespace (0 = first added).")
+    step_id: int
+    namespace: str
+    source: str
+    role: str
+    tool_action: str = Field(description="The tool name; empty for none.")
+    cost: int = Field(description="Token cost.")
+    rank: int = Field(description="0 for the first step selected, 1 for the next, ...")
+    osus: list[str] = Field(description="OSUs of the step as view:key@first-last.")
+    text: str
+
+
+class RetrieveResponse(BaseModel):
+    """The retrieved context: a rendered block for a prompt and the structured steps."""
+
+    namespace: str
+    method: str
+    budget: int
+    cost: int = Field(description="Total token cost of the steps (never above budget).")
+    query: str | None
+    rendered: str = Field(description="The steps as a context block, in time order.")
+    steps: list[StepOut] = Field(description="The steps in selection order.")
+
+    @classmethod
+    def of(cls, result: Retrieved) -> RetrieveResponse:
+        """From the memory's result."""
+        data = result.to_dict()
+        return cls(**data, rendered=result.render())
+
+
+class NamespacesResponse(BaseModel):
+    """The namespaces holding steps (those this token may use)."""
+
+    namespaces: list[str]
+
+
+class DeleteResponse(BaseModel):
+    """A deleted namespace."""
+
+    namespace: str
+    deleted_steps: int
+
+
+def check_namespace_name(namespace: str) -> None:
+    """A namespace is a non-empty name of at most :data:`MAX_NAMESPACE_CHARS` characters
+    without control characters."""
+    if not namespace:
+        raise InvalidInputError("namespace: expected a non-empty name")
+    if len(namespace) > MAX_NAMESPACE_CHARS:
+        raise InvalidInputError(
+            f"namespace: {len(namespace)} characters; at most {MAX_NAMESPACE_CHARS}"
+        )
+    if any(ord(c) < 32 or ord(c) == 127 for c in namespace):
+        raise InvalidInputError("namespace: control characters are not allowed")
+
+
+def error_status(exc: BaseException) -> int:
+    """The HTTP status of a library error: 422 for bad input (what and where in the
+    message), 503 for a store that cannot be used, 500 otherwise."""
+    from osumem.memory import StoreError
+
+    if isinstance(exc, InvalidInputError | UnknownMethodError):
+        return 422
+    if isinstance(exc, StoreError):
+        return 503
+    if isinstance(exc, OSUMemError):
+        return 400
+    return 500
+
+
+def error_body(exc: BaseException) -> dict[str, Any]:
+    """The JSON error body: the error type and its message."""
+    return {"error": {"type": type(exc).__name__, "message": str(exc)}}

@@ -1,0 +1,478 @@
+"""One long-lived memory shared by many concurrent requests.
+
+Why this shape: :class:`~osumem.memory.Memory` keeps per-namespace caches (the columnar
+view, the retriever and its lazily derived structures) that are not safe to mutate from
+several threads, and its SQLite connection may only be used by the thread that opened
+it. So a :class:`MemoryService` runs
+
+- every call that touches the store (adds, first loads of a namespace, deletes, listing)
+  on **one store thread**, the single writer, holding the exclusive side of a
+  readers-writer lock while it changes the in-memory state; an add is returned (and so
+  acknowledged) only after its transaction committed and the namespace's retriever was
+  brought up to date;
+- every retrieval on a pool of **reader threads**, holding the shared side of the lock,
+  against namespaces the store thread has already loaded and synchronised ("warm"), so a
+  retrieval only reads in-memory structures and never touches SQLite.
+
+Query encoding (the bulk of a text retrieval) runs in the reader threads too, so reads
+overlap each other and wait for a write only while it commits and updates the index.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from osumem.errors import BudgetError, InvalidInputError
+from osumem.memory import Memory, MemoryConfig, Retrieved
+from osumem.serve.threads import ReadWriteLock, SerializedEncoder, set_torch_threads
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceLimits:
+    """Bounds on what one request may ask (all keyword-only, validated on construction).
+
+    Attributes:
+        max_budget: largest token budget of a retrieval.
+        max_messages: most messages in one add.
+        max_query_chars: longest query text, in characters.
+        max_body_bytes: largest HTTP request body, in bytes (larger: HTTP 413).
+        max_methods: most retrieval methods other than the default kept built at once.
+    """
+
+    max_budget: int = 32_768
+    max_messages: int = 1_000
+    max_query_chars: int = 10_000
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_methods: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("max_budget", "max_messages", "max_query_chars", "max_body_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidInputError(f"{name}: expected a positive integer, got {value!r}")
+        if isinstance(self.max_methods, bool) or self.max_methods < 0:
+            raise InvalidInputError(
+                f"max_methods: expected an integer >= 0, got {self.max_methods}"
+            )
+
+
+@dataclass(frozen=True)
+class AddResult:
+    """What an acknowledged add returns: the new step ids (committed) and counts."""
+
+    namespace: str
+    step_ids: list[int]
+    steps_in_namespace: int
+    held_messages: int
+
+
+class MemoryService:
+    """A thread-safe front of one :class:`Memory` for servers (see the module doc).
+
+    Args:
+        path: the SQLite store file (created if missing).
+        encoder: encoder name or path as :meth:`Memory.open` takes it (``None``: the
+            store's own, SBERT for a new store); loaded once, at start.
+        method: the default retrieval method.
+        readers: reader threads (concurrent retrievals).
+        limits: request bounds.
+        torch_threads: torch's intra-op threads once the encoder is loaded (``None``:
+            leave torch's default). One thread per request is the default: requests
+            run side by side on the reader threads, and on a busy machine torch's
+            default pool is many times slower per query (see docs/decisions.md).
+        memory_settings: other :class:`~osumem.memory.MemoryConfig` fields.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        encoder: str | None = None,
+        method: str = "osumem",
+        readers: int = 4,
+        limits: ServiceLimits | None = None,
+        torch_threads: int | None = 1,
+        **memory_settings: Any,
+    ) -> None:
+        if isinstance(readers, bool) or not isinstance(readers, int) or readers < 1:
+            raise InvalidInputError(f"readers: expected a positive integer, got {readers!r}")
+        if torch_threads is not None and (
+            isinstance(torch_threads, bool)
+            or not isinstance(torch_threads, int)
+            or torch_threads < 1
+        ):
+            raise InvalidInputError(
+                f"torch_threads: expected a positive integer, got {torch_threads!r}"
+            )
+        self._torch_threads = torch_threads
+        self.limits = limits or ServiceLimits()
+        self.path = Path(path)
+        self._settings = dict(memory_settings)
+        self._lock = ReadWriteLock()
+        self._store = ThreadPoolExecutor(max_workers=1, thread_name_prefix="osumem-store")
+        self._readers = ThreadPoolExecutor(
+            max_workers=readers,
+            thread_name_prefix="osumem-read",
+            initializer=lambda: set_torch_threads(self._torch_threads),  # per thread
+        )
+        self._warm: set[str] = set()
+        self._pending_adds: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._generation: dict[str, int] = {}  # namespace -> number of writes seen
+        self._others: dict[str, tuple[Memory, dict[str, int]]] = {}  # method -> memory
+        self._closed = False
+        self._encoder_to_close: Any = None
+        self._model_id = ""
+        try:
+            self.memory: Memory = self._on_store(
+                lambda: self._open(encoder, method, memory_settings)
+            ).result()
+        except BaseException:
+            self._store.shutdown(wait=True)
+            self._readers.shutdown(wait=True)
+            raise
+
+    # --- set-up -----------------------------------------------------------------------
+
+    def _open(self, encoder: str | None, method: str, settings: Mapping[str, Any]) -> Memory:
+        opened = Memory.open(self.path, encoder=encoder, method=method, **settings)
+        try:
+            enc = opened.encoder  # loaded now, once, not at the first request
+            set_torch_threads(self._torch_threads)
+            self._model_id = enc.model_id if enc is not None else opened.store.model_id
+            if enc is None:
+                return opened
+            self._encoder_to_close = enc
+            shared = SerializedEncoder(enc)
+            shared.encode(["warm up"])
+            # the same store and settings, with the encoder behind one lock
+            return Memory(opened.store, shared, opened.config)
+        except BaseException:
+            opened.close()
+            raise
+
+    def _on_store(self, fn: Callable[[], T]) -> Future[T]:
+        if self._closed:
+            raise RuntimeError("the memory service is closed")
+        return self._store.submit(fn)
+
+    @property
+    def method(self) -> str:
+        """The default retrieval method."""
+        return self.memory.config.method
+
+    @property
+    def model_id(self) -> str:
+        """The encoder's model id ("" when the store has none)."""
+        return self._model_id
+
+    # --- synchronous API (blocking; any thread) --------------------------------------------
+
+    def add_messages(
+        self,
+        namespace: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        source: str | None = None,
+        prefix_namespace: bool | None = None,
+        hold_open_calls: bool = True,
+    ) -> AddResult:
+        """Append OpenAI-format messages to ``namespace``; returns once committed.
+
+        Raises the memory's typed errors (nothing is written then).
+        """
+        return self._add(namespace, messages, source, prefix_namespace, hold_open_calls).result()
+
+    def retrieve(
+        self, namespace: str, query: str, budget: int, method: str | None = None
+    ) -> Retrieved:
+        """The memory's answer for ``query`` in ``namespace`` under ``budget`` tokens,
+        with ``method`` (default: the service's). Equal to ``Memory.retrieve`` on a
+        memory opened with that method over the same store."""
+        self._check_retrieve(query, budget)
+        name = self.method if method is None or method == "" else str(method)
+        while True:
+            mem = self._ready(namespace, name)
+            self._lock.acquire_read()
+            if self._is_warm(mem, namespace, name):
+                break
+            self._lock.release_read()  # a write got in between: warm it again
+        try:
+            return mem.retrieve(query, budget, namespace=namespace)
+        finally:
+            self._lock.release_read()
+
+    def namespaces(self) -> list[str]:
+        """Namespaces holding steps or held messages, sorted."""
+        return self._on_store(lambda: self.memory.namespaces()).result()
+
+    def n_steps(self, namespace: str) -> int:
+        """Number of steps stored in ``namespace``."""
+        return self._on_store(lambda: self.memory.n_steps(namespace)).result()
+
+    def delete(self, namespace: str) -> int:
+        """Delete every step and held message of ``namespace`` (one transaction);
+        returns the number of steps deleted (0 for an unknown namespace)."""
+        return self._delete_future(namespace).result()
+
+    # --- asynchronous API (for the HTTP and MCP faces) --------------------------------------
+
+    async def aadd_messages(
+        self,
+        namespace: str,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        source: str | None = None,
+        prefix_namespace: bool | None = None,
+        hold_open_calls: bool = True,
+    ) -> AddResult:
+        """:meth:`add_messages` without blocking the event loop."""
+        fut = self._add(namespace, messages, source, prefix_namespace, hold_open_calls)
+        return await asyncio.wrap_future(fut)
+
+    async def aretrieve(
+        self, namespace: str, query: str, budget: int, method: str | None = None
+    ) -> Retrieved:
+        """:meth:`retrieve` without blocking the event loop (runs on a reader thread)."""
+        if self._closed:
+            raise RuntimeError("the memory service is closed")
+        fut = self._readers.submit(self.retrieve, namespace, query, budget, method)
+        return await asyncio.wrap_future(fut)
+
+    async def anamespaces(self) -> list[str]:
+        """:meth:`namespaces` without blocking the event loop."""
+        return await asyncio.wrap_future(self._on_store(lambda: self.memory.namespaces()))
+
+    async def adelete(self, namespace: str) -> int:
+        """:meth:`delete` without blocking the event loop."""
+        return await asyncio.wrap_future(self._delete_future(namespace))
+
+    # --- internals ------------------------------------------------------------------------
+
+    def _add(
+        self,
+        namespace: str,
+        messages: Sequence[Mapping[str, Any]],
+        source: str | None,
+        prefix_namespace: bool | None,
+        hold_open_calls: bool,
+    ) -> Future[AddResult]:
+        if isinstance(messages, Sequence) and len(messages) > self.limits.max_messages:
+            raise InvalidInputError(
+                f"messages: {len(messages)} messages in one add; the server accepts at most "
+                f"{self.limits.max_messages}"
+            )
+
+        if self._closed:
+            raise RuntimeError("the memory service is closed")
+        future: Future[AddResult] = Future()
+        options = (source, prefix_namespace, hold_open_calls)
+        self._pending_adds.put((namespace, messages, options, future))
+        self._on_store(self._drain_adds)
+        return future
+
+    def _drain_adds(self) -> None:
+        """Group commit, on the store thread: every add queued now is written in its own
+        transaction and acknowledged as soon as it commits; the namespaces they touched
+        are brought up to date once, at the end, before readers get in again."""
+        batch = []
+        while True:
+            try:
+                batch.append(self._pending_adds.get_nowait())
+            except queue.Empty:
+                break
+        if not batch:
+            return  # an earlier drain took them
+        mem = self.memory
+        touched: list[str] = []
+        self._lock.acquire_write()
+        try:
+            for namespace, messages, (source, prefix, hold), future in batch:
+                if not future.set_running_or_notify_cancel():
+                    continue
+                self._generation[namespace] = self._generation.get(namespace, 0) + 1
+                self._warm.discard(namespace)
+                if namespace not in touched:
+                    touched.append(namespace)
+                try:
+                    ids = mem.add_messages(
+                        messages,
+                        namespace=namespace,
+                        source=source,
+                        prefix_namespace=prefix,
+                        hold_open_calls=hold,
+                    )
+                    result = AddResult(
+                        namespace, ids, mem.n_steps(namespace), len(mem.store.pending(namespace))
+                    )
+                except BaseException as exc:
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)  # committed: acknowledge now
+            for namespace in touched:  # then the index, before any reader sees the steps
+                self._warm_up(mem, namespace)
+                self._warm.add(namespace)
+        finally:
+            self._lock.release_write()
+
+    def _delete_future(self, namespace: str) -> Future[int]:
+        def write() -> int:
+            self._lock.acquire_write()
+            try:
+                self._generation[namespace] = self._generation.get(namespace, 0) + 1
+                self._warm.discard(namespace)
+                return self._delete(namespace)
+            finally:
+                self._lock.release_write()
+
+        return self._on_store(write)
+
+    def _check_retrieve(self, query: Any, budget: Any) -> None:
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidInputError(f"query: expected a non-empty text, got {query!r}")
+        if len(query) > self.limits.max_query_chars:
+            raise InvalidInputError(
+                f"query: {len(query)} characters; the server accepts at most "
+                f"{self.limits.max_query_chars}"
+            )
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise BudgetError(f"budget: expected a positive integer, got {budget!r}")
+        if budget > self.limits.max_budget:
+            raise BudgetError(
+                f"budget: {budget} tokens; the server accepts at most {self.limits.max_budget}"
+            )
+
+    def _is_warm(self, mem: Memory, namespace: str, method: str) -> bool:
+        """Whether ``mem`` may answer ``namespace`` without writing (call under a lock)."""
+        if method == self.method:
+            return mem is self.memory and namespace in self._warm
+        entry = self._others.get(method)
+        return (
+            entry is not None
+            and entry[0] is mem
+            and entry[1].get(namespace, -1) == self._generation.get(namespace, 0)
+        )
+
+    def _ready(self, namespace: str, method: str) -> Memory:
+        """The memory for ``method`` with ``namespace`` loaded and synchronised (done on
+        the store thread when needed)."""
+        if method == self.method:
+            mem = self.memory
+            if namespace in self._warm:
+                return mem
+            return self._on_store(lambda: self._warm_primary(namespace)).result()
+        entry = self._others.get(method)
+        if entry is not None and entry[1].get(namespace, -1) == self._generation.get(namespace, 0):
+            return entry[0]
+        return self._on_store(lambda: self._warm_other(namespace, method)).result()
+
+    def _warm_primary(self, namespace: str) -> Memory:
+        # No lock needed: no reader uses a namespace that is not warm, and loading one
+        # only adds new entries to the memory's per-namespace dicts.
+        mem = self.memory
+        if namespace not in self._warm:
+            self._warm_up(mem, namespace)
+            self._warm.add(namespace)
+        return mem
+
+    def _warm_other(self, namespace: str, method: str) -> Memory:
+        """A memory with another method over the same store and encoder, rebuilt when a
+        namespace it loaded was written since (its caches cannot follow the writes)."""
+        gen = self._generation.get(namespace, 0)
+        entry = self._others.get(method)
+        if entry is not None and entry[1].get(namespace, -1) == gen:
+            return entry[0]
+        if entry is None or namespace in entry[1]:
+            if self.limits.max_methods == 0:
+                raise InvalidInputError(
+                    f"method: this server answers with {self.method!r} only, got {method!r}"
+                )
+            base = self.memory
+            config = MemoryConfig(method=method, seed=base.config.seed, **self._settings)
+            if entry is None and len(self._others) >= self.limits.max_methods:
+                self._others.pop(next(iter(self._others)))  # the oldest
+            entry = (Memory(base.store, base.encoder, config), {})
+        mem, loaded = entry
+        self._warm_up(mem, namespace)  # readers use this namespace only once marked
+        loaded[namespace] = gen
+        self._others[method] = entry
+        return mem
+
+    @staticmethod
+    def _warm_up(mem: Memory, namespace: str) -> None:
+        """Load ``namespace`` and bring every lazily built structure of its retriever up
+        to date, so later retrievals only read: one retrieval with a unit vector does
+        the work the next real retrieval would otherwise do."""
+        dim = mem.store.dim
+        if dim and mem.n_steps(namespace):
+            probe = np.zeros(dim, dtype=np.float32)
+            probe[0] = 1.0
+            mem.retrieve(probe, 1, namespace=namespace)
+        else:
+            mem.view(namespace)
+
+    def _delete(self, namespace: str) -> int:
+        """Delete a namespace through the store file (one transaction), then reopen the
+        memory so no cache keeps the deleted steps."""
+        import sqlite3
+
+        base = self.memory
+        n = base.n_steps(namespace)
+        if not n and not base.store.pending(namespace):
+            return 0
+        conn = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
+        try:
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for table in ("steps", "batches", "pending"):
+                    conn.execute(f"DELETE FROM {table} WHERE ns = ?", (namespace,))
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        finally:
+            conn.close()
+        encoder = base.encoder
+        cfg = base.config
+        fresh = Memory.open(
+            self.path,
+            encoder=encoder,
+            method=cfg.method,
+            params=cfg.params,
+            seed=cfg.seed,
+            budget=cfg.budget,
+            **self._settings,
+        )
+        base.store.close()  # the encoder stays open: the fresh memory uses it
+        self.memory = fresh
+        self._warm.clear()
+        self._others.clear()
+        return n
+
+    def close(self) -> None:
+        """Finish running requests, then close the store and the encoder (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._readers.shutdown(wait=True)
+        self._store.submit(self.memory.close).result()
+        close = getattr(self._encoder_to_close, "close", None)
+        if callable(close):
+            close()
+        self._store.shutdown(wait=True)
+
+    def __enter__(self) -> MemoryService:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
