@@ -306,3 +306,35 @@ def test_add_messages_reads_legacy_and_anthropic_shapes_into_the_same_steps():
             got = mem.retrieve("flight AB123", budget=64, namespace=name)
             texts[name] = sorted(s.text for s in got.steps)
         assert texts["legacy"] == texts["openai"] == texts["anthropic"]
+
+
+def test_delete_namespace_removes_steps_held_messages_and_log_digests(tmp_path):
+    """A deleted namespace is empty, another handle forgets it, and the same log can
+    be ingested again (its digest went with it)."""
+    from osumem.memory import Memory
+
+    log = [
+        {"role": "user", "content": "Refund order 42"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "refund", "arguments": '{"order": 42}'},
+                }
+            ],
+        },
+    ]
+    path = tmp_path / "m.db"
+    with Memory.open(path, encoder="hashing") as a, Memory.open(path, encoder="hashing") as b:
+        assert len(a.add_messages(log[:1], namespace="keep")) == 1
+        assert len(a.add_messages(log[:1], namespace="gone", on_duplicate="skip")) == 1
+        a.add_messages(log, namespace="gone")  # the call is held
+        assert a.held("gone") and b.n_steps("gone") == 2
+        assert a.delete_namespace("gone") == 2
+        assert a.n_steps("gone") == 0 and not a.held("gone")
+        assert len(b.retrieve("refund", budget=64, namespace="gone").steps) == 0
+        assert len(b.add_messages(log[:1], namespace="gone", on_duplicate="skip")) == 1
+        assert a.n_steps("keep") == 1 and a.delete_namespace("never") == 0

@@ -308,6 +308,15 @@ class Memory:
         check_namespace(namespace)
         return self.store.discard_pending(namespace)
 
+    def delete_namespace(self, namespace: str = DEFAULT_NAMESPACE) -> int:
+        """Delete every step and held message of ``namespace`` (one transaction) and
+        return the number of steps deleted (0 for an unknown namespace). Other
+        ``Memory`` objects on the store drop the namespace at their next call."""
+        check_namespace(namespace)
+        n = self.store.delete_namespace(namespace)
+        self._forget(namespace)
+        return n
+
     def _namespace(self, namespace: str) -> NamespaceData:
         buf = self._data.get(namespace)
         if buf is None:

@@ -788,6 +788,18 @@ class MemoryStore:
             return [{"unreadable": str(row[0])}]
         return held if isinstance(held, list) else [{"unreadable": str(row[0])}]
 
+    @_guard
+    def delete_namespace(self, namespace: str) -> int:
+        """Delete every row of ``namespace`` (steps, add batches, held messages, log
+        digests) in one transaction; return the number of steps deleted."""
+        assert self._conn is not None
+        with self.transaction():
+            n = self.n_steps(namespace)
+            tables = ("steps", "batches", "pending") + (("digests",) if self._has_digests else ())
+            for table in tables:
+                self._conn.execute(f"DELETE FROM {table} WHERE ns = ?", (namespace,))
+        return n
+
     # --- checks ----------------------------------------------------------------------
 
     def integrity_problems(self) -> list[str]:

@@ -421,42 +421,11 @@ class MemoryService:
             mem.view(namespace)
 
     def _delete(self, namespace: str) -> int:
-        """Delete a namespace through the store file (one transaction), then reopen the
-        memory so no cache keeps the deleted steps."""
-        import sqlite3
-
-        base = self.memory
-        n = base.n_steps(namespace)
-        if not n and not base.store.pending(namespace):
-            return 0
-        conn = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None)
-        try:
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for table in ("steps", "batches", "pending"):
-                    conn.execute(f"DELETE FROM {table} WHERE ns = ?", (namespace,))
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        finally:
-            conn.close()
-        encoder = base.encoder
-        cfg = base.config
-        fresh = Memory.open(
-            self.path,
-            encoder=encoder,
-            method=cfg.method,
-            params=cfg.params,
-            seed=cfg.seed,
-            budget=cfg.budget,
-            **self._settings,
-        )
-        base.store.close()  # the encoder stays open: the fresh memory uses it
-        self.memory = fresh
-        self._warm.clear()
-        self._others.clear()
+        """Delete a namespace (one transaction) and drop every cache of it."""
+        n = self.memory.delete_namespace(namespace)
+        self._warm.discard(namespace)
+        for other, _ in self._others.values():
+            other.delete_namespace(namespace)  # already gone: drops that memory's caches
         return n
 
     def close(self) -> None:
