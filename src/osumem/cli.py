@@ -591,9 +591,9 @@ from osumem import (  # noqa: E402
     cli_compare,
     cli_memory,
     cli_report,
+    cli_serve,
     cli_taubench,
     cli_toolbench,
-    cli_serve,
 )
 
 for _commands in (cli_report, cli_taubench, cli_toolbench, cli_memory, cli_compare, cli_serve):

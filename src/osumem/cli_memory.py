@@ -97,8 +97,8 @@ def ingest_cmd(
     as_json: bool,
 ) -> None:
     """Add the chat log(s) in LOG to a memory store (all of the file, or nothing)."""
-    from osumem.errors import ConfigError, InvalidInputError, OSUMemError
     from osumem.cli_serve import remote_ingest, store_or_server
+    from osumem.errors import ConfigError, InvalidInputError, OSUMemError
     from osumem.ingest import read_logs, skip_summary
     from osumem.memory import Memory
     from osumem.memory.store import remove_store_files
