@@ -163,7 +163,7 @@ def _run_all(
     parts = [run_one("synthetic", eps, budgets, {"seeds": synthetic_seeds})]
     if taubench_data is not None:
         from osumem.bench.taubench import TauBenchConfig
-        from osumem.cli_taubench import build_taubench
+        from osumem.bench.taubench_report import build_taubench
 
         tau_cfg = TauBenchConfig()
         if episodes is not None:

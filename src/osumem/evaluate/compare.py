@@ -16,7 +16,8 @@ from typing import Any
 import pandas as pd
 
 from osumem.errors import InvalidInputError
-from osumem.evaluate.stats import METRIC_NAMES, N_PERMUTATIONS, format_p, paired_test
+from osumem.evaluate.metrics import metric_name
+from osumem.evaluate.stats import N_PERMUTATIONS, format_p, paired_test
 
 #: The cell label used for "every query".
 ALL_CELLS = "all"
@@ -149,7 +150,7 @@ def check_bar(
     for r in t.itertuples(index=False):
         if (r.diff < 0 and r.p < alpha) or r.diff < max_loss:
             fails.append(
-                f"{r.benchmark} B={r.budget} {METRIC_NAMES.get(r.metric, r.metric)}: "
+                f"{r.benchmark} B={r.budget} {metric_name(r.metric)}: "
                 f"{r.diff:+.3f} (p {format_p(r.p)})"
             )
     return fails
