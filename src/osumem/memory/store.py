@@ -292,7 +292,17 @@ class MemoryStore:
                     f"{self._name}: cannot create a store in read-only folder {self.path.parent}"
                 )
             self.read_only = True
-        self.created = not exists
+        self.created = False
+        if not exists:
+            # exactly one of several processes opening a new store creates it: only that
+            # one may remove the file again if its open fails
+            try:
+                os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+                self.created = True
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                raise StoreIOError(f"{self._name}: cannot create the file ({exc})") from None
 
     def _connect(self, synchronous: str) -> None:
         assert self.path is not None
