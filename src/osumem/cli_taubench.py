@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from osumem.cli_llm import bench_llm, llm_option, reproduce_llm
+
 
 def default_methods() -> str:
     """All registered non-oracle methods whose modules import."""
@@ -119,6 +121,7 @@ def register(main: click.Group, bench: click.Group) -> None:
     @click.option("--no-prefix", is_flag=True, help="Turn namespace prefixing off (the pitfall).")
     @click.option("--stage-d", is_flag=True, help="Stage D augmentation (3 copies per evidence).")
     @encoder_options
+    @llm_option
     @common_bench_options("ALL", DEFAULT_BUDGETS)
     @handle_errors
     def bench_taubench(
@@ -128,6 +131,7 @@ def register(main: click.Group, bench: click.Group) -> None:
         stage_d: bool,
         encoder: str,
         cache: Path | None,
+        llm: str | None,
         methods: str,
         budgets: str,
         episodes: int | None,
@@ -162,10 +166,11 @@ def register(main: click.Group, bench: click.Group) -> None:
                 err=True,
             )
         name = "taubench" + ("_stage_d" if stage_d else "")
-        run_and_report(
+        methods = default_methods() if methods == "ALL" else methods
+        rows = run_and_report(
             benchmark=name,
             episodes=eps,
-            methods=default_methods() if methods == "ALL" else methods,
+            methods=methods,
             budgets=budgets,
             jobs=jobs,
             out=out,
@@ -180,6 +185,9 @@ def register(main: click.Group, bench: click.Group) -> None:
             },
             quiet=quiet,
         )
+        if llm:
+            bench_llm(llm, rows, eps, methods=methods, overrides=method_over, out=out,
+                      name=name, as_json=as_json, quiet=quiet)  # fmt: skip
 
     @click.command("taubench")
     @click.option(
@@ -198,6 +206,7 @@ def register(main: click.Group, bench: click.Group) -> None:
     @click.option("--episodes", type=int, default=None, help="Episodes per seed (default 125).")
     @click.option("--seeds", default="0", show_default=True, help="Comma-separated seeds.")
     @encoder_options
+    @llm_option
     @click.option("--permutations", type=int, default=10_000, show_default=True)
     @click.option("--quiet", is_flag=True, help="No progress output.")
     @handle_errors
@@ -209,6 +218,7 @@ def register(main: click.Group, bench: click.Group) -> None:
         seeds: str,
         encoder: str,
         cache: Path | None,
+        llm: str | None,
         permutations: int,
         quiet: bool,
     ) -> None:
@@ -232,6 +242,10 @@ def register(main: click.Group, bench: click.Group) -> None:
             progress=not quiet,
             build=build_taubench,
         )
+        if llm:
+            info["llm"] = reproduce_llm(llm, data=data, out=out, seeds=_int_list(seeds, "--seeds"),
+                episodes=episodes, build=build_taubench, encoder=encoder, cache=cache,
+                n_permutations=permutations, quiet=quiet)  # fmt: skip
         click.echo(json.dumps(info, indent=2))
 
     # `reproduce` is created by the report plugin, registered before this one
