@@ -360,3 +360,36 @@ def test_embedded_model_on_two_queries(monkeypatch, tmp_path) -> None:
         assert again == ans  # deterministic (and now served from the cache)
     # second pass: (3 relevance + 1 selection) + (2 + 1) answers from the cache
     assert isinstance(client, CachedClient) and client.hits == 7
+
+
+def test_reproduce_llm_adds_columns_and_report_section(tmp_path, monkeypatch) -> None:
+    import osumem.llm
+    from osumem.cli_llm import reproduce_llm
+    from osumem.evaluate.runner import read_results, write_results
+    from osumem.report.build import build_report
+
+    eps = [(0, _episode(0)), (0, _episode(1))]
+    rows = run(eps, parse_method_runs(["flat", "osumem"]), [256], benchmark="taubench",
+               jobs=1, progress=False)  # fmt: skip
+    write_results(tmp_path, rows, {"benchmark": "taubench"}, name="taubench")
+    (tmp_path / "report.md").write_text("# report\n")
+    monkeypatch.setattr(osumem.llm, "make_client", lambda spec, cache=True: FakeLLM())
+    info = reproduce_llm(
+        "fake",
+        data=tmp_path / "unused.json",
+        out=tmp_path,
+        seeds=[0],
+        episodes=None,
+        build=lambda data, cfg, seeds, encoder, cache: (eps, {}),
+        encoder="hashing",
+        cache=None,
+        n_permutations=100,
+        quiet=True,
+    )
+    assert info["contexts"] == 2 * 3 * 2
+    assert "### LLM evidence-selection stage" in (tmp_path / "report.md").read_text()
+    again = read_results(tmp_path / "taubench.parquet")
+    assert again["llm_hard_recall"].notna().all()
+    report = build_report(tmp_path, out=tmp_path / "rebuilt.md").read_text()
+    assert report.count("### LLM evidence-selection stage") == 1
+    assert "+6.4 pp, p = .025" in report
