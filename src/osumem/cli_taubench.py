@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from osumem.cli_llm import bench_llm, llm_option, reproduce_llm
 from osumem.evaluate.defaults import N_PERMUTATIONS
 
 
@@ -73,6 +74,7 @@ def register(main: click.Group, bench: click.Group) -> None:
     @click.option("--no-prefix", is_flag=True, help="Turn namespace prefixing off (the pitfall).")
     @click.option("--stage-d", is_flag=True, help="Stage D augmentation (3 copies per evidence).")
     @encoder_options
+    @llm_option
     @common_bench_options("ALL", DEFAULT_BUDGETS)
     @handle_errors
     def bench_taubench(
@@ -82,6 +84,7 @@ def register(main: click.Group, bench: click.Group) -> None:
         stage_d: bool,
         encoder: str,
         cache: Path | None,
+        llm: str | None,
         methods: str,
         budgets: str,
         episodes: int | None,
@@ -117,10 +120,11 @@ def register(main: click.Group, bench: click.Group) -> None:
                 err=True,
             )
         name = "taubench" + ("_stage_d" if stage_d else "")
-        run_and_report(
+        methods = default_methods() if methods == "ALL" else methods
+        rows = run_and_report(
             benchmark=name,
             episodes=eps,
-            methods=default_methods() if methods == "ALL" else methods,
+            methods=methods,
             budgets=budgets,
             jobs=jobs,
             out=out,
@@ -135,6 +139,9 @@ def register(main: click.Group, bench: click.Group) -> None:
             },
             quiet=quiet,
         )
+        if llm:
+            bench_llm(llm, rows, eps, methods=methods, overrides=method_over, out=out,
+                      name=name, as_json=as_json, quiet=quiet)  # fmt: skip
 
     @click.command("taubench")
     @click.option(
@@ -153,6 +160,7 @@ def register(main: click.Group, bench: click.Group) -> None:
     @click.option("--episodes", type=int, default=None, help="Episodes per seed (default 125).")
     @click.option("--seeds", default="0", show_default=True, help="Comma-separated seeds.")
     @encoder_options
+    @llm_option
     @click.option(
         "--permutations",
         type=int,
@@ -170,6 +178,7 @@ def register(main: click.Group, bench: click.Group) -> None:
         seeds: str,
         encoder: str,
         cache: Path | None,
+        llm: str | None,
         permutations: int,
         quiet: bool,
     ) -> None:
@@ -177,7 +186,7 @@ def register(main: click.Group, bench: click.Group) -> None:
         steps are the calls alone), the weaker single-step queries, the query-noise
         scaling check, Stage D, prefix off and tool responses kept to 200 characters;
         rows taubench*.parquet, then report.md with the paper's numbers beside ours."""
-        from osumem.bench.taubench_report import reproduce
+        from osumem.bench.taubench_report import build_taubench, reproduce
 
         methods = [*default_methods().split(","), "osumem_gf"]
         info = reproduce(
@@ -192,10 +201,14 @@ def register(main: click.Group, bench: click.Group) -> None:
             n_permutations=permutations,
             progress=not quiet,
         )
+        if llm:
+            info["llm"] = reproduce_llm(llm, data=data, out=out, seeds=_int_list(seeds, "--seeds"),
+                episodes=episodes, build=build_taubench, encoder=encoder, cache=cache,
+                n_permutations=permutations, quiet=quiet)  # fmt: skip
         click.echo(json.dumps(info, indent=2))
 
     # `reproduce` is created by the report plugin, registered before this one
-    # (osumem.cli.PLUGIN_MODULES); without it there is no `reproduce taubench`.
+    # (see the end of osumem.cli); without it there is no `reproduce taubench`.
     group = main.commands.get("reproduce")
     if isinstance(group, click.Group):
         group.add_command(reproduce_taubench)

@@ -119,7 +119,7 @@ def register(main: click.Group, bench: click.Group) -> None:
         )
 
     # `reproduce` is created by the report plugin, registered before this one
-    # (osumem.cli.PLUGIN_MODULES); without it there is no `reproduce toolbench`.
+    # (see the end of osumem.cli); without it there is no `reproduce toolbench`.
     reproduce = main.commands.get("reproduce")
     if isinstance(reproduce, click.Group):
         reproduce.add_command(reproduce_toolbench)

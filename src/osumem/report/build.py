@@ -270,6 +270,12 @@ def build_report(
                     extra = f" [paper {paper}]" if paper != "–" else ""
                     parts.append(f"B={b}: {flat.loc[b, 'recall']:.3f}{extra}")
                 md += [f"{settings.baseline} recall by budget: " + ", ".join(parts) + ".", ""]
+        if "llm_hard_recall" in rows.columns:  # the LLM evidence-selection stage
+            from osumem.report.llm_section import llm_section
+
+            md.append(
+                llm_section(rows, info=meta.get("llm"), n_permutations=settings.n_permutations)
+            )
     eff_path = results / "efficiency.csv"
     if eff_path.exists():
         md += [
