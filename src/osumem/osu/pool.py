@@ -18,10 +18,36 @@ from numpy.typing import NDArray
 
 from osumem.errors import DimensionError, InvalidInputError
 from osumem.osu.config import VIEWS, OSUConfig
-from osumem.osu.views import RawGroup, annotation_groups, similarity_groups, step_keys
+from osumem.osu.views import (
+    EXACT_KNN_MAX,
+    KnnIndex,
+    RawGroup,
+    annotation_groups,
+    communities,
+    community_groups,
+    similarity_groups,
+    similarity_scope,
+    step_keys,
+)
 from osumem.types import IntArray, MemoryView
 
 ANNOTATION_VIEWS: tuple[str, ...] = ("entity", "tool", "subgoal")
+
+#: Embedding columns converted to float64 at a time by :func:`member_sums`.
+SUM_COLUMNS = 16
+
+
+def member_sums(members: sp.spmatrix, embeddings: NDArray[np.float32]) -> NDArray[np.float64]:
+    """``members.T @ embeddings`` in float64, a block of embedding columns at a time, so
+    the float64 copy is ``n × SUM_COLUMNS`` instead of ``n × d`` (each entry is summed
+    in the same order as one full product, so the result is identical)."""
+    mt = members.T.tocsr()
+    d = embeddings.shape[1]
+    out = np.empty((mt.shape[0], d), dtype=np.float64)
+    for lo in range(0, d, SUM_COLUMNS):
+        hi = min(d, lo + SUM_COLUMNS)
+        out[:, lo:hi] = np.asarray(mt @ embeddings[:, lo:hi].astype(np.float64))
+    return out
 
 
 @dataclass
@@ -55,6 +81,8 @@ class OSUPool:
         self._open = _OpenGroups()
         self._similarity: list[RawGroup] = []
         self._similarity_upto = 0
+        self._knn: KnnIndex | None = None
+        self._partition: IntArray | None = None
         self._dirty = False
         self._set_empty(0, 0)
 
@@ -116,9 +144,39 @@ class OSUPool:
         return self
 
     def _refresh_similarity(self, view: MemoryView) -> None:
-        if "similarity" in self.config.views:
-            self._similarity = similarity_groups(view, self.config, self.seed)
+        """Recompute the similarity view's groups over ``view``.
+
+        Up to :data:`~osumem.osu.views.EXACT_KNN_MAX` steps in scope: the exact k-NN
+        graph and a cold Leiden run (the paper's construction). Above: the new steps
+        are inserted into an HNSW index kept between refreshes, and Leiden starts from
+        the previous partition (new steps as singletons), so a refresh costs about
+        n log n instead of n².
+        """
         self._similarity_upto = view.n
+        cfg = self.config
+        if "similarity" not in cfg.views:
+            return
+        scope = similarity_scope(view, cfg)
+        if scope.size <= EXACT_KNN_MAX or cfg.community != "leiden":
+            self._knn = None
+            self._partition = None
+            self._similarity = similarity_groups(view, cfg, self.seed)
+            return
+        if self._knn is None:
+            self._knn = KnnIndex(view.dim, seed=self.seed)
+        known = self._knn.size
+        self._knn.add(view.embeddings[scope[known:]])
+        src, dst = self._knn.edges(cfg.knn_k)
+        initial = None
+        if self._partition is not None:
+            fresh = np.arange(scope.size - known, dtype=np.int64) + int(self._partition.max()) + 1
+            initial = np.concatenate([self._partition, fresh])
+        comms = communities(scope.size, src, dst, cfg.community, self.seed, initial=initial)
+        partition = np.empty(scope.size, dtype=np.int64)
+        for c, members in enumerate(comms):
+            partition[members] = c
+        self._partition = partition
+        self._similarity = community_groups(scope, comms, cfg)
 
     def _set_empty(self, n: int, d: int) -> None:
         self._members = sp.csc_matrix((n, 0), dtype=np.float32)
@@ -162,9 +220,9 @@ class OSUPool:
         sizes = np.array([g[2].shape[0] for g in groups], dtype=np.int64)
         steps = np.concatenate([g[2] for g in groups])
         gids = np.repeat(np.arange(len(groups), dtype=np.int64), sizes)
-        H = view.embeddings.astype(np.float64)
+        H = view.embeddings
         raw = sp.csc_matrix((np.ones(steps.shape[0]), (steps, gids)), shape=(n, len(groups)))
-        coherence = np.linalg.norm(np.asarray(raw.T @ H), axis=1) / sizes
+        coherence = np.linalg.norm(member_sums(raw, H), axis=1) / sizes
         # M_max cap: per step, keep the best memberships by (priority, coherence, id)
         o = np.lexsort((gids, -coherence[gids], g_rank[gids], steps))
         s_sorted = steps[o]
@@ -186,7 +244,7 @@ class OSUPool:
             (np.ones(st.shape[0], dtype=np.float32), (st, gi)), shape=(n, m)
         )
         self._members.sort_indices()
-        sums = np.asarray(self._members.T @ H)
+        sums = member_sums(self._members, H)
         norms = np.linalg.norm(sums, axis=1)
         self._sizes = np.diff(self._members.indptr).astype(np.int64)
         self._centroids = (sums / np.where(norms > 0, norms, 1.0)[:, None]).astype(np.float32)

@@ -14,6 +14,7 @@ whose scores depend on what is already selected (MMR, novelty, coverage) use
 from __future__ import annotations
 
 import dataclasses
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -218,3 +219,65 @@ class Retriever(ABC):
     def _flat_order(self, q: NDArray[np.float32], limit: int) -> IntArray:
         """Visible positions by descending cosine (stable: ties keep position order)."""
         return np.argsort(-self._cosines(q, limit), kind="stable").astype(np.int64)
+
+    def _flat_head(self, q: NDArray[np.float32], limit: int, tokens: float) -> IntArray:
+        """The head of :meth:`_flat_order` holding at least ``tokens`` tokens (all
+        visible steps when they hold fewer), without sorting the rest."""
+        assert self.view_ is not None
+        cos = self._cosines(q, limit)
+        costs = self.view_.costs[:limit]
+        k = max(1, min(limit, int(math.ceil(tokens / max(float(costs.mean()), 1.0)))))
+        while True:
+            head = top_order(cos, k)
+            if k >= limit or int(costs[head].sum()) >= tokens:
+                return head
+            k = min(limit, 2 * k)
+
+    def _flat_pack(self, q: NDArray[np.float32], limit: int, budget: int) -> IntArray:
+        """``pack_first_fit(self._flat_order(q, limit), costs, budget)``, computed on a
+        growing head of the ranking instead of a full sort."""
+        assert self.view_ is not None
+        return flat_first_fit(self._cosines(q, limit), self.view_.costs[:limit], budget)
+
+
+#: Smallest head (in candidates) that :func:`flat_first_fit` sorts first.
+FLAT_HEAD_MIN = 256
+
+
+def top_order(scores: NDArray[Any], k: int) -> IntArray:
+    """The ``k`` best indices by descending score, ties by increasing index: exactly
+    ``np.argsort(-scores, kind="stable")[:k]``, in O(n + k log k) (``argpartition``
+    then a sort of the head)."""
+    n = int(scores.shape[0])
+    if k >= n:
+        return np.argsort(-scores, kind="stable").astype(np.int64)
+    if k <= 0:
+        return np.empty(0, dtype=np.int64)
+    kth = scores[np.argpartition(-scores, k - 1)[k - 1]]
+    above = np.flatnonzero(scores > kth)
+    ties = np.flatnonzero(scores == kth)[: k - above.shape[0]]
+    idx = np.concatenate([above, ties]).astype(np.int64)
+    return idx[np.lexsort((idx, -scores[idx]))]
+
+
+def flat_first_fit(scores: NDArray[Any], costs: NDArray[Any], budget: int) -> IntArray:
+    """First-fit packing of positions by descending score (ties by position), equal to
+    ``pack_first_fit(np.argsort(-scores, kind="stable"), costs, budget)``.
+
+    Packs a head of the ranking and grows it (×4) only while budget is left that a
+    step outside the head could still use, so a query sorts a few hundred candidates
+    instead of every step.
+    """
+    n = int(scores.shape[0])
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    costs = np.asarray(costs, dtype=np.int64)
+    min_cost = int(costs.min())
+    k = min(n, FLAT_HEAD_MIN)
+    while True:
+        head = top_order(scores, k)
+        taken = pack_first_fit(head, costs, budget)
+        left = budget - int(costs[taken].sum())
+        if k >= n or left < min_cost:
+            return taken
+        k = min(n, 4 * k)

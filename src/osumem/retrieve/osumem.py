@@ -24,7 +24,13 @@ from numpy.typing import NDArray
 from osumem.errors import ConfigError
 from osumem.osu.config import OSUConfig
 from osumem.osu.pool import OSUPool
-from osumem.retrieve.base import Retriever, RetrieverConfig, greedy_pack, pack_first_fit
+from osumem.retrieve.base import (
+    Retriever,
+    RetrieverConfig,
+    flat_first_fit,
+    greedy_pack,
+    pack_first_fit,
+)
 from osumem.types import IntArray, MemoryView
 
 
@@ -202,10 +208,13 @@ class OSUMem(_PoolRetriever):
         if not cfg.fill_from_flat:
             return chosen
         left = budget - int(costs[chosen].sum())
-        flat = np.argsort(-cos, kind="stable").astype(np.int64)
-        taken = np.zeros(limit, dtype=bool)
-        taken[chosen] = True
-        extra = pack_first_fit(flat[~taken[flat]], costs, left) if left > 0 else chosen[:0]
+        if left <= 0:
+            return chosen
+        # first fit over the flat ranking minus the chosen steps: chosen steps are
+        # made too expensive to fit, which skips them exactly as removing them would
+        rest = costs[:limit].copy()
+        rest[chosen] = left + 1
+        extra = flat_first_fit(cos, rest, left)
         return np.concatenate([chosen, extra])
 
     def _novelty_pack(
@@ -251,7 +260,7 @@ class OSUMemCoverage(_PoolRetriever):
         members, _, _ = self._visible(limit)
         cos = self._cosines(q, limit).astype(np.float64)
         if cfg.candidates == "flat_top":
-            order = np.argsort(-cos, kind="stable").astype(np.int64)
+            order = self._flat_head(q, limit, cfg.candidate_ratio * budget)
             csum = np.cumsum(self.view_.costs[order])
             head = int(np.searchsorted(csum, cfg.candidate_ratio * budget, side="right"))
             cand = order[: max(head, 1)]
