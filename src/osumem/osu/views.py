@@ -212,9 +212,7 @@ def similarity_scope(view: MemoryView, config: OSUConfig) -> IntArray:
     return np.flatnonzero(~annotated_mask(view, config.views)).astype(np.int64)
 
 
-def community_groups(
-    scope: IntArray, comms: list[IntArray], config: OSUConfig
-) -> list[RawGroup]:
+def community_groups(scope: IntArray, comms: list[IntArray], config: OSUConfig) -> list[RawGroup]:
     """Raw groups of the similarity view from communities over ``scope`` (indices into
     it): each community's positions chunked at S_max in time order."""
     groups: list[RawGroup] = []

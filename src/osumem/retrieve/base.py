@@ -226,7 +226,7 @@ class Retriever(ABC):
         assert self.view_ is not None
         cos = self._cosines(q, limit)
         costs = self.view_.costs[:limit]
-        k = max(1, min(limit, int(math.ceil(tokens / max(float(costs.mean()), 1.0)))))
+        k = max(1, min(limit, math.ceil(tokens / max(float(costs.mean()), 1.0))))
         while True:
             head = top_order(cos, k)
             if k >= limit or int(costs[head].sum()) >= tokens:
