@@ -297,6 +297,7 @@ PLUGIN_MODULES: tuple[str, ...] = (
     "osumem.cli_taubench",
     "osumem.cli_toolbench",
     "osumem.cli_memory",
+    "osumem.cli_scale",
 )
 
 
