@@ -148,12 +148,16 @@ class OSUPool:
         self._row_slots = _Grow((), np.int64)
         self._sim_slot = _Grow((), np.int64, fill=-1)
         self._kept = _Grow((m_max,), np.int64, fill=-1)
+        # the live OSUs packed densely (swap-remove), for scans that skip dead slots
+        self._live_row = _Grow((), np.int64, fill=-1)
+        self._live_slot = _Grow((), np.int64)
+        self._live_cent = _Grow((d,), np.float32)
 
     def _new_slot(self, view: str, key: str, members: list[int]) -> int:
         g = len(self._g_key)
         for arr in (self._g_view, self._g_rank, self._g_first, self._coh_raw, self._k_size):
             arr.resize(g + 1)
-        for arr2 in (self._k_cost, self._k_cent, self._k_coh, self._k_span):
+        for arr2 in (self._k_cost, self._k_cent, self._k_coh, self._k_span, self._live_row):
             arr2.resize(g + 1)
         self._g_view.a[g] = VIEWS.index(view)
         self._g_rank.a[g] = self.config.view_priority.index(view)
@@ -171,6 +175,35 @@ class OSUPool:
         """``(centroids, costs, sizes)`` per slot (views, no copies): a slot that is
         not a live OSU has size 0, cost 0 and a zero centroid."""
         return self._k_cent.v, self._k_cost.v, self._k_size.v
+
+    def live_arrays(self) -> tuple[IntArray, NDArray[np.float32]]:
+        """``(slots, centroids)`` of the live OSUs packed densely, in no particular
+        order (views, no copies): what a coarse scan reads."""
+        return self._live_slot.v, self._live_cent.v
+
+    def _set_live(self, g: int, centroid: NDArray[np.float32] | None) -> None:
+        """Insert, refresh (``centroid`` given) or remove (``None``) slot ``g`` in the
+        dense live arrays."""
+        row = int(self._live_row.a[g])
+        if centroid is None:
+            if row < 0:
+                return
+            last = self._live_slot.n - 1
+            moved = int(self._live_slot.a[last])
+            self._live_slot.a[row] = moved
+            self._live_cent.a[row] = self._live_cent.a[last]
+            self._live_row.a[moved] = row
+            self._live_row.a[g] = -1
+            self._live_slot.resize(last)
+            self._live_cent.resize(last)
+            return
+        if row < 0:
+            row = self._live_slot.n
+            self._live_slot.resize(row + 1)
+            self._live_cent.resize(row + 1)
+            self._live_slot.a[row] = g
+            self._live_row.a[g] = row
+        self._live_cent.a[row] = centroid
 
     def slot_members(self, slot: int) -> list[int]:
         """The positions slot ``slot`` keeps (increasing); empty when not live."""
@@ -417,6 +450,12 @@ class OSUPool:
         np.maximum.at(hi, gids, steps)
         self._k_span.a[live, 0] = lo[live]
         self._k_span.a[live, 1] = hi[live]
+        # the dense live arrays start empty after a reset (the only caller is _rebuild)
+        self._live_slot.resize(live.shape[0])
+        self._live_cent.resize(live.shape[0])
+        self._live_slot.a[: live.shape[0]] = live
+        self._live_cent.a[: live.shape[0]] = self._k_cent.a[live]
+        self._live_row.a[live] = np.arange(live.shape[0])
 
     def _step_candidates(self, p: int) -> list[int]:
         ptr = self._row_ptr.a
@@ -473,6 +512,7 @@ class OSUPool:
             self._k_cent.a[g] = 0.0
             self._k_coh.a[g] = 0.0
             self._k_span.a[g] = 0
+            self._set_live(g, None)
             return
         sums = _row_sum(view.embeddings, members)
         norm = row_norms(sums)
@@ -481,6 +521,7 @@ class OSUPool:
         self._k_coh.a[g] = np.float32(norm[0] / k)
         self._k_cost.a[g] = int(view.costs[members].sum())
         self._k_span.a[g] = (members[0], members[-1])
+        self._set_live(g, self._k_cent.a[g])
 
     # -- public state (canonical order, assembled on first read after an add) ---------
 

@@ -120,13 +120,15 @@ class KnnIndex:
     for the same inputs; queries use every core (their answers do not depend on it).
     """
 
-    def __init__(self, dim: int, seed: int = 0) -> None:
+    def __init__(
+        self, dim: int, seed: int = 0, *, ef_construction: int = HNSW_EF_CONSTRUCTION
+    ) -> None:
         import hnswlib
 
         self.dim = int(dim)
         self._index = hnswlib.Index(space="ip", dim=self.dim)
         self._index.init_index(
-            max_elements=1024, M=HNSW_M, ef_construction=HNSW_EF_CONSTRUCTION, random_seed=seed
+            max_elements=1024, M=HNSW_M, ef_construction=ef_construction, random_seed=seed
         )
         self.size = 0
 
@@ -143,6 +145,17 @@ class KnnIndex:
         self._index.set_num_threads(1)
         self._index.add_items(np.ascontiguousarray(vectors, dtype=np.float32), labels)
         self.size = need
+
+    def query(self, q: NDArray[np.float32], k: int) -> IntArray:
+        """Labels of the (approximately) ``k`` nearest indexed rows to ``q``, most
+        similar first."""
+        k = min(k, self.size)
+        if k < 1:
+            return np.empty(0, dtype=np.int64)
+        self._index.set_ef(max(HNSW_EF_SEARCH, 2 * k))
+        self._index.set_num_threads(1)
+        labels, _ = self._index.knn_query(q[None, :], k=k)
+        return labels[0].astype(np.int64)
 
     def edges(self, k: int, batch: int = 65536) -> tuple[IntArray, IntArray]:
         """Each indexed node to its (approximately) ``k`` most similar other nodes."""

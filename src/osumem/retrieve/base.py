@@ -24,6 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from osumem.errors import BudgetError, ConfigError, InvalidInputError
+from osumem.osu.views import KnnIndex
 from osumem.types import IntArray, MemoryView
 
 
@@ -153,10 +154,12 @@ class Retriever(ABC):
         self.config = config
         self.seed = int(seed)
         self.view_: MemoryView | None = None
+        self._step_index: KnnIndex | None = None
 
     def fit(self, view: MemoryView) -> Self:
         """Build this method's structure over ``view`` (the causal prefix it may see)."""
         self.view_ = view
+        self._step_index = None
         self._build(view)
         return self
 
@@ -220,10 +223,38 @@ class Retriever(ABC):
         """Visible positions by descending cosine (stable: ties keep position order)."""
         return np.argsort(-self._cosines(q, limit), kind="stable").astype(np.int64)
 
+    def _use_ann(self, limit: int) -> bool:
+        """Whether the flat ranking comes from the HNSW step index: a memory of at
+        least :data:`ANN_MIN_STEPS` steps, queried over all of it."""
+        assert self.view_ is not None
+        return self.view_.n >= ANN_MIN_STEPS and limit >= self.view_.n
+
+    def _ann_top(self, q: NDArray[np.float32], k: int) -> IntArray:
+        """About the ``k`` most similar steps, best first, from the step index (built
+        at the first query, extended with the steps added since)."""
+        assert self.view_ is not None
+        view = self.view_
+        if self._step_index is None:
+            self._step_index = KnnIndex(
+                view.dim, seed=self.seed, ef_construction=STEP_INDEX_EF_CONSTRUCTION
+            )
+        index = self._step_index
+        if index.size < view.n:
+            index.add(view.embeddings[index.size : view.n])
+        return index.query(q, k)
+
     def _flat_head(self, q: NDArray[np.float32], limit: int, tokens: float) -> IntArray:
         """The head of :meth:`_flat_order` holding at least ``tokens`` tokens (all
         visible steps when they hold fewer), without sorting the rest."""
         assert self.view_ is not None
+        if self._use_ann(limit):
+            costs = self.view_.costs
+            k = FLAT_HEAD_MIN
+            while True:
+                head = self._ann_top(q, k)
+                if k >= limit or int(costs[head].sum()) >= tokens:
+                    return head
+                k = min(limit, 4 * k)
         cos = self._cosines(q, limit)
         costs = self.view_.costs[:limit]
         k = max(1, min(limit, math.ceil(tokens / max(float(costs.mean()), 1.0))))
@@ -233,15 +264,46 @@ class Retriever(ABC):
                 return head
             k = min(limit, 2 * k)
 
-    def _flat_pack(self, q: NDArray[np.float32], limit: int, budget: int) -> IntArray:
-        """``pack_first_fit(self._flat_order(q, limit), costs, budget)``, computed on a
-        growing head of the ranking instead of a full sort."""
+    def _flat_pack(
+        self,
+        q: NDArray[np.float32],
+        limit: int,
+        budget: int,
+        exclude: IntArray | None = None,
+    ) -> IntArray:
+        """``pack_first_fit`` of the flat ranking (minus the steps in ``exclude``):
+        exact (a growing head of the cosine ranking, no full sort) below
+        :data:`ANN_MIN_STEPS` steps or under a causal limit; from the HNSW step index
+        above."""
         assert self.view_ is not None
-        return flat_first_fit(self._cosines(q, limit), self.view_.costs[:limit], budget)
+        costs = self.view_.costs[:limit]
+        if exclude is not None and exclude.size:
+            # excluded steps are made too expensive to fit: first fit then skips them
+            # exactly as if they were removed from the ranking
+            costs = costs.copy()
+            costs[exclude] = budget + 1
+        if not self._use_ann(limit):
+            return flat_first_fit(self._cosines(q, limit), costs, budget)
+        min_cost = int(costs.min())
+        k = FLAT_HEAD_MIN
+        while True:
+            head = self._ann_top(q, k)
+            taken = pack_first_fit(head, costs, budget)
+            if k >= limit or budget - int(costs[taken].sum()) < min_cost:
+                return taken
+            k = min(limit, 4 * k)
 
 
 #: Smallest head (in candidates) that :func:`flat_first_fit` sorts first.
 FLAT_HEAD_MIN = 256
+
+#: From this many steps on, a query over the whole memory takes the flat ranking's
+#: head from an HNSW index over the steps (approximate); smaller memories and causal
+#: queries (``before``) scan exactly (docs/decisions.md).
+ANN_MIN_STEPS = 20_000
+
+#: Build beam of the step index (a lighter build than the similarity view's).
+STEP_INDEX_EF_CONSTRUCTION = 64
 
 
 def top_order(scores: NDArray[Any], k: int) -> IntArray:

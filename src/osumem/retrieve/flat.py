@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Self
 
 import numpy as np
 from numpy.typing import NDArray
 
 from osumem.retrieve.base import Retriever, RetrieverConfig
-from osumem.types import IntArray
+from osumem.types import IntArray, MemoryView
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,3 +46,8 @@ class FlatVector(Retriever):
     ) -> IntArray:
         assert self.view_ is not None
         return self._flat_pack(q, limit, budget)
+
+    def update(self, view: MemoryView) -> Self:
+        """Flat Vector keeps no structure but the step index: extend, do not rebuild."""
+        self.view_ = view
+        return self

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Self
 
 import numpy as np
 from numpy.typing import NDArray
 
 from osumem.errors import ConfigError
-from osumem.retrieve.base import Retriever, RetrieverConfig, flat_first_fit, greedy_pack
-from osumem.types import IntArray
+from osumem.retrieve.base import Retriever, RetrieverConfig, greedy_pack
+from osumem.types import IntArray, MemoryView
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,7 +57,8 @@ class FlatMMR(Retriever):
         costs = self.view_.costs
         relevance = lam * (H @ q).astype(np.float64)
         if lam == 1.0:
-            return self._fill(q, limit, budget, cand, greedy_pack(relevance, cand, costs, budget))
+            chosen = greedy_pack(relevance, cand, costs, budget)
+            return self._fill(q, limit, budget, cand, chosen)
         max_sim = np.full(cand.shape[0], -np.inf)
 
         def on_pick(j: int) -> NDArray[np.float64]:
@@ -81,6 +83,9 @@ class FlatMMR(Retriever):
         left = budget - int(costs[chosen].sum())
         if left <= 0 or head.shape[0] >= limit:
             return chosen
-        rest = costs[:limit].copy()
-        rest[head] = left + 1
-        return np.concatenate([chosen, flat_first_fit(self._cosines(q, limit), rest, left)])
+        return np.concatenate([chosen, self._flat_pack(q, limit, left, exclude=head)])
+
+    def update(self, view: MemoryView) -> Self:
+        """Flat + MMR keeps no structure but the step index: extend, do not rebuild."""
+        self.view_ = view
+        return self

@@ -24,13 +24,7 @@ from numpy.typing import NDArray
 from osumem.errors import ConfigError
 from osumem.osu.config import OSUConfig
 from osumem.osu.pool import OSUPool
-from osumem.retrieve.base import (
-    Retriever,
-    RetrieverConfig,
-    flat_first_fit,
-    greedy_pack,
-    pack_first_fit,
-)
+from osumem.retrieve.base import Retriever, RetrieverConfig, greedy_pack, pack_first_fit
 from osumem.types import IntArray, MemoryView
 
 
@@ -190,19 +184,48 @@ class OSUMem(_PoolRetriever):
         )
         return int(np.searchsorted(np.cumsum(gained), target, side="left")) + 1
 
+    def _coarse_slots(self, q: NDArray[np.float32], budget: int) -> list[list[int]]:
+        """The coarse stage over the whole pool from its slot-level state: the same
+        K OSUs as :meth:`coarse` (ties by canonical order), without assembling the
+        pool; returns their members."""
+        pool = self.pool_
+        assert pool is not None
+        cfg: OSUMemConfig = self.config  # type: ignore[assignment]
+        slots, cents = pool.live_arrays()
+        if slots.size == 0:
+            return []
+        _, slot_costs, _ = pool.slot_arrays()
+        scores = (cents @ q).astype(np.float64)
+        mean_cost = float(slot_costs[slots].sum()) / slots.size
+        k = min(math.ceil(cfg.coarse_ratio * budget / mean_cost), slots.size)
+        if k < slots.size:
+            threshold = -np.partition(-scores, k - 1)[k - 1]
+            head = np.flatnonzero(scores >= threshold).tolist()
+        else:
+            head = list(range(slots.size))
+        best = sorted(head, key=lambda i: (-scores[i], pool.canonical_key(int(slots[i]))))[:k]
+        return [pool.slot_members(int(slots[i])) for i in best]
+
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
-        assert self.view_ is not None
+        assert self.view_ is not None and self.pool_ is not None
         cfg: OSUMemConfig = self.config  # type: ignore[assignment]
         costs = self.view_.costs
-        cos = self._cosines(q, limit)
-        coarse = self.coarse(q, budget, limit, evidence)
-        sub = coarse.members[:, coarse.kept]
-        cand = np.unique(sub.indices).astype(np.int64)
-        cand = cand[np.argsort(-cos[cand], kind="stable")]
+        if limit >= self.pool_.n_steps and not self.is_oracle and cfg.coarse_k_rule == "mean_cost":
+            kept = self._coarse_slots(q, budget)
+            cand = np.unique(np.fromiter((p for m in kept for p in m), dtype=np.int64))
+        else:
+            coarse = self.coarse(q, budget, limit, evidence)
+            cand = np.unique(coarse.members[:, coarse.kept].indices).astype(np.int64)
+        if self._use_ann(limit):
+            cos_cand = self.view_.embeddings[cand] @ q
+        else:
+            cos_cand = self._cosines(q, limit)[cand]
+        order = np.argsort(-cos_cand, kind="stable")
+        cand, rel = cand[order], cos_cand[order]
         if cfg.novelty and budget >= cfg.novelty_min_budget and cand.size:
-            chosen = self._novelty_pack(cand, cos[cand], budget, cfg.novelty_weight)
+            chosen = self._novelty_pack(cand, rel, budget, cfg.novelty_weight)
         else:
             chosen = pack_first_fit(cand, costs, budget)
         if not cfg.fill_from_flat:
@@ -210,11 +233,7 @@ class OSUMem(_PoolRetriever):
         left = budget - int(costs[chosen].sum())
         if left <= 0:
             return chosen
-        # first fit over the flat ranking minus the chosen steps: chosen steps are
-        # made too expensive to fit, which skips them exactly as removing them would
-        rest = costs[:limit].copy()
-        rest[chosen] = left + 1
-        extra = flat_first_fit(cos, rest, left)
+        extra = self._flat_pack(q, limit, left, exclude=chosen)
         return np.concatenate([chosen, extra])
 
     def _novelty_pack(
