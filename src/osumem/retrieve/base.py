@@ -243,13 +243,16 @@ class Retriever(ABC):
             index.add(view.embeddings[index.size : view.n])
         return index.query(q, k)
 
-    def _flat_head(self, q: NDArray[np.float32], limit: int, tokens: float) -> IntArray:
-        """The head of :meth:`_flat_order` holding at least ``tokens`` tokens (all
-        visible steps when they hold fewer), without sorting the rest."""
+    def _flat_head(
+        self, q: NDArray[np.float32], limit: int, tokens: float, min_count: int = 1
+    ) -> IntArray:
+        """The head of :meth:`_flat_order` holding at least ``tokens`` tokens and at
+        least ``min_count`` steps (all visible steps when they hold fewer), without
+        sorting the rest."""
         assert self.view_ is not None
         if self._use_ann(limit):
             costs = self.view_.costs
-            k = FLAT_HEAD_MIN
+            k = max(FLAT_HEAD_MIN, min_count)
             while True:
                 head = self._ann_top(q, k)
                 if k >= limit or int(costs[head].sum()) >= tokens:
@@ -257,7 +260,8 @@ class Retriever(ABC):
                 k = min(limit, 4 * k)
         cos = self._cosines(q, limit)
         costs = self.view_.costs[:limit]
-        k = max(1, min(limit, math.ceil(tokens / max(float(costs.mean()), 1.0))))
+        k = max(1, min_count, math.ceil(tokens / max(float(costs.mean()), 1.0)))
+        k = min(limit, k)
         while True:
             head = top_order(cos, k)
             if k >= limit or int(costs[head].sum()) >= tokens:

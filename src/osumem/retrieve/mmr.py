@@ -9,7 +9,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from osumem.errors import ConfigError
-from osumem.retrieve.base import Retriever, RetrieverConfig, greedy_pack
+from osumem.retrieve.base import FLAT_HEAD_MIN, Retriever, RetrieverConfig, greedy_pack
 from osumem.types import IntArray, MemoryView
 
 
@@ -19,7 +19,8 @@ class MMRConfig(RetrieverConfig):
     score = λ·cos(q, h_i) − (1 − λ)·max_{j selected} cos(h_i, h_j).
 
     ``head_ratio``: the greedy runs over the head of the flat cosine ranking holding
-    ``head_ratio``·B tokens (0: over every visible step), so a query costs
+    ``head_ratio``·B tokens and at least ``FLAT_HEAD_MIN`` (256) steps (0: over every
+    visible step), so a query costs
     O(n + head) instead of a sort and a redundancy update over all n steps; budget the
     head cannot use is filled first fit from the rest of the ranking.
     """
@@ -49,7 +50,7 @@ class FlatMMR(Retriever):
         assert self.view_ is not None
         cfg: MMRConfig = self.config  # type: ignore[assignment]
         if cfg.head_ratio > 0:
-            cand = self._flat_head(q, limit, cfg.head_ratio * budget)
+            cand = self._flat_head(q, limit, cfg.head_ratio * budget, min_count=FLAT_HEAD_MIN)
         else:
             cand = self._flat_order(q, limit)
         H = self.view_.embeddings[cand]
