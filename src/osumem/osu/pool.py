@@ -17,6 +17,7 @@ canonical order (view priority, first member, key) and are assembled on first re
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,9 @@ from osumem.osu.views import (
 from osumem.types import IntArray, MemoryView
 
 ANNOTATION_VIEWS: tuple[str, ...] = ("entity", "tool", "subgoal")
+
+#: Process-wide counter of full derivations (so an epoch is never reused).
+_EPOCHS = itertools.count()
 SIMILARITY_CODE = VIEWS.index("similarity")
 
 #: Embedding columns converted to float64 at a time by :func:`member_sums`.
@@ -148,6 +152,10 @@ class OSUPool:
         self._row_slots = _Grow((), np.int64)
         self._sim_slot = _Grow((), np.int64, fill=-1)
         self._kept = _Grow((m_max,), np.int64, fill=-1)
+        # slots whose centroid or liveness changed since the last full derivation
+        # (``epoch`` counts full derivations), for indexes kept over the centroids
+        self.epoch = next(_EPOCHS)
+        self._change_log: list[int] = []
         # the live OSUs packed densely (swap-remove), for scans that skip dead slots
         self._live_row = _Grow((), np.int64, fill=-1)
         self._live_slot = _Grow((), np.int64)
@@ -181,9 +189,24 @@ class OSUPool:
         order (views, no copies): what a coarse scan reads."""
         return self._live_slot.v, self._live_cent.v
 
+    def changes_since(self, epoch: int, position: int) -> list[int] | None:
+        """Slots whose centroid or liveness changed since change-log ``position`` of
+        full derivation ``epoch`` (``None`` when a full derivation happened since:
+        rebuild from :meth:`live_arrays`). The current position is
+        :attr:`change_log_position`."""
+        if epoch != self.epoch:
+            return None
+        return self._change_log[position:]
+
+    @property
+    def change_log_position(self) -> int:
+        """Length of the change log of the current epoch."""
+        return len(self._change_log)
+
     def _set_live(self, g: int, centroid: NDArray[np.float32] | None) -> None:
         """Insert, refresh (``centroid`` given) or remove (``None``) slot ``g`` in the
         dense live arrays."""
+        self._change_log.append(g)
         row = int(self._live_row.a[g])
         if centroid is None:
             if row < 0:
