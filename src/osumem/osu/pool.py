@@ -45,23 +45,37 @@ ANNOTATION_VIEWS: tuple[str, ...] = ("entity", "tool", "subgoal")
 _EPOCHS = itertools.count()
 SIMILARITY_CODE = VIEWS.index("similarity")
 
-#: Embedding columns converted to float64 at a time by :func:`member_sums`.
-SUM_COLUMNS = 16
+#: Groups summed at a time by :func:`member_stats` (bounds its float64 scratch).
+STATS_CHUNK = 8192
 
 
-def member_sums(members: sp.spmatrix, embeddings: NDArray[np.float32]) -> NDArray[np.float64]:
-    """``members.T @ embeddings`` in float64 with each group's members summed one after
-    another in increasing position order (the order :func:`_row_sum` uses, so batch and
-    incremental sums agree bit for bit); a block of embedding columns at a time, so the
-    float64 copy is ``n × SUM_COLUMNS`` instead of ``n × d``."""
-    mt = sp.csr_matrix(members.T)
+def member_stats(
+    members: sp.spmatrix, embeddings: NDArray[np.float32], groups: IntArray
+) -> tuple[NDArray[np.float32], NDArray[np.float64]]:
+    """Normalised member sums (centroids, float32) and the norms of the float64 sums
+    of the columns ``groups`` of ``members``.
+
+    Each group's members are added one after another in increasing position order
+    (the order :func:`_row_sum` uses, so batch and incremental state agree bit for
+    bit), :data:`STATS_CHUNK` groups at a time over just the rows they use, so the
+    float64 scratch stays small whatever the memory size.
+    """
+    mt = sp.csr_matrix(members.T)[groups]
     mt.sort_indices()
     d = embeddings.shape[1]
-    out = np.empty((mt.shape[0], d), dtype=np.float64)
-    for lo in range(0, d, SUM_COLUMNS):
-        hi = min(d, lo + SUM_COLUMNS)
-        out[:, lo:hi] = np.asarray(mt @ embeddings[:, lo:hi].astype(np.float64))
-    return out
+    cents = np.empty((groups.shape[0], d), dtype=np.float32)
+    norms = np.empty(groups.shape[0], dtype=np.float64)
+    for lo in range(0, groups.shape[0], STATS_CHUNK):
+        sub = mt[lo : lo + STATS_CHUNK]
+        rows, local = np.unique(sub.indices, return_inverse=True)
+        sub = sp.csr_matrix(
+            (sub.data, local.reshape(-1), sub.indptr), shape=(sub.shape[0], rows.shape[0])
+        )
+        sums = np.asarray(sub @ embeddings[rows].astype(np.float64))
+        nrm = row_norms(sums)
+        norms[lo : lo + sub.shape[0]] = nrm
+        cents[lo : lo + sub.shape[0]] = sums / np.where(nrm > 0, nrm, 1.0)[:, None]
+    return cents, norms
 
 
 def row_norms(sums: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -144,7 +158,6 @@ class OSUPool:
         self._coh_raw = _Grow((), np.float64)
         self._k_size = _Grow((), np.int64)
         self._k_cost = _Grow((), np.int64)
-        self._k_cent = _Grow((d,), np.float32)
         self._k_coh = _Grow((), np.float32)
         self._k_span = _Grow((2,), np.int64)
         self._row_ptr = _Grow((), np.int64)
@@ -165,7 +178,7 @@ class OSUPool:
         g = len(self._g_key)
         for arr in (self._g_view, self._g_rank, self._g_first, self._coh_raw, self._k_size):
             arr.resize(g + 1)
-        for arr2 in (self._k_cost, self._k_cent, self._k_coh, self._k_span, self._live_row):
+        for arr2 in (self._k_cost, self._k_coh, self._k_span, self._live_row):
             arr2.resize(g + 1)
         self._g_view.a[g] = VIEWS.index(view)
         self._g_rank.a[g] = self.config.view_priority.index(view)
@@ -179,10 +192,11 @@ class OSUPool:
         """Number of raw groups (slots), live or not."""
         return len(self._g_key)
 
-    def slot_arrays(self) -> tuple[NDArray[np.float32], IntArray, IntArray]:
-        """``(centroids, costs, sizes)`` per slot (views, no copies): a slot that is
-        not a live OSU has size 0, cost 0 and a zero centroid."""
-        return self._k_cent.v, self._k_cost.v, self._k_size.v
+    def slot_arrays(self) -> tuple[IntArray, IntArray, IntArray]:
+        """``(live_rows, costs, sizes)`` per slot (views, no copies): the slot's row in
+        :meth:`live_arrays` (-1 when it is not a live OSU), its cost and size (0 when
+        not live)."""
+        return self._live_row.v, self._k_cost.v, self._k_size.v
 
     def live_arrays(self) -> tuple[IntArray, NDArray[np.float32]]:
         """``(slots, centroids)`` of the live OSUs packed densely, in no particular
@@ -406,9 +420,8 @@ class OSUPool:
         e_steps, e_gids = steps[sel], gids[sel]
         raw = sp.csc_matrix((np.ones(e_steps.shape[0]), (e_steps, e_gids)), shape=(n, G))
         coh = np.zeros(G, dtype=np.float64)
-        coh[eligible] = (row_norms(member_sums(raw, view.embeddings)) / np.maximum(sizes, 1))[
-            eligible
-        ]
+        e_idx = np.flatnonzero(eligible)
+        coh[e_idx] = member_stats(raw, view.embeddings, e_idx)[1] / sizes[e_idx]
         self._coh_raw.v[:] = coh
         # M_max cap: per step, keep the best memberships by (priority, coherence, canon)
         canon = self._canonical_rank(np.arange(G))
@@ -449,7 +462,6 @@ class OSUPool:
         dead = slots[~alive[slots]]
         self._k_size.a[dead] = 0
         self._k_cost.a[dead] = 0
-        self._k_cent.a[dead] = 0.0
         self._k_coh.a[dead] = 0.0
         self._k_span.a[dead] = 0
         live = slots[alive[slots]]
@@ -458,11 +470,9 @@ class OSUPool:
         mat = sp.csc_matrix(
             (np.ones(steps.shape[0], dtype=np.float32), (steps, gids)), shape=(n, G)
         )
-        sums = member_sums(mat, view.embeddings)[live]
-        norms = row_norms(sums)
+        cents, norms = member_stats(mat, view.embeddings, live)
         size = kept_sizes[live]
         self._k_size.a[live] = size
-        self._k_cent.a[live] = (sums / np.where(norms > 0, norms, 1.0)[:, None]).astype(np.float32)
         self._k_coh.a[live] = (norms / size).astype(np.float32)
         self._k_cost.a[live] = np.bincount(gids, weights=view.costs[steps], minlength=G)[
             live
@@ -477,7 +487,7 @@ class OSUPool:
         self._live_slot.resize(live.shape[0])
         self._live_cent.resize(live.shape[0])
         self._live_slot.a[: live.shape[0]] = live
-        self._live_cent.a[: live.shape[0]] = self._k_cent.a[live]
+        self._live_cent.a[: live.shape[0]] = cents
         self._live_row.a[live] = np.arange(live.shape[0])
 
     def _step_candidates(self, p: int) -> list[int]:
@@ -532,7 +542,6 @@ class OSUPool:
         if k < max(self.config.min_osu_size, 1):
             self._k_size.a[g] = 0
             self._k_cost.a[g] = 0
-            self._k_cent.a[g] = 0.0
             self._k_coh.a[g] = 0.0
             self._k_span.a[g] = 0
             self._set_live(g, None)
@@ -540,11 +549,11 @@ class OSUPool:
         sums = _row_sum(view.embeddings, members)
         norm = row_norms(sums)
         self._k_size.a[g] = k
-        self._k_cent.a[g] = (sums[0] / (norm[0] if norm[0] > 0 else 1.0)).astype(np.float32)
+        centroid = (sums[0] / (norm[0] if norm[0] > 0 else 1.0)).astype(np.float32)
         self._k_coh.a[g] = np.float32(norm[0] / k)
         self._k_cost.a[g] = int(view.costs[members].sum())
         self._k_span.a[g] = (members[0], members[-1])
-        self._set_live(g, self._k_cent.a[g])
+        self._set_live(g, centroid)
 
     # -- public state (canonical order, assembled on first read after an add) ---------
 
@@ -571,7 +580,7 @@ class OSUPool:
             "members": members,
             "view_codes": self._g_view.v[live].astype(np.int8),
             "keys": np.array([self._g_key[g] for g in live.tolist()], dtype=object),
-            "centroids": self._k_cent.v[live].reshape(-1, d).astype(np.float32),
+            "centroids": self._live_cent.v[self._live_row.v[live]].reshape(-1, d),
             "costs": self._k_cost.v[live].astype(np.int64),
             "spans": self._k_span.v[live].reshape(-1, 2).astype(np.int64),
             "sizes": self._k_size.v[live].astype(np.int64),

@@ -149,7 +149,8 @@ class CentroidIndex:
         if changes is None:
             self._rebuild()
         else:
-            cents, _, sizes = pool.slot_arrays()
+            rows, _, sizes = pool.slot_arrays()
+            _, cents = pool.live_arrays()
             need = pool.n_slots
             if need > self._index.get_max_elements():
                 self._index.resize_index(max(need, 2 * self._index.get_max_elements()))
@@ -158,7 +159,7 @@ class CentroidIndex:
                     if g in self._deleted:
                         self._index.unmark_deleted(g)
                         self._deleted.discard(g)
-                    self._index.add_items(cents[g : g + 1], np.array([g]))
+                    self._index.add_items(cents[rows[g] : rows[g] + 1], np.array([g]))
                     self._known.add(g)
                 elif g in self._known and g not in self._deleted:
                     self._index.mark_deleted(g)
@@ -265,7 +266,7 @@ class OSUMem(_PoolRetriever):
         slots, cents = pool.live_arrays()
         if slots.size == 0:
             return []
-        slot_cents, slot_costs, _ = pool.slot_arrays()
+        live_row, slot_costs, _ = pool.slot_arrays()
         mean_cost = float(slot_costs[slots].sum()) / slots.size
         k = min(math.ceil(cfg.coarse_ratio * budget / mean_cost), slots.size)
         found = None
@@ -275,7 +276,7 @@ class OSUMem(_PoolRetriever):
             found = self._centroid_index.query(q, k + CENTROID_MARGIN)
         if found is not None:
             # approximate: the index's candidates, re-scored exactly
-            sc = (slot_cents[found] @ q).astype(np.float64)
+            sc = (cents[live_row[found]] @ q).astype(np.float64)
             best_slots = sorted(
                 range(found.shape[0]), key=lambda i: (-sc[i], pool.canonical_key(int(found[i])))
             )[:k]
