@@ -222,3 +222,17 @@ def test_centroid_index_follows_the_pool_through_adds(monkeypatch):
     cents = r.pool_.live_arrays()[1]
     for g in list(live)[:50]:
         np.testing.assert_allclose(index._index.get_items([g])[0], cents[rows[g]], atol=1e-6)
+
+
+def test_without_hnswlib_large_graphs_are_exact_blockwise(monkeypatch):
+    rng = np.random.default_rng(3)
+    emb = rng.standard_normal((300, 8)).astype(np.float32)
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    src, dst = views_mod.knn_edges(emb, 5)
+    monkeypatch.setattr(views_mod, "hnsw_available", lambda: False)
+    monkeypatch.setattr(views_mod, "EXACT_KNN_MAX", 64)
+    src_b, dst_b = views_mod.knn_edges(emb, 5)
+    assert src_b.tolist() == src.tolist()
+    assert [set(r) for r in dst_b.reshape(300, 5).tolist()] == [
+        set(r) for r in dst.reshape(300, 5).tolist()
+    ]

@@ -63,6 +63,7 @@ class ScaleConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        from osumem.osu.views import hnsw_available
         from osumem.retrieve.registry import available
 
         problems = []
@@ -73,6 +74,8 @@ class ScaleConfig:
         unknown = [m for m in self.methods if m not in available()]
         if unknown:
             problems.append(f"unknown method(s) {unknown}; known: {available()}")
+        if not hnsw_available():
+            problems.append("the ANN reference needs hnswlib: pip install 'osumem[scale]'")
         if self.budget < 1 or self.queries < 1 or self.agent_steps < 1:
             problems.append("budget, queries and agent_steps must be >= 1")
         if problems:

@@ -33,6 +33,7 @@ from osumem.osu.views import (
     annotation_groups,
     communities,
     community_groups,
+    hnsw_available,
     similarity_groups,
     similarity_scope,
     step_keys,
@@ -352,7 +353,7 @@ class OSUPool:
         if "similarity" not in cfg.views:
             return []
         scope = similarity_scope(view, cfg)
-        if scope.size <= EXACT_KNN_MAX or cfg.community != "leiden":
+        if scope.size <= EXACT_KNN_MAX or cfg.community != "leiden" or not hnsw_available():
             self._knn = None
             self._partition = None
             return similarity_groups(view, cfg, self.seed)

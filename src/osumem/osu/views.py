@@ -7,6 +7,7 @@ which :mod:`osumem.osu.pool` applies across views).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Iterable
@@ -93,6 +94,17 @@ HNSW_EF_CONSTRUCTION = 100
 HNSW_EF_SEARCH = 40
 
 
+@functools.cache
+def hnsw_available() -> bool:
+    """Whether hnswlib (the ``scale`` extra) is installed; without it every path is
+    exact (correct, but quadratic for the similarity view of large memories)."""
+    try:
+        import hnswlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def knn_edges(embeddings: NDArray[np.float32], k: int) -> tuple[IntArray, IntArray]:
     """Edges ``(src, dst)`` of the cosine k-NN graph (each node to its k most similar
     other nodes; rows are unit length so cosine is a dot product). Exact for up to
@@ -101,15 +113,20 @@ def knn_edges(embeddings: NDArray[np.float32], k: int) -> tuple[IntArray, IntArr
     k = min(k, n - 1)
     if k < 1:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    if n > EXACT_KNN_MAX:
+    if n > EXACT_KNN_MAX and hnsw_available():
         index = KnnIndex(embeddings.shape[1])
         index.add(embeddings)
         return index.edges(k)
-    sims = embeddings @ embeddings.T
-    np.fill_diagonal(sims, -np.inf)
-    nn = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+    nn = np.empty((n, k), dtype=np.int64)
+    for lo in range(0, n, EXACT_KNN_MAX):
+        # one block of rows at a time: O(block × n) memory (a single block up to
+        # EXACT_KNN_MAX nodes, the construction the benchmarks use)
+        sims = embeddings[lo : lo + EXACT_KNN_MAX] @ embeddings.T
+        rows = np.arange(sims.shape[0])
+        sims[rows, lo + rows] = -np.inf
+        nn[lo : lo + sims.shape[0]] = np.argpartition(-sims, k - 1, axis=1)[:, :k]
     src = np.repeat(np.arange(n, dtype=np.int64), k)
-    return src, nn.reshape(-1).astype(np.int64)
+    return src, nn.reshape(-1)
 
 
 class KnnIndex:

@@ -24,7 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from osumem.errors import BudgetError, ConfigError, InvalidInputError
-from osumem.osu.views import KnnIndex
+from osumem.osu.views import KnnIndex, hnsw_available
 from osumem.types import IntArray, MemoryView
 
 
@@ -225,9 +225,10 @@ class Retriever(ABC):
 
     def _use_ann(self, limit: int) -> bool:
         """Whether the flat ranking comes from the HNSW step index: a memory of at
-        least :data:`ANN_MIN_STEPS` steps, queried over all of it."""
+        least :data:`ANN_MIN_STEPS` steps, queried over all of it, with hnswlib
+        installed (the ``scale`` extra; without it the exact scan answers)."""
         assert self.view_ is not None
-        return self.view_.n >= ANN_MIN_STEPS and limit >= self.view_.n
+        return self.view_.n >= ANN_MIN_STEPS and limit >= self.view_.n and hnsw_available()
 
     def _ann_top(self, q: NDArray[np.float32], k: int) -> IntArray:
         """About the ``k`` most similar steps, best first, from the step index (built
