@@ -47,7 +47,7 @@ _EPOCHS = itertools.count()
 SIMILARITY_CODE = VIEWS.index("similarity")
 
 #: Groups summed at a time by :func:`member_stats` (bounds its float64 scratch).
-STATS_CHUNK = 8192
+STATS_CHUNK = 2048
 
 
 def member_stats(
