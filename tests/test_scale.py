@@ -236,3 +236,14 @@ def test_without_hnswlib_large_graphs_are_exact_blockwise(monkeypatch):
     assert [set(r) for r in dst_b.reshape(300, 5).tolist()] == [
         set(r) for r in dst.reshape(300, 5).tolist()
     ]
+
+
+def test_osus_of_reads_the_rows_and_matches_the_membership_matrix():
+    view = generate_episode(SyntheticConfig(n_episodes=1), 1001, 0).view
+    pool = OSUPool.build(view.prefix(120), OSUConfig(), seed=0)
+    pool.add(view)
+    got = [pool.osus_of(p).tolist() for p in range(view.n)]  # before any assembly
+    csr = pool.members.tocsr()
+    assert got == [
+        sorted(csr.indices[csr.indptr[p] : csr.indptr[p + 1]].tolist()) for p in range(view.n)
+    ]

@@ -558,36 +558,66 @@ class OSUPool:
 
     # -- public state (canonical order, assembled on first read after an add) ---------
 
-    def _assemble(self) -> dict[str, Any]:
-        if self._public is not None:
-            return self._public
+    def _live_order(self) -> tuple[IntArray, IntArray]:
+        """Live slots in canonical order and each slot's public OSU id (-1 if none),
+        cached until the next add: an integer sort on (view priority, first member),
+        then the few runs that tie there ordered by key."""
+        pub = self._public if self._public is not None else {}
+        self._public = pub
+        if "order" not in pub:
+            live = np.flatnonzero(self._k_size.v > 0)
+            rank, first = self._g_rank.v[live], self._g_first.v[live]
+            o = np.lexsort((first, rank))
+            live, rank, first = live[o], rank[o], first[o]
+            tie = (np.diff(rank) == 0) & (np.diff(first) == 0)
+            if tie.any():
+                cuts = np.flatnonzero(~tie) + 1
+                starts, ends = np.r_[0, cuts], np.r_[cuts, live.shape[0]]
+                for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
+                    if hi - lo > 1:
+                        live[lo:hi] = sorted(live[lo:hi].tolist(), key=self._g_key.__getitem__)
+            new_id = np.full(self.n_slots, -1, dtype=np.int64)
+            new_id[live] = np.arange(live.shape[0])
+            pub["order"] = (live, new_id)
+        order: tuple[IntArray, IntArray] = pub["order"]
+        return order
+
+    def _public_attr(self, name: str) -> Any:
+        """One public attribute in canonical order, assembled on first read."""
+        live, new_id = self._live_order()
+        pub = self._public
+        assert pub is not None
+        if name in pub:
+            return pub[name]
         view = self.view_
         n = 0 if view is None else view.n
         d = 0 if view is None else view.dim
-        live = np.flatnonzero(self._k_size.v > 0)
-        live = live[np.argsort(self._canonical_rank(live), kind="stable")]
-        new_id = np.full(self.n_slots, -1, dtype=np.int64)
-        new_id[live] = np.arange(live.shape[0])
-        kept = self._kept.v
-        step_idx, col = np.nonzero(kept >= 0)
-        ids = new_id[kept[step_idx, col]]
-        ok = ids >= 0
-        members = sp.csc_matrix(
-            (np.ones(int(ok.sum()), dtype=np.float32), (step_idx[ok], ids[ok])),
-            shape=(n, live.shape[0]),
-        )
-        members.sort_indices()
-        self._public = {
-            "members": members,
-            "view_codes": self._g_view.v[live].astype(np.int8),
-            "keys": np.array([self._g_key[g] for g in live.tolist()], dtype=object),
-            "centroids": self._live_cent.v[self._live_row.v[live]].reshape(-1, d),
-            "costs": self._k_cost.v[live].astype(np.int64),
-            "spans": self._k_span.v[live].reshape(-1, 2).astype(np.int64),
-            "sizes": self._k_size.v[live].astype(np.int64),
-            "coherence": self._k_coh.v[live].astype(np.float32),
-        }
-        return self._public
+        if name == "members":
+            kept = self._kept.v
+            step_idx, col = np.nonzero(kept >= 0)
+            ids = new_id[kept[step_idx, col]]
+            ok = ids >= 0
+            value: Any = sp.csc_matrix(
+                (np.ones(int(ok.sum()), dtype=np.float32), (step_idx[ok], ids[ok])),
+                shape=(n, live.shape[0]),
+            )
+            value.sort_indices()
+        elif name == "view_codes":
+            value = self._g_view.v[live].astype(np.int8)
+        elif name == "keys":
+            value = np.array([self._g_key[g] for g in live.tolist()], dtype=object)
+        elif name == "centroids":
+            value = self._live_cent.v[self._live_row.v[live]].reshape(-1, d)
+        elif name == "costs":
+            value = self._k_cost.v[live].astype(np.int64)
+        elif name == "spans":
+            value = self._k_span.v[live].reshape(-1, 2).astype(np.int64)
+        elif name == "sizes":
+            value = self._k_size.v[live].astype(np.int64)
+        else:
+            value = self._k_coh.v[live].astype(np.float32)
+        pub[name] = value
+        return value
 
     def raw_groups(self) -> list[RawGroup]:
         """The raw groups (before f_min and the cap) of the enabled views."""
@@ -603,49 +633,49 @@ class OSUPool:
     @property
     def members(self) -> sp.csc_matrix:
         """``(n_steps, m)`` CSC 0/1 step × OSU membership matrix."""
-        return self._assemble()["members"]
+        return self._public_attr("members")
 
     @property
     def view_codes(self) -> NDArray[np.int8]:
         """``(m,)`` index into VIEWS of each OSU's view."""
-        return self._assemble()["view_codes"]
+        return self._public_attr("view_codes")
 
     @property
     def keys(self) -> NDArray[np.object_]:
         """``(m,)`` each OSU's key."""
-        return self._assemble()["keys"]
+        return self._public_attr("keys")
 
     @property
     def centroids(self) -> NDArray[np.float32]:
         """``(m, d)`` normalised mean member embeddings."""
-        return self._assemble()["centroids"]
+        return self._public_attr("centroids")
 
     @property
     def costs(self) -> IntArray:
         """``(m,)`` total token cost of each OSU's members."""
-        return self._assemble()["costs"]
+        return self._public_attr("costs")
 
     @property
     def spans(self) -> IntArray:
         """``(m, 2)`` first and last member position."""
-        return self._assemble()["spans"]
+        return self._public_attr("spans")
 
     @property
     def sizes(self) -> IntArray:
         """``(m,)`` member counts."""
-        return self._assemble()["sizes"]
+        return self._public_attr("sizes")
 
     @property
     def coherence(self) -> NDArray[np.float32]:
         """``(m,)`` mean cosine of the members to the centroid."""
-        return self._assemble()["coherence"]
+        return self._public_attr("coherence")
 
     # -- accessors -------------------------------------------------------------------
 
     @property
     def n_osus(self) -> int:
         """Number of OSUs ``m``."""
-        return int(np.count_nonzero(self._k_size.v))
+        return int(self._live_slot.n)
 
     @property
     def n_steps(self) -> int:
@@ -661,9 +691,11 @@ class OSUPool:
         return np.bincount(self.members.indices, minlength=self.n_steps).astype(np.int64)
 
     def osus_of(self, step: int) -> IntArray:
-        """The OSUs step ``step`` belongs to."""
-        row = self.members.getrow(int(step))
-        return np.sort(row.indices).astype(np.int64)
+        """The OSUs step ``step`` belongs to (from the row-ordered state: no
+        membership matrix is assembled)."""
+        _, new_id = self._live_order()
+        ids = new_id[self._kept.a[int(step)][self._kept.a[int(step)] >= 0]]
+        return np.sort(ids[ids >= 0]).astype(np.int64)
 
     def osu_slots_of(self, step: int) -> list[int]:
         """The live slots step ``step`` belongs to, in canonical order (the order of
