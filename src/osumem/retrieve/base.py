@@ -290,7 +290,8 @@ class Retriever(ABC):
         if not self._use_ann(limit):
             return flat_first_fit(self._cosines(q, limit), costs, budget)
         min_cost = int(costs.min())
-        k = FLAT_HEAD_MIN
+        # ask the index for a few times the steps the budget holds on average
+        k = min(limit, max(ANN_HEAD_MIN, 4 * math.ceil(budget / float(self.view_.costs.mean()))))
         while True:
             head = self._ann_top(q, k)
             taken = pack_first_fit(head, costs, budget)
@@ -306,6 +307,9 @@ FLAT_HEAD_MIN = 256
 #: head from an HNSW index over the steps (approximate); smaller memories and causal
 #: queries (``before``) scan exactly (docs/decisions.md).
 ANN_MIN_STEPS = 20_000
+
+#: Smallest head asked of the step index by a packing query.
+ANN_HEAD_MIN = 32
 
 #: Build beam of the step index (a lighter build than the similarity view's).
 STEP_INDEX_EF_CONSTRUCTION = 64
