@@ -445,23 +445,26 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
 
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
     panels = [
-        ("build CPU s", lambda r: r["build_cpu_s"]),
+        ("build + first query CPU s", lambda r: r["build_cpu_s"] + r.get("first_query_cpu_s", 0.0)),
         ("retrieve p50 ms", lambda r: r.get("retrieve", {}).get("p50_ms")),
         ("add + retrieve p50 ms", lambda r: r["agent_step"]["p50_ms"]),
     ]
     methods = sorted({r["method"] for r in rows})
+    colour = {m: f"C{i}" for i, m in enumerate(methods)}  # the same colour in every panel
     for ax, (title, get) in zip(axes, panels, strict=True):
         for m in methods:
             pts = [(r["n"], get(r)) for r in rows if r["method"] == m and get(r) is not None]
+            pts = [(x, y) for x, y in pts if y == y and y > 0]  # log axes: no NaN or 0
             if pts:
                 xs, ys = zip(*sorted(pts), strict=True)
-                ax.plot(xs, ys, marker="o", label=m)
+                ax.plot(xs, ys, marker="o", label=m, color=colour[m])
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("steps in memory (n)")
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=8)
+    handles = [plt.Line2D([], [], color=colour[m], marker="o", label=m) for m in methods]
+    axes[0].legend(handles=handles, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
