@@ -150,7 +150,8 @@ def test_bench_scale_cli_writes_table_json_and_png(tmp_path):
         main,
         [
             "bench", "scale", "--sizes", "300,600", "--dim", "16", "--queries", "5",
-            "--agent-steps", "3", "--memory-max", "300", "--out", str(out),
+            "--agent-steps", "3", "--memory-max", "300", "--agent-max", "300",
+            "--out", str(out),
         ],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
@@ -160,6 +161,8 @@ def test_bench_scale_cli_writes_table_json_and_png(tmp_path):
     assert any(m.startswith("Memory[") for _, m in methods)
     assert {r["method"] for r in data["ratios"]} == {"osumem", "flat"}
     assert (out / "scale.png").stat().st_size > 0
+    # above --agent-max no agent rounds run (NaN), and the plot still draws
+    assert [r["agent_step"]["rounds"] for r in data["rows"] if r["n"] == 600] == [0, 0, 0]
     assert "| n | method |" in (out / "scale.md").read_text()
 
 
