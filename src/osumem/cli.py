@@ -591,12 +591,21 @@ from osumem import (  # noqa: E402
     cli_compare,
     cli_memory,
     cli_report,
+    cli_scale,
     cli_serve,
     cli_taubench,
     cli_toolbench,
 )
 
-for _commands in (cli_report, cli_taubench, cli_toolbench, cli_memory, cli_compare, cli_serve):
+for _commands in (
+    cli_report,
+    cli_taubench,
+    cli_toolbench,
+    cli_memory,
+    cli_compare,
+    cli_serve,
+    cli_scale,
+):
     _commands.register(main, bench)
 
 

@@ -2,15 +2,23 @@
 
 Construction keeps *raw groups* per view (keyed grouping, Δ_view splitting, S_max
 chunks) and derives the pool from them: prune groups under f_min, cap every step at
-M_max memberships by view priority (ties: higher centroid coherence), re-apply f_min.
-The derivation is vectorised over (step, group) pairs, so :meth:`OSUPool.add` only
-extends the raw groups with the new tail steps (appending to each key's open segment or
-opening a new one) and re-derives; the similarity view is recomputed in batches.
+M_max memberships by view priority (ties: higher centroid coherence, then canonical
+order), re-apply f_min.
+
+Every raw group has a *slot*: an id that does not change while steps are added. Derived
+state is kept per slot (kept members, cost, centroid, coherence, span) and per step
+(the slots it keeps, row-ordered), so :meth:`OSUPool.add` touches only the groups the
+new steps join, re-checks the cap only for the members of those groups, and recomputes
+the derived state only of the groups whose kept members changed. The similarity view is
+recomputed in batches (geometric refreshes); a refresh re-derives everything at once,
+vectorised. The public attributes (``members``, ``centroids`` ...) list the live OSUs in
+canonical order (view priority, first member, key) and are assembled on first read.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import itertools
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -18,25 +26,101 @@ from numpy.typing import NDArray
 
 from osumem.errors import DimensionError, InvalidInputError
 from osumem.osu.config import VIEWS, OSUConfig
-from osumem.osu.views import RawGroup, annotation_groups, similarity_groups, step_keys
+from osumem.osu.views import (
+    EXACT_KNN_MAX,
+    KnnIndex,
+    RawGroup,
+    annotation_groups,
+    communities,
+    community_groups,
+    hnsw_available,
+    similarity_groups,
+    similarity_scope,
+    step_keys,
+)
 from osumem.types import IntArray, MemoryView
 
 ANNOTATION_VIEWS: tuple[str, ...] = ("entity", "tool", "subgoal")
 
+#: Process-wide counter of full derivations (so an epoch is never reused).
+_EPOCHS = itertools.count()
+SIMILARITY_CODE = VIEWS.index("similarity")
 
-@dataclass
-class _OpenGroups:
-    """Raw groups of the annotation views plus, per (view, key), the index of the
-    key's most recent group (the one a new step may join)."""
+#: Groups summed at a time by :func:`member_stats` (bounds its float64 scratch).
+STATS_CHUNK = 2048
 
-    groups: list[RawGroup] = field(default_factory=list)
-    last: dict[tuple[str, str], int] = field(default_factory=dict)
+
+def member_stats(
+    members: sp.spmatrix, embeddings: NDArray[np.float32], groups: IntArray
+) -> tuple[NDArray[np.float32], NDArray[np.float64]]:
+    """Normalised member sums (centroids, float32) and the norms of the float64 sums
+    of the columns ``groups`` of ``members``.
+
+    Each group's members are added one after another in increasing position order
+    (the order :func:`_row_sum` uses, so batch and incremental state agree bit for
+    bit), :data:`STATS_CHUNK` groups at a time over just the rows they use, so the
+    float64 scratch stays small whatever the memory size.
+    """
+    mt = sp.csr_matrix(members.T)[groups]
+    mt.sort_indices()
+    d = embeddings.shape[1]
+    cents = np.empty((groups.shape[0], d), dtype=np.float32)
+    norms = np.empty(groups.shape[0], dtype=np.float64)
+    for lo in range(0, groups.shape[0], STATS_CHUNK):
+        sub = mt[lo : lo + STATS_CHUNK]
+        rows, local = np.unique(sub.indices, return_inverse=True)
+        sub = sp.csr_matrix(
+            (sub.data, local.reshape(-1), sub.indptr), shape=(sub.shape[0], rows.shape[0])
+        )
+        sums = np.asarray(sub @ embeddings[rows].astype(np.float64))
+        nrm = row_norms(sums)
+        norms[lo : lo + sub.shape[0]] = nrm
+        cents[lo : lo + sub.shape[0]] = sums / np.where(nrm > 0, nrm, 1.0)[:, None]
+    return cents, norms
+
+
+def row_norms(sums: NDArray[np.float64]) -> NDArray[np.float64]:
+    """L2 norm of every row (one code path for batch and incremental sums)."""
+    return np.sqrt(np.add.reduce(sums * sums, axis=1))
+
+
+def _row_sum(embeddings: NDArray[np.float32], rows: list[int]) -> NDArray[np.float64]:
+    """``(1, d)`` float64 sum of ``rows`` added one after another."""
+    acc = np.zeros((1, embeddings.shape[1]), dtype=np.float64)
+    for r in rows:
+        acc[0] += embeddings[r]
+    return acc
+
+
+class _Grow:
+    """A numpy array that grows along axis 0 by doubling (amortised O(1) appends)."""
+
+    def __init__(self, tail: tuple[int, ...], dtype: Any, fill: Any = 0) -> None:
+        self.fill = fill
+        self.a = np.full((16, *tail), fill, dtype=dtype)
+        self.n = 0
+
+    def resize(self, n: int) -> None:
+        """Make the logical length ``n``; new entries hold ``fill``."""
+        if n > self.a.shape[0]:
+            bigger = np.full(
+                (max(n, 2 * self.a.shape[0]), *self.a.shape[1:]), self.fill, self.a.dtype
+            )
+            bigger[: self.n] = self.a[: self.n]
+            self.a = bigger
+        elif n < self.n:
+            self.a[n : self.n] = self.fill
+        self.n = n
+
+    @property
+    def v(self) -> NDArray[Any]:
+        return self.a[: self.n]
 
 
 class OSUPool:
     """A pool of OSUs over ``n_steps`` steps.
 
-    Attributes (``m`` OSUs, in canonical order: view priority, first member, key):
+    Attributes (``m`` live OSUs, in canonical order: view priority, first member, key):
         members: ``(n_steps, m)`` CSC 0/1 step × OSU membership matrix.
         view_codes: ``(m,)`` index into :data:`~osumem.osu.config.VIEWS` of each OSU.
         keys: ``(m,)`` the OSU's key (entity string, tool signature, subgoal label,
@@ -46,17 +130,129 @@ class OSUPool:
         spans: ``(m, 2)`` first and last member position.
         sizes: ``(m,)`` member counts.
         coherence: ``(m,)`` mean cosine of the members to the centroid.
+
+    Slot-level state (for retrievers that must not rebuild anything per add):
+        :attr:`n_slots`, :meth:`slot_arrays`, :meth:`slot_members`,
+        :meth:`canonical_key`.
     """
 
     def __init__(self, config: OSUConfig, seed: int = 0) -> None:
         self.config = config
         self.seed = int(seed)
         self.view_: MemoryView | None = None
-        self._open = _OpenGroups()
-        self._similarity: list[RawGroup] = []
         self._similarity_upto = 0
-        self._dirty = False
-        self._set_empty(0, 0)
+        self._knn: KnnIndex | None = None
+        self._partition: IntArray | None = None
+        self._reset_slots(0)
+        self._public: dict[str, Any] | None = None
+
+    # -- slot state ------------------------------------------------------------------
+
+    def _reset_slots(self, d: int) -> None:
+        m_max = self.config.max_memberships
+        self._g_view = _Grow((), np.int8)
+        self._g_rank = _Grow((), np.int8)
+        self._g_first = _Grow((), np.int64)
+        self._g_key: list[str] = []
+        self._g_members: list[list[int]] = []
+        self._last: dict[tuple[str, str], int] = {}
+        self._coh_raw = _Grow((), np.float64)
+        self._k_size = _Grow((), np.int64)
+        self._k_cost = _Grow((), np.int64)
+        self._k_coh = _Grow((), np.float32)
+        self._k_span = _Grow((2,), np.int64)
+        self._row_ptr = _Grow((), np.int64)
+        self._row_ptr.resize(1)
+        self._row_slots = _Grow((), np.int64)
+        self._sim_slot = _Grow((), np.int64, fill=-1)
+        self._kept = _Grow((m_max,), np.int64, fill=-1)
+        # slots whose centroid or liveness changed since the last full derivation
+        # (``epoch`` counts full derivations), for indexes kept over the centroids
+        self.epoch = next(_EPOCHS)
+        self._change_log: list[int] = []
+        # the live OSUs packed densely (swap-remove), for scans that skip dead slots
+        self._live_row = _Grow((), np.int64, fill=-1)
+        self._live_slot = _Grow((), np.int64)
+        self._live_cent = _Grow((d,), np.float32)
+
+    def _new_slot(self, view: str, key: str, members: list[int]) -> int:
+        g = len(self._g_key)
+        for arr in (self._g_view, self._g_rank, self._g_first, self._coh_raw, self._k_size):
+            arr.resize(g + 1)
+        for arr2 in (self._k_cost, self._k_coh, self._k_span, self._live_row):
+            arr2.resize(g + 1)
+        self._g_view.a[g] = VIEWS.index(view)
+        self._g_rank.a[g] = self.config.view_priority.index(view)
+        self._g_first.a[g] = members[0]
+        self._g_key.append(key)
+        self._g_members.append(members)
+        return g
+
+    @property
+    def n_slots(self) -> int:
+        """Number of raw groups (slots), live or not."""
+        return len(self._g_key)
+
+    def slot_arrays(self) -> tuple[IntArray, IntArray, IntArray]:
+        """``(live_rows, costs, sizes)`` per slot (views, no copies): the slot's row in
+        :meth:`live_arrays` (-1 when it is not a live OSU), its cost and size (0 when
+        not live)."""
+        return self._live_row.v, self._k_cost.v, self._k_size.v
+
+    def live_arrays(self) -> tuple[IntArray, NDArray[np.float32]]:
+        """``(slots, centroids)`` of the live OSUs packed densely, in no particular
+        order (views, no copies): what a coarse scan reads."""
+        return self._live_slot.v, self._live_cent.v
+
+    def changes_since(self, epoch: int, position: int) -> list[int] | None:
+        """Slots whose centroid or liveness changed since change-log ``position`` of
+        full derivation ``epoch`` (``None`` when a full derivation happened since:
+        rebuild from :meth:`live_arrays`). The current position is
+        :attr:`change_log_position`."""
+        if epoch != self.epoch:
+            return None
+        return self._change_log[position:]
+
+    @property
+    def change_log_position(self) -> int:
+        """Length of the change log of the current epoch."""
+        return len(self._change_log)
+
+    def _set_live(self, g: int, centroid: NDArray[np.float32] | None) -> None:
+        """Insert, refresh (``centroid`` given) or remove (``None``) slot ``g`` in the
+        dense live arrays."""
+        self._change_log.append(g)
+        row = int(self._live_row.a[g])
+        if centroid is None:
+            if row < 0:
+                return
+            last = self._live_slot.n - 1
+            moved = int(self._live_slot.a[last])
+            self._live_slot.a[row] = moved
+            self._live_cent.a[row] = self._live_cent.a[last]
+            self._live_row.a[moved] = row
+            self._live_row.a[g] = -1
+            self._live_slot.resize(last)
+            self._live_cent.resize(last)
+            return
+        if row < 0:
+            row = self._live_slot.n
+            self._live_slot.resize(row + 1)
+            self._live_cent.resize(row + 1)
+            self._live_slot.a[row] = g
+            self._live_row.a[g] = row
+        self._live_cent.a[row] = centroid
+
+    def slot_members(self, slot: int) -> list[int]:
+        """The positions slot ``slot`` keeps (increasing); empty when not live."""
+        if self._k_size.a[slot] == 0:
+            return []
+        kept = self._kept.a
+        return [p for p in self._g_members[slot] if (kept[p] == slot).any()]
+
+    def canonical_key(self, slot: int) -> tuple[int, int, str]:
+        """``(view priority, first member, key)``: the canonical order of OSUs."""
+        return (int(self._g_rank.a[slot]), int(self._g_first.a[slot]), self._g_key[slot])
 
     # -- construction ----------------------------------------------------------------
 
@@ -65,22 +261,23 @@ class OSUPool:
         """Build the pool over every step of ``view`` at once (batch construction)."""
         pool = cls(config, seed)
         pool.view_ = view
+        pool._reset_slots(view.dim)
         for name in ANNOTATION_VIEWS:
             if name not in config.views:
                 continue
-            for group in annotation_groups(view, name, config):
-                pool._open.last[(name, group[1])] = len(pool._open.groups)
-                pool._open.groups.append(group)
-        pool._refresh_similarity(view)
-        pool._derive()
+            for _, key, members in annotation_groups(view, name, config):
+                pool._last[(name, key)] = pool._new_slot(name, key, members.tolist())
+        sim = pool._refresh_similarity(view)
+        pool._rebuild(view, sim)
         return pool
 
     def add(self, view: MemoryView) -> OSUPool:
         """Extend the pool to ``view``, which must extend the current view by new steps
         at the end. New steps join their key's open group when within Δ_view of its
-        last member and under S_max, else open a new group; the similarity view is
-        recomputed once ``max(similarity_refresh, similarity_refresh_ratio × covered)``
-        steps have arrived since its last refresh. Returns ``self``."""
+        last member and under S_max, else open a new group; only the touched groups
+        and their members are re-derived. The similarity view is recomputed once
+        ``max(similarity_refresh, similarity_refresh_ratio × covered)`` steps have
+        arrived since its last refresh. Returns ``self``."""
         old = self.view_
         start = 0 if old is None else old.n
         if view.n < start:
@@ -91,176 +288,399 @@ class OSUPool:
             raise DimensionError(
                 f"OSUPool.add: embeddings of dimension {view.dim}, the pool has {old.dim}"
             )
+        if old is None or old.n == 0:
+            fresh = OSUPool.build(view, self.config, self.seed)
+            self.__dict__.update(fresh.__dict__)
+            return self
+        if view.n == start:
+            self.view_ = view
+            return self
         cfg = self.config
-        groups, last = self._open.groups, self._open.last
+        touched: set[int] = set()
+        rows: dict[int, list[int]] = {p: [] for p in range(start, view.n)}
         for name in ANNOTATION_VIEWS:
             if name not in cfg.views:
                 continue
             delta = cfg.split_threshold(name)
             for p, key in step_keys(view, name, start):
-                gi = last.get((name, key))
-                if gi is not None:
-                    members = groups[gi][2]
-                    if p - members[-1] <= delta and members.shape[0] < cfg.max_osu_size:
-                        groups[gi] = (name, key, np.append(members, p))
+                g = self._last.get((name, key))
+                if g is not None:
+                    members = self._g_members[g]
+                    if p - members[-1] <= delta and len(members) < cfg.max_osu_size:
+                        members.append(p)
+                        touched.add(g)
+                        rows[p].append(g)
                         continue
-                last[(name, key)] = len(groups)
-                groups.append((name, key, np.array([p], dtype=np.int64)))
+                g = self._new_slot(name, key, [p])
+                self._last[(name, key)] = g
+                touched.add(g)
+                rows[p].append(g)
         self.view_ = view
+        self._public = None
+        self._append_rows(view.n, rows)
         due = max(cfg.similarity_refresh, cfg.similarity_refresh_ratio * self._similarity_upto)
         if view.n - self._similarity_upto >= due:
-            self._refresh_similarity(view)
-        # The derivation (f_min, M_max cap, centroids) runs lazily at the next read, so
-        # a burst of adds (or a store replaying its adds) derives once.
-        self._dirty = True
+            sim = self._refresh_similarity(view)
+            self._rebuild(view, sim)
+        else:
+            self._update(view, touched)
         return self
 
-    def _refresh_similarity(self, view: MemoryView) -> None:
-        if "similarity" in self.config.views:
-            self._similarity = similarity_groups(view, self.config, self.seed)
-        self._similarity_upto = view.n
+    def _append_rows(self, n: int, rows: dict[int, list[int]]) -> None:
+        start = self._row_ptr.n - 1
+        flat = [g for p in range(start, n) for g in rows.get(p, [])]
+        counts = np.array([len(rows.get(p, [])) for p in range(start, n)], dtype=np.int64)
+        base = int(self._row_ptr.a[start])
+        self._row_ptr.resize(n + 1)
+        self._row_ptr.a[start + 1 : n + 1] = base + np.cumsum(counts)
+        m = self._row_slots.n
+        self._row_slots.resize(m + len(flat))
+        self._row_slots.a[m : m + len(flat)] = flat
+        self._sim_slot.resize(n)
+        self._kept.resize(n)
 
-    def _set_empty(self, n: int, d: int) -> None:
-        self._members = sp.csc_matrix((n, 0), dtype=np.float32)
-        self._view_codes = np.empty(0, dtype=np.int8)
-        self._keys = np.empty(0, dtype=object)
-        self._centroids = np.empty((0, d), dtype=np.float32)
-        self._costs = np.empty(0, dtype=np.int64)
-        self._spans = np.empty((0, 2), dtype=np.int64)
-        self._sizes = np.empty(0, dtype=np.int64)
-        self._coherence = np.empty(0, dtype=np.float32)
+    def _refresh_similarity(self, view: MemoryView) -> list[RawGroup]:
+        """The similarity view's raw groups over ``view``.
+
+        Up to :data:`~osumem.osu.views.EXACT_KNN_MAX` steps in scope: the exact k-NN
+        graph and a cold Leiden run (the paper's construction). Above: the new steps
+        are inserted into an HNSW index kept between refreshes, and Leiden starts from
+        the previous partition (new steps as singletons), so a refresh costs about
+        n log n instead of n².
+        """
+        self._similarity_upto = view.n
+        cfg = self.config
+        if "similarity" not in cfg.views:
+            return []
+        scope = similarity_scope(view, cfg)
+        if scope.size <= EXACT_KNN_MAX or cfg.community != "leiden" or not hnsw_available():
+            self._knn = None
+            self._partition = None
+            return similarity_groups(view, cfg, self.seed)
+        if self._knn is None:
+            self._knn = KnnIndex(view.dim, seed=self.seed)
+        known = self._knn.size
+        self._knn.add(view.embeddings[scope[known:]])
+        src, dst = self._knn.edges(cfg.knn_k)
+        initial = None
+        if self._partition is not None:
+            fresh = np.arange(scope.size - known, dtype=np.int64) + int(self._partition.max()) + 1
+            initial = np.concatenate([self._partition, fresh])
+        comms = communities(scope.size, src, dst, cfg.community, self.seed, initial=initial)
+        partition = np.empty(scope.size, dtype=np.int64)
+        for c, members in enumerate(comms):
+            partition[members] = c
+        self._partition = partition
+        return community_groups(scope, comms, cfg)
+
+    # -- derivation ------------------------------------------------------------------
+
+    def _rebuild(self, view: MemoryView, similarity: list[RawGroup]) -> None:
+        """Re-derive everything, vectorised: annotation slots keep their order, the
+        similarity groups get new slots after them."""
+        cfg = self.config
+        ann = [
+            (VIEWS[int(self._g_view.a[g])], self._g_key[g], self._g_members[g])
+            for g in range(self.n_slots)
+            if self._g_view.a[g] != SIMILARITY_CODE
+        ]
+        remap = {
+            g: i
+            for i, g in enumerate(
+                g for g in range(self.n_slots) if self._g_view.a[g] != SIMILARITY_CODE
+            )
+        }
+        last = {k: remap[g] for k, g in self._last.items()}
+        self._reset_slots(view.dim)
+        self._last = last
+        for name, key, members in ann:
+            self._new_slot(name, key, members)
+        for name, key, seg in similarity:
+            self._new_slot(name, key, seg.tolist())
+        n, G = view.n, self.n_slots
+        self._sim_slot.resize(n)
+        self._kept.resize(n)
+        self._row_ptr.resize(n + 1)
+        if G == 0:
+            return
+        sizes = np.fromiter((len(m) for m in self._g_members), dtype=np.int64, count=G)
+        steps = np.fromiter(
+            (p for m in self._g_members for p in m), dtype=np.int64, count=int(sizes.sum())
+        )
+        gids = np.repeat(np.arange(G, dtype=np.int64), sizes)
+        is_sim = self._g_view.v[gids] == SIMILARITY_CODE
+        self._sim_slot.a[steps[is_sim]] = gids[is_sim]
+        order = np.argsort(steps[~is_sim], kind="stable")
+        self._row_slots.resize(order.shape[0])
+        self._row_slots.a[:] = 0
+        self._row_slots.v[:] = gids[~is_sim][order]
+        self._row_ptr.a[1 : n + 1] = np.cumsum(np.bincount(steps[~is_sim], minlength=n))
+        # f_min, then raw coherence of the eligible groups
+        eligible = sizes >= cfg.min_osu_size
+        sel = eligible[gids]
+        e_steps, e_gids = steps[sel], gids[sel]
+        raw = sp.csc_matrix((np.ones(e_steps.shape[0]), (e_steps, e_gids)), shape=(n, G))
+        coh = np.zeros(G, dtype=np.float64)
+        e_idx = np.flatnonzero(eligible)
+        coh[e_idx] = member_stats(raw, view.embeddings, e_idx)[1] / sizes[e_idx]
+        self._coh_raw.v[:] = coh
+        # M_max cap: per step, keep the best memberships by (priority, coherence, canon)
+        canon = self._canonical_rank(np.arange(G))
+        rank = self._g_rank.v.astype(np.int64)
+        o = np.lexsort((canon[e_gids], -coh[e_gids], rank[e_gids], e_steps))
+        s_sorted = e_steps[o]
+        run_start = np.r_[0, np.flatnonzero(np.diff(s_sorted)) + 1]
+        first_of_run = np.repeat(run_start, np.diff(np.r_[run_start, s_sorted.shape[0]]))
+        within = np.arange(o.shape[0]) - first_of_run
+        take = within < cfg.max_memberships
+        self._kept.a[s_sorted[take], within[take]] = e_gids[o][take]
+        keep = np.zeros(e_steps.shape[0], dtype=bool)
+        keep[o] = take
+        self._derive_slots(view, np.arange(G), e_steps[keep], e_gids[keep])
+
+    def _canonical_rank(self, slots: IntArray) -> IntArray:
+        """Rank of each slot in canonical order (view priority, first member, key)."""
+        rank = np.empty(slots.shape[0], dtype=np.int64)
+        if slots.shape[0] == 0:
+            return rank
+        keys = np.array([self._g_key[g] for g in slots.tolist()], dtype=str)
+        _, keyrank = np.unique(keys, return_inverse=True)
+        order = np.lexsort((keyrank, self._g_first.v[slots], self._g_rank.v[slots]))
+        rank[order] = np.arange(slots.shape[0])
+        return rank
+
+    def _derive_slots(
+        self, view: MemoryView, slots: IntArray, steps: IntArray, gids: IntArray
+    ) -> None:
+        """Derived state of ``slots`` from their capped memberships ``(steps, gids)``:
+        f_min again, then size, cost, centroid, coherence and span of the live ones."""
+        cfg = self.config
+        n, G = view.n, self.n_slots
+        kept_sizes = np.bincount(gids, minlength=G)
+        alive = kept_sizes >= max(cfg.min_osu_size, 1)
+        sel = alive[gids]
+        steps, gids = steps[sel], gids[sel]
+        dead = slots[~alive[slots]]
+        self._k_size.a[dead] = 0
+        self._k_cost.a[dead] = 0
+        self._k_coh.a[dead] = 0.0
+        self._k_span.a[dead] = 0
+        live = slots[alive[slots]]
+        if live.size == 0:
+            return
+        mat = sp.csc_matrix(
+            (np.ones(steps.shape[0], dtype=np.float32), (steps, gids)), shape=(n, G)
+        )
+        cents, norms = member_stats(mat, view.embeddings, live)
+        size = kept_sizes[live]
+        self._k_size.a[live] = size
+        self._k_coh.a[live] = (norms / size).astype(np.float32)
+        self._k_cost.a[live] = np.bincount(gids, weights=view.costs[steps], minlength=G)[
+            live
+        ].astype(np.int64)
+        lo = np.full(G, n, dtype=np.int64)
+        hi = np.full(G, -1, dtype=np.int64)
+        np.minimum.at(lo, gids, steps)
+        np.maximum.at(hi, gids, steps)
+        self._k_span.a[live, 0] = lo[live]
+        self._k_span.a[live, 1] = hi[live]
+        # the dense live arrays start empty after a reset (the only caller is _rebuild)
+        self._live_slot.resize(live.shape[0])
+        self._live_cent.resize(live.shape[0])
+        self._live_slot.a[: live.shape[0]] = live
+        self._live_cent.a[: live.shape[0]] = cents
+        self._live_row.a[live] = np.arange(live.shape[0])
+
+    def _step_candidates(self, p: int) -> list[int]:
+        ptr = self._row_ptr.a
+        out = self._row_slots.a[ptr[p] : ptr[p + 1]].tolist()
+        s = int(self._sim_slot.a[p])
+        if s >= 0:
+            out.append(s)
+        return out
+
+    def _cap(self, p: int) -> list[int]:
+        """The slots step ``p`` keeps under M_max (eligible groups only)."""
+        f_min = self.config.min_osu_size
+        cands = [g for g in self._step_candidates(p) if len(self._g_members[g]) >= f_min]
+        m_max = self.config.max_memberships
+        if len(cands) <= m_max:
+            return cands
+        coh = self._coh_raw.a
+        rank = self._g_rank.a
+        first = self._g_first.a
+        cands.sort(key=lambda g: (rank[g], -coh[g], first[g], self._g_key[g]))
+        return cands[:m_max]
+
+    def _update(self, view: MemoryView, touched: set[int]) -> None:
+        """Re-derive after an add without a similarity refresh: raw coherence of the
+        touched groups, the cap of their members, the state of every group whose kept
+        members changed."""
+        H = view.embeddings
+        f_min = self.config.min_osu_size
+        for g in touched:
+            members = self._g_members[g]
+            if len(members) >= f_min:
+                self._coh_raw.a[g] = row_norms(_row_sum(H, members))[0] / len(members)
+        affected = sorted({p for g in touched for p in self._g_members[g]})
+        changed = set(touched)
+        kept = self._kept.a
+        for p in affected:
+            new = self._cap(p)
+            old = [int(g) for g in kept[p] if g >= 0]
+            if sorted(new) != sorted(old):
+                changed.update(old)
+                changed.update(new)
+                kept[p] = -1
+                kept[p, : len(new)] = sorted(new)
+        for g in changed:
+            self._derive_one(view, g)
+
+    def _derive_one(self, view: MemoryView, g: int) -> None:
+        kept = self._kept.a
+        members = [p for p in self._g_members[g] if (kept[p] == g).any()]
+        k = len(members)
+        if k < max(self.config.min_osu_size, 1):
+            self._k_size.a[g] = 0
+            self._k_cost.a[g] = 0
+            self._k_coh.a[g] = 0.0
+            self._k_span.a[g] = 0
+            self._set_live(g, None)
+            return
+        sums = _row_sum(view.embeddings, members)
+        norm = row_norms(sums)
+        self._k_size.a[g] = k
+        centroid = (sums[0] / (norm[0] if norm[0] > 0 else 1.0)).astype(np.float32)
+        self._k_coh.a[g] = np.float32(norm[0] / k)
+        self._k_cost.a[g] = int(view.costs[members].sum())
+        self._k_span.a[g] = (members[0], members[-1])
+        self._set_live(g, centroid)
+
+    # -- public state (canonical order, assembled on first read after an add) ---------
+
+    def _live_order(self) -> tuple[IntArray, IntArray]:
+        """Live slots in canonical order and each slot's public OSU id (-1 if none),
+        cached until the next add: an integer sort on (view priority, first member),
+        then the few runs that tie there ordered by key."""
+        pub = self._public if self._public is not None else {}
+        self._public = pub
+        if "order" not in pub:
+            live = np.flatnonzero(self._k_size.v > 0)
+            rank, first = self._g_rank.v[live], self._g_first.v[live]
+            o = np.lexsort((first, rank))
+            live, rank, first = live[o], rank[o], first[o]
+            tie = (np.diff(rank) == 0) & (np.diff(first) == 0)
+            if tie.any():
+                cuts = np.flatnonzero(~tie) + 1
+                starts, ends = np.r_[0, cuts], np.r_[cuts, live.shape[0]]
+                for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
+                    if hi - lo > 1:
+                        live[lo:hi] = sorted(live[lo:hi].tolist(), key=self._g_key.__getitem__)
+            new_id = np.full(self.n_slots, -1, dtype=np.int64)
+            new_id[live] = np.arange(live.shape[0])
+            pub["order"] = (live, new_id)
+        order: tuple[IntArray, IntArray] = pub["order"]
+        return order
+
+    def _public_attr(self, name: str) -> Any:
+        """One public attribute in canonical order, assembled on first read."""
+        live, new_id = self._live_order()
+        pub = self._public
+        assert pub is not None
+        if name in pub:
+            return pub[name]
+        view = self.view_
+        n = 0 if view is None else view.n
+        d = 0 if view is None else view.dim
+        if name == "members":
+            kept = self._kept.v
+            step_idx, col = np.nonzero(kept >= 0)
+            ids = new_id[kept[step_idx, col]]
+            ok = ids >= 0
+            value: Any = sp.csc_matrix(
+                (np.ones(int(ok.sum()), dtype=np.float32), (step_idx[ok], ids[ok])),
+                shape=(n, live.shape[0]),
+            )
+            value.sort_indices()
+        elif name == "view_codes":
+            value = self._g_view.v[live].astype(np.int8)
+        elif name == "keys":
+            value = np.array([self._g_key[g] for g in live.tolist()], dtype=object)
+        elif name == "centroids":
+            value = self._live_cent.v[self._live_row.v[live]].reshape(-1, d)
+        elif name == "costs":
+            value = self._k_cost.v[live].astype(np.int64)
+        elif name == "spans":
+            value = self._k_span.v[live].reshape(-1, 2).astype(np.int64)
+        elif name == "sizes":
+            value = self._k_size.v[live].astype(np.int64)
+        else:
+            value = self._k_coh.v[live].astype(np.float32)
+        pub[name] = value
+        return value
 
     def raw_groups(self) -> list[RawGroup]:
         """The raw groups (before f_min and the cap) of the enabled views."""
-        return [*self._open.groups, *self._similarity]
-
-    def _ensure(self) -> None:
-        if self._dirty:
-            self._dirty = False
-            self._derive()
-
-    def _derive(self) -> None:
-        """f_min → M_max cap by view priority (ties: coherence) → f_min again."""
-        view = self.view_
-        assert view is not None
-        cfg = self.config
-        n, d = view.n, view.dim
-        groups = [g for g in self.raw_groups() if g[2].shape[0] >= cfg.min_osu_size]
-        if not groups:
-            self._set_empty(n, d)
-            return
-        rank_of = {v: i for i, v in enumerate(cfg.view_priority)}
-        g_rank = np.array([rank_of[g[0]] for g in groups], dtype=np.int64)
-        g_first = np.array([g[2][0] for g in groups], dtype=np.int64)
-        _, g_keyrank = np.unique(
-            np.array([g[1] for g in groups], dtype=object).astype(str), return_inverse=True
-        )
-        # canonical order: view priority, first member, key
-        order = np.lexsort((g_keyrank, g_first, g_rank))
-        groups = [groups[i] for i in order]
-        g_rank, g_keyrank = g_rank[order], g_keyrank[order]
-        sizes = np.array([g[2].shape[0] for g in groups], dtype=np.int64)
-        steps = np.concatenate([g[2] for g in groups])
-        gids = np.repeat(np.arange(len(groups), dtype=np.int64), sizes)
-        H = view.embeddings.astype(np.float64)
-        raw = sp.csc_matrix((np.ones(steps.shape[0]), (steps, gids)), shape=(n, len(groups)))
-        coherence = np.linalg.norm(np.asarray(raw.T @ H), axis=1) / sizes
-        # M_max cap: per step, keep the best memberships by (priority, coherence, id)
-        o = np.lexsort((gids, -coherence[gids], g_rank[gids], steps))
-        s_sorted = steps[o]
-        run_start = np.r_[0, np.flatnonzero(np.diff(s_sorted)) + 1]
-        first_of_run = np.repeat(run_start, np.diff(np.r_[run_start, s_sorted.shape[0]]))
-        keep = np.zeros(steps.shape[0], dtype=bool)
-        keep[o] = (np.arange(o.shape[0]) - first_of_run) < cfg.max_memberships
-        # f_min again after the cap
-        kept_sizes = np.bincount(gids[keep], minlength=len(groups))
-        alive = kept_sizes >= cfg.min_osu_size
-        keep &= alive[gids]
-        new_id = np.cumsum(alive) - 1
-        m = int(alive.sum())
-        if m == 0:
-            self._set_empty(n, d)
-            return
-        st, gi = steps[keep], new_id[gids[keep]]
-        self._members = sp.csc_matrix(
-            (np.ones(st.shape[0], dtype=np.float32), (st, gi)), shape=(n, m)
-        )
-        self._members.sort_indices()
-        sums = np.asarray(self._members.T @ H)
-        norms = np.linalg.norm(sums, axis=1)
-        self._sizes = np.diff(self._members.indptr).astype(np.int64)
-        self._centroids = (sums / np.where(norms > 0, norms, 1.0)[:, None]).astype(np.float32)
-        self._coherence = (norms / self._sizes).astype(np.float32)
-        self._costs = np.asarray(self._members.T @ view.costs.astype(np.float64)).astype(np.int64)
-        idx = self._members.indices
-        self._spans = np.column_stack(
-            [idx[self._members.indptr[:-1]], idx[self._members.indptr[1:] - 1]]
-        ).astype(np.int64)
-        alive_idx = np.flatnonzero(alive)
-        self._view_codes = np.array([VIEWS.index(groups[i][0]) for i in alive_idx], dtype=np.int8)
-        self._keys = np.array([groups[i][1] for i in alive_idx], dtype=object)
-
-    # -- derived state (computed lazily after adds) -----------------------------------
+        return [
+            (
+                VIEWS[int(self._g_view.a[g])],
+                self._g_key[g],
+                np.asarray(self._g_members[g], dtype=np.int64),
+            )
+            for g in range(self.n_slots)
+        ]
 
     @property
     def members(self) -> sp.csc_matrix:
         """``(n_steps, m)`` CSC 0/1 step × OSU membership matrix."""
-        self._ensure()
-        return self._members
+        return self._public_attr("members")
 
     @property
     def view_codes(self) -> NDArray[np.int8]:
         """``(m,)`` index into VIEWS of each OSU's view."""
-        self._ensure()
-        return self._view_codes
+        return self._public_attr("view_codes")
 
     @property
     def keys(self) -> NDArray[np.object_]:
         """``(m,)`` each OSU's key."""
-        self._ensure()
-        return self._keys
+        return self._public_attr("keys")
 
     @property
     def centroids(self) -> NDArray[np.float32]:
         """``(m, d)`` normalised mean member embeddings."""
-        self._ensure()
-        return self._centroids
+        return self._public_attr("centroids")
 
     @property
     def costs(self) -> IntArray:
         """``(m,)`` total token cost of each OSU's members."""
-        self._ensure()
-        return self._costs
+        return self._public_attr("costs")
 
     @property
     def spans(self) -> IntArray:
         """``(m, 2)`` first and last member position."""
-        self._ensure()
-        return self._spans
+        return self._public_attr("spans")
 
     @property
     def sizes(self) -> IntArray:
         """``(m,)`` member counts."""
-        self._ensure()
-        return self._sizes
+        return self._public_attr("sizes")
 
     @property
     def coherence(self) -> NDArray[np.float32]:
         """``(m,)`` mean cosine of the members to the centroid."""
-        self._ensure()
-        return self._coherence
+        return self._public_attr("coherence")
 
     # -- accessors -------------------------------------------------------------------
 
     @property
     def n_osus(self) -> int:
         """Number of OSUs ``m``."""
-        return int(self.members.shape[1])
+        return int(self._live_slot.n)
 
     @property
     def n_steps(self) -> int:
         """Number of steps the pool covers."""
-        return int(self.members.shape[0])
+        return 0 if self.view_ is None else self.view_.n
 
     def view_names(self) -> NDArray[np.object_]:
         """``(m,)`` view name of each OSU."""
@@ -271,9 +691,17 @@ class OSUPool:
         return np.bincount(self.members.indices, minlength=self.n_steps).astype(np.int64)
 
     def osus_of(self, step: int) -> IntArray:
-        """The OSUs step ``step`` belongs to."""
-        row = self.members.getrow(int(step))
-        return np.sort(row.indices).astype(np.int64)
+        """The OSUs step ``step`` belongs to (from the row-ordered state: no
+        membership matrix is assembled)."""
+        _, new_id = self._live_order()
+        ids = new_id[self._kept.a[int(step)][self._kept.a[int(step)] >= 0]]
+        return np.sort(ids[ids >= 0]).astype(np.int64)
+
+    def osu_slots_of(self, step: int) -> list[int]:
+        """The live slots step ``step`` belongs to, in canonical order (the order of
+        :meth:`osus_of`), read from the row-ordered state without assembling the pool."""
+        slots = [int(g) for g in self._kept.a[int(step)] if g >= 0 and self._k_size.a[g] > 0]
+        return sorted(slots, key=self.canonical_key)
 
     def members_of(self, osu: int) -> IntArray:
         """Member positions of OSU ``osu``, increasing."""

@@ -7,6 +7,7 @@ which :mod:`osumem.osu.pool` applies across views).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Iterable
@@ -83,32 +84,146 @@ def annotated_mask(view: MemoryView, views: tuple[str, ...]) -> NDArray[np.bool_
     return out
 
 
+#: Up to this many steps the similarity view's k-NN graph is exact (one dense product,
+#: the paper's construction); above it an HNSW index answers it (docs/decisions.md).
+EXACT_KNN_MAX = 4096
+
+#: HNSW parameters of the similarity view's index (graph degree, build beam, query beam).
+HNSW_M = 16
+HNSW_EF_CONSTRUCTION = 100
+HNSW_EF_SEARCH = 40
+
+
+@functools.cache
+def hnsw_available() -> bool:
+    """Whether hnswlib (the ``scale`` extra) is installed; without it every path is
+    exact (correct, but quadratic for the similarity view of large memories)."""
+    try:
+        import hnswlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def knn_edges(embeddings: NDArray[np.float32], k: int) -> tuple[IntArray, IntArray]:
     """Edges ``(src, dst)`` of the cosine k-NN graph (each node to its k most similar
-    other nodes; rows are unit length so cosine is a dot product)."""
+    other nodes; rows are unit length so cosine is a dot product). Exact for up to
+    :data:`EXACT_KNN_MAX` nodes, approximate (HNSW) above."""
     n = embeddings.shape[0]
     k = min(k, n - 1)
     if k < 1:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    sims = embeddings @ embeddings.T
-    np.fill_diagonal(sims, -np.inf)
-    nn = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+    if n > EXACT_KNN_MAX and hnsw_available():
+        index = KnnIndex(embeddings.shape[1])
+        index.add(embeddings)
+        return index.edges(k)
+    nn = np.empty((n, k), dtype=np.int64)
+    for lo in range(0, n, EXACT_KNN_MAX):
+        # one block of rows at a time: O(block × n) memory (a single block up to
+        # EXACT_KNN_MAX nodes, the construction the benchmarks use)
+        sims = embeddings[lo : lo + EXACT_KNN_MAX] @ embeddings.T
+        rows = np.arange(sims.shape[0])
+        sims[rows, lo + rows] = -np.inf
+        nn[lo : lo + sims.shape[0]] = np.argpartition(-sims, k - 1, axis=1)[:, :k]
     src = np.repeat(np.arange(n, dtype=np.int64), k)
-    return src, nn.reshape(-1).astype(np.int64)
+    return src, nn.reshape(-1)
 
 
-def communities(n: int, src: IntArray, dst: IntArray, method: str, seed: int) -> list[IntArray]:
+class KnnIndex:
+    """An append-only HNSW index (hnswlib, inner product on unit rows) over the steps
+    the similarity view covers, labelled ``0..size-1`` in insertion order.
+
+    Insertion is single-threaded so the graph, and hence the communities, are the same
+    for the same inputs; queries use every core (their answers do not depend on it).
+    """
+
+    def __init__(
+        self, dim: int, seed: int = 0, *, ef_construction: int = HNSW_EF_CONSTRUCTION
+    ) -> None:
+        import hnswlib
+
+        self.dim = int(dim)
+        self._index = hnswlib.Index(space="ip", dim=self.dim)
+        self._index.init_index(
+            max_elements=1024, M=HNSW_M, ef_construction=ef_construction, random_seed=seed
+        )
+        self.size = 0
+
+    def add(self, vectors: NDArray[np.float32]) -> None:
+        """Insert ``vectors`` (unit rows) as the next labels."""
+        m = int(vectors.shape[0])
+        if m == 0:
+            return
+        need = self.size + m
+        cap = self._index.get_max_elements()
+        if need > cap:
+            self._index.resize_index(max(need, 2 * cap))
+        labels = np.arange(self.size, need, dtype=np.int64)
+        self._index.set_num_threads(1)
+        self._index.add_items(np.ascontiguousarray(vectors, dtype=np.float32), labels)
+        self.size = need
+
+    def query(self, q: NDArray[np.float32], k: int) -> IntArray:
+        """Labels of the (approximately) ``k`` nearest indexed rows to ``q``, most
+        similar first."""
+        k = min(k, self.size)
+        if k < 1:
+            return np.empty(0, dtype=np.int64)
+        self._index.set_ef(max(HNSW_EF_SEARCH, 2 * k))
+        self._index.set_num_threads(1)
+        labels, _ = self._index.knn_query(q[None, :], k=k)
+        return labels[0].astype(np.int64)
+
+    def edges(self, k: int, batch: int = 65536) -> tuple[IntArray, IntArray]:
+        """Each indexed node to its (approximately) ``k`` most similar other nodes."""
+        n = self.size
+        k = min(k, n - 1)
+        if k < 1:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        self._index.set_ef(max(HNSW_EF_SEARCH, 2 * (k + 1)))
+        self._index.set_num_threads(-1)
+        dst = np.empty((n, k), dtype=np.int64)
+        for lo in range(0, n, batch):
+            hi = min(n, lo + batch)
+            vecs = self._index.get_items(np.arange(lo, hi), return_type="numpy")
+            labels, _ = self._index.knn_query(vecs, k=k + 1)
+            rows = np.arange(lo, hi, dtype=np.int64)[:, None]
+            # drop each node itself (or, when it is absent, the last neighbour)
+            not_self = labels != rows
+            drop = np.where(not_self.all(axis=1), k, np.argmin(not_self, axis=1))
+            keep = np.ones_like(not_self)
+            keep[np.arange(hi - lo), drop] = False
+            dst[lo:hi] = labels[keep].reshape(hi - lo, k)
+        src = np.repeat(np.arange(n, dtype=np.int64), k)
+        return src, dst.reshape(-1)
+
+
+def communities(
+    n: int,
+    src: IntArray,
+    dst: IntArray,
+    method: str,
+    seed: int,
+    initial: IntArray | None = None,
+) -> list[IntArray]:
     """Communities of the undirected graph on ``n`` nodes, with a fixed seed:
-    Leiden (leidenalg, modularity) or Louvain (networkx)."""
+    Leiden (leidenalg, modularity) or Louvain (networkx). ``initial`` (Leiden only) is a
+    starting membership per node, e.g. the previous partition with new nodes as
+    singletons, so a refresh refines instead of starting over."""
     if n == 0:
         return []
     if method == "leiden":
         import igraph as ig
         import leidenalg
 
-        graph = ig.Graph(n=n, edges=np.column_stack([src, dst]).tolist(), directed=False)
-        graph.simplify(multiple=True, loops=True)
-        part = leidenalg.find_partition(graph, leidenalg.ModularityVertexPartition, seed=seed)
+        lo, hi = np.minimum(src, dst), np.maximum(src, dst)
+        pairs = np.unique(lo[lo != hi] * np.int64(n) + hi[lo != hi])
+        edges = np.column_stack([pairs // n, pairs % n])
+        graph = ig.Graph(n=n, edges=edges, directed=False)
+        membership = None if initial is None else [int(c) for c in initial]
+        part = leidenalg.find_partition(
+            graph, leidenalg.ModularityVertexPartition, initial_membership=membership, seed=seed
+        )
         return [np.sort(np.asarray(c, dtype=np.int64)) for c in part]
     import networkx as nx
 
@@ -119,20 +234,31 @@ def communities(n: int, src: IntArray, dst: IntArray, method: str, seed: int) ->
     return sorted((np.sort(np.fromiter(c, dtype=np.int64)) for c in comms), key=lambda a: a[0])
 
 
+def similarity_scope(view: MemoryView, config: OSUConfig) -> IntArray:
+    """Positions the similarity view covers (``similarity_scope``): every step, or the
+    steps without an entity or tool annotation of the enabled views."""
+    if config.similarity_scope == "all":
+        return np.arange(view.n, dtype=np.int64)
+    return np.flatnonzero(~annotated_mask(view, config.views)).astype(np.int64)
+
+
+def community_groups(scope: IntArray, comms: list[IntArray], config: OSUConfig) -> list[RawGroup]:
+    """Raw groups of the similarity view from communities over ``scope`` (indices into
+    it): each community's positions chunked at S_max in time order."""
+    groups: list[RawGroup] = []
+    for c, members in enumerate(comms):
+        for seg in split_segments(scope[members], math.inf, config.max_osu_size):
+            groups.append(("similarity", f"community{c}", seg))
+    return groups
+
+
 def similarity_groups(view: MemoryView, config: OSUConfig, seed: int) -> list[RawGroup]:
     """Raw groups of the similarity view: communities of the cosine k-NN graph (k =
     ``knn_k``) over the steps in scope (``similarity_scope``), each chunked at S_max in
     time order."""
-    scope = (
-        np.arange(view.n, dtype=np.int64)
-        if config.similarity_scope == "all"
-        else np.flatnonzero(~annotated_mask(view, config.views)).astype(np.int64)
-    )
+    scope = similarity_scope(view, config)
     if scope.size < 2:
         return []
     src, dst = knn_edges(view.embeddings[scope], config.knn_k)
-    groups: list[RawGroup] = []
-    for c, members in enumerate(communities(scope.size, src, dst, config.community, seed)):
-        for seg in split_segments(scope[members], math.inf, config.max_osu_size):
-            groups.append(("similarity", f"community{c}", seg))
-    return groups
+    comms = communities(scope.size, src, dst, config.community, seed)
+    return community_groups(scope, comms, config)

@@ -14,6 +14,7 @@ whose scores depend on what is already selected (MMR, novelty, coverage) use
 from __future__ import annotations
 
 import dataclasses
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from osumem.errors import BudgetError, ConfigError, InvalidInputError
+from osumem.osu.views import KnnIndex, hnsw_available
 from osumem.types import IntArray, MemoryView
 
 
@@ -152,10 +154,12 @@ class Retriever(ABC):
         self.config = config
         self.seed = int(seed)
         self.view_: MemoryView | None = None
+        self._step_index: KnnIndex | None = None
 
     def fit(self, view: MemoryView) -> Self:
         """Build this method's structure over ``view`` (the causal prefix it may see)."""
         self.view_ = view
+        self._step_index = None
         self._build(view)
         return self
 
@@ -218,3 +222,133 @@ class Retriever(ABC):
     def _flat_order(self, q: NDArray[np.float32], limit: int) -> IntArray:
         """Visible positions by descending cosine (stable: ties keep position order)."""
         return np.argsort(-self._cosines(q, limit), kind="stable").astype(np.int64)
+
+    def _use_ann(self, limit: int) -> bool:
+        """Whether the flat ranking comes from the HNSW step index: a memory of at
+        least :data:`ANN_MIN_STEPS` steps, queried over all of it, with hnswlib
+        installed (the ``scale`` extra; without it the exact scan answers)."""
+        assert self.view_ is not None
+        return self.view_.n >= ANN_MIN_STEPS and limit >= self.view_.n and hnsw_available()
+
+    def _ann_top(self, q: NDArray[np.float32], k: int) -> IntArray:
+        """About the ``k`` most similar steps, best first, from the step index (built
+        at the first query, extended with the steps added since)."""
+        assert self.view_ is not None
+        view = self.view_
+        if self._step_index is None:
+            self._step_index = KnnIndex(
+                view.dim, seed=self.seed, ef_construction=STEP_INDEX_EF_CONSTRUCTION
+            )
+        index = self._step_index
+        if index.size < view.n:
+            index.add(view.embeddings[index.size : view.n])
+        return index.query(q, k)
+
+    def _flat_head(
+        self, q: NDArray[np.float32], limit: int, tokens: float, min_count: int = 1
+    ) -> IntArray:
+        """The head of :meth:`_flat_order` holding at least ``tokens`` tokens and at
+        least ``min_count`` steps (all visible steps when they hold fewer), without
+        sorting the rest."""
+        assert self.view_ is not None
+        if self._use_ann(limit):
+            costs = self.view_.costs
+            k = max(FLAT_HEAD_MIN, min_count)
+            while True:
+                head = self._ann_top(q, k)
+                if k >= limit or int(costs[head].sum()) >= tokens:
+                    return head
+                k = min(limit, 4 * k)
+        cos = self._cosines(q, limit)
+        costs = self.view_.costs[:limit]
+        k = max(1, min_count, math.ceil(tokens / max(float(costs.mean()), 1.0)))
+        k = min(limit, k)
+        while True:
+            head = top_order(cos, k)
+            if k >= limit or int(costs[head].sum()) >= tokens:
+                return head
+            k = min(limit, 2 * k)
+
+    def _flat_pack(
+        self,
+        q: NDArray[np.float32],
+        limit: int,
+        budget: int,
+        exclude: IntArray | None = None,
+    ) -> IntArray:
+        """``pack_first_fit`` of the flat ranking (minus the steps in ``exclude``):
+        exact (a growing head of the cosine ranking, no full sort) below
+        :data:`ANN_MIN_STEPS` steps or under a causal limit; from the HNSW step index
+        above."""
+        assert self.view_ is not None
+        costs = self.view_.costs[:limit]
+        if exclude is not None and exclude.size:
+            # excluded steps are made too expensive to fit: first fit then skips them
+            # exactly as if they were removed from the ranking
+            costs = costs.copy()
+            costs[exclude] = budget + 1
+        if not self._use_ann(limit):
+            return flat_first_fit(self._cosines(q, limit), costs, budget)
+        min_cost = int(costs.min())
+        # ask the index for a few times the steps the budget holds on average
+        k = min(limit, max(ANN_HEAD_MIN, 4 * math.ceil(budget / float(self.view_.costs.mean()))))
+        while True:
+            head = self._ann_top(q, k)
+            taken = pack_first_fit(head, costs, budget)
+            if k >= limit or budget - int(costs[taken].sum()) < min_cost:
+                return taken
+            k = min(limit, 4 * k)
+
+
+#: Smallest head (in candidates) that :func:`flat_first_fit` sorts first.
+FLAT_HEAD_MIN = 256
+
+#: From this many steps on, a query over the whole memory takes the flat ranking's
+#: head from an HNSW index over the steps (approximate); smaller memories and causal
+#: queries (``before``) scan exactly (docs/decisions.md).
+ANN_MIN_STEPS = 20_000
+
+#: Smallest head asked of the step index by a packing query.
+ANN_HEAD_MIN = 32
+
+#: Build beam of the step index (a lighter build than the similarity view's).
+STEP_INDEX_EF_CONSTRUCTION = 64
+
+
+def top_order(scores: NDArray[Any], k: int) -> IntArray:
+    """The ``k`` best indices by descending score, ties by increasing index: exactly
+    ``np.argsort(-scores, kind="stable")[:k]``, in O(n + k log k) (``argpartition``
+    then a sort of the head)."""
+    n = int(scores.shape[0])
+    if k >= n:
+        return np.argsort(-scores, kind="stable").astype(np.int64)
+    if k <= 0:
+        return np.empty(0, dtype=np.int64)
+    kth = scores[np.argpartition(-scores, k - 1)[k - 1]]
+    above = np.flatnonzero(scores > kth)
+    ties = np.flatnonzero(scores == kth)[: k - above.shape[0]]
+    idx = np.concatenate([above, ties]).astype(np.int64)
+    return idx[np.lexsort((idx, -scores[idx]))]
+
+
+def flat_first_fit(scores: NDArray[Any], costs: NDArray[Any], budget: int) -> IntArray:
+    """First-fit packing of positions by descending score (ties by position), equal to
+    ``pack_first_fit(np.argsort(-scores, kind="stable"), costs, budget)``.
+
+    Packs a head of the ranking and grows it (×4) only while budget is left that a
+    step outside the head could still use, so a query sorts a few hundred candidates
+    instead of every step.
+    """
+    n = int(scores.shape[0])
+    if n == 0:
+        return np.empty(0, dtype=np.int64)
+    costs = np.asarray(costs, dtype=np.int64)
+    min_cost = int(costs.min())
+    k = min(n, FLAT_HEAD_MIN)
+    while True:
+        head = top_order(scores, k)
+        taken = pack_first_fit(head, costs, budget)
+        left = budget - int(costs[taken].sum())
+        if k >= n or left < min_cost:
+            return taken
+        k = min(n, 4 * k)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Self
 
 import numpy as np
 from numpy.typing import NDArray
 
-from osumem.retrieve.base import Retriever, RetrieverConfig, pack_first_fit
-from osumem.types import IntArray
+from osumem.retrieve.base import Retriever, RetrieverConfig
+from osumem.types import IntArray, MemoryView
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,7 +35,8 @@ class FlatConfig(RetrieverConfig):
 
 
 class FlatVector(Retriever):
-    """Flat Vector: steps by descending cosine ``h_i^T q``, packed first-fit."""
+    """Flat Vector: steps by descending cosine ``h_i^T q``, packed first-fit (only the
+    head of the ranking that the budget can reach is sorted)."""
 
     name = "flat"
     Config = FlatConfig
@@ -43,4 +45,9 @@ class FlatVector(Retriever):
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
         assert self.view_ is not None
-        return pack_first_fit(self._flat_order(q, limit), self.view_.costs, budget)
+        return self._flat_pack(q, limit, budget)
+
+    def update(self, view: MemoryView) -> Self:
+        """Flat Vector keeps no structure but the step index: extend, do not rebuild."""
+        self.view_ = view
+        return self

@@ -3,25 +3,36 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Self
 
 import numpy as np
 from numpy.typing import NDArray
 
 from osumem.errors import ConfigError
-from osumem.retrieve.base import Retriever, RetrieverConfig, greedy_pack
-from osumem.types import IntArray
+from osumem.retrieve.base import FLAT_HEAD_MIN, Retriever, RetrieverConfig, greedy_pack
+from osumem.types import IntArray, MemoryView
 
 
 @dataclass(frozen=True, kw_only=True)
 class MMRConfig(RetrieverConfig):
     """``mmr_lambda`` (λ, paper .7) weighs relevance against redundancy:
-    score = λ·cos(q, h_i) − (1 − λ)·max_{j selected} cos(h_i, h_j)."""
+    score = λ·cos(q, h_i) − (1 − λ)·max_{j selected} cos(h_i, h_j).
+
+    ``head_ratio``: the greedy runs over the head of the flat cosine ranking holding
+    ``head_ratio``·B tokens and at least ``FLAT_HEAD_MIN`` (256) steps (0: over every
+    visible step), so a query costs
+    O(n + head) instead of a sort and a redundancy update over all n steps; budget the
+    head cannot use is filled first fit from the rest of the ranking.
+    """
 
     mmr_lambda: float = 0.7
+    head_ratio: float = 8.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.mmr_lambda <= 1.0:
             raise ConfigError(f"flat_mmr.mmr_lambda must be in [0, 1], got {self.mmr_lambda}")
+        if self.head_ratio < 0:
+            raise ConfigError(f"flat_mmr.head_ratio must be >= 0, got {self.head_ratio}")
 
 
 class FlatMMR(Retriever):
@@ -38,12 +49,17 @@ class FlatMMR(Retriever):
     ) -> IntArray:
         assert self.view_ is not None
         cfg: MMRConfig = self.config  # type: ignore[assignment]
-        cand = self._flat_order(q, limit)
+        if cfg.head_ratio > 0:
+            cand = self._flat_head(q, limit, cfg.head_ratio * budget, min_count=FLAT_HEAD_MIN)
+        else:
+            cand = self._flat_order(q, limit)
         H = self.view_.embeddings[cand]
         lam = cfg.mmr_lambda
+        costs = self.view_.costs
         relevance = lam * (H @ q).astype(np.float64)
         if lam == 1.0:
-            return greedy_pack(relevance, cand, self.view_.costs, budget)
+            chosen = greedy_pack(relevance, cand, costs, budget)
+            return self._fill(q, limit, budget, cand, chosen)
         max_sim = np.full(cand.shape[0], -np.inf)
 
         def on_pick(j: int) -> NDArray[np.float64]:
@@ -55,4 +71,22 @@ class FlatMMR(Retriever):
             max_sim = new_max
             return delta
 
-        return greedy_pack(relevance, cand, self.view_.costs, budget, on_pick)
+        chosen = greedy_pack(relevance, cand, costs, budget, on_pick)
+        return self._fill(q, limit, budget, cand, chosen)
+
+    def _fill(
+        self, q: NDArray[np.float32], limit: int, budget: int, head: IntArray, chosen: IntArray
+    ) -> IntArray:
+        """Budget the head could not use goes to the rest of the flat ranking, first
+        fit (so λ = 1 selects exactly what Flat Vector selects)."""
+        assert self.view_ is not None
+        costs = self.view_.costs
+        left = budget - int(costs[chosen].sum())
+        if left <= 0 or head.shape[0] >= limit:
+            return chosen
+        return np.concatenate([chosen, self._flat_pack(q, limit, left, exclude=head)])
+
+    def update(self, view: MemoryView) -> Self:
+        """Flat + MMR keeps no structure but the step index: extend, do not rebuild."""
+        self.view_ = view
+        return self

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Self
+from typing import Any, Self
 
 import numpy as np
 import scipy.sparse as sp
@@ -24,8 +24,12 @@ from numpy.typing import NDArray
 from osumem.errors import ConfigError
 from osumem.osu.config import OSUConfig
 from osumem.osu.pool import OSUPool
+from osumem.osu.views import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M
 from osumem.retrieve.base import Retriever, RetrieverConfig, greedy_pack, pack_first_fit
 from osumem.types import IntArray, MemoryView
+
+#: Extra centroids asked of the HNSW centroid index beyond K (re-scored exactly).
+CENTROID_MARGIN = 8
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,10 +111,78 @@ class CoarseResult:
     k: int
 
 
+class CentroidIndex:
+    """An HNSW index (hnswlib, inner product) over the live OSU centroids of a pool,
+    labelled by slot and kept in step with the pool's change log: a changed centroid
+    is updated in place, a dead OSU marked deleted, a full derivation rebuilds it."""
+
+    def __init__(self, pool: OSUPool, seed: int) -> None:
+        self.pool = pool
+        self.seed = seed
+        self.epoch = -1
+        self.position = 0
+        self._index: Any = None
+        self._deleted: set[int] = set()
+        self._known: set[int] = set()
+
+    def _rebuild(self) -> None:
+        import hnswlib
+
+        slots, cents = self.pool.live_arrays()
+        self._index = hnswlib.Index(space="ip", dim=cents.shape[1])
+        self._index.init_index(
+            max_elements=max(1024, 2 * self.pool.n_slots),
+            M=HNSW_M,
+            ef_construction=HNSW_EF_CONSTRUCTION,
+            random_seed=self.seed,
+        )
+        self._index.set_num_threads(1)
+        if slots.size:
+            self._index.add_items(cents, slots)
+        self._known = set(slots.tolist())
+        self._deleted = set()
+
+    def sync(self) -> None:
+        """Apply the pool's changes since the last sync."""
+        pool = self.pool
+        changes = pool.changes_since(self.epoch, self.position) if self._index else None
+        if changes is None:
+            self._rebuild()
+        else:
+            rows, _, sizes = pool.slot_arrays()
+            _, cents = pool.live_arrays()
+            need = pool.n_slots
+            if need > self._index.get_max_elements():
+                self._index.resize_index(max(need, 2 * self._index.get_max_elements()))
+            for g in dict.fromkeys(changes):
+                if sizes[g] > 0:
+                    if g in self._deleted:
+                        self._index.unmark_deleted(g)
+                        self._deleted.discard(g)
+                    self._index.add_items(cents[rows[g] : rows[g] + 1], np.array([g]))
+                    self._known.add(g)
+                elif g in self._known and g not in self._deleted:
+                    self._index.mark_deleted(g)
+                    self._deleted.add(g)
+        self.epoch, self.position = pool.epoch, pool.change_log_position
+
+    def query(self, q: NDArray[np.float32], k: int) -> IntArray | None:
+        """About the ``k`` best slots by centroid cosine (``None`` when the index
+        cannot answer ``k``; the caller then scans)."""
+        self.sync()
+        self._index.set_ef(max(HNSW_EF_SEARCH, 2 * k))
+        try:
+            labels, _ = self._index.knn_query(q[None, :], k=k)
+        except RuntimeError:
+            return None
+        return labels[0].astype(np.int64)
+
+
 class _PoolRetriever(Retriever):
     """Shared fit/update over an :class:`OSUPool`."""
 
     pool_: OSUPool | None = None
+    _centroid_index: CentroidIndex | None = None
 
     def _build(self, view: MemoryView) -> None:
         self.pool_ = OSUPool.build(view, self.config.osu_config(), self.seed)  # type: ignore[attr-defined]
@@ -184,28 +256,68 @@ class OSUMem(_PoolRetriever):
         )
         return int(np.searchsorted(np.cumsum(gained), target, side="left")) + 1
 
+    def _coarse_slots(self, q: NDArray[np.float32], budget: int) -> list[list[int]]:
+        """The coarse stage over the whole pool from its slot-level state: the same
+        K OSUs as :meth:`coarse` (ties by canonical order), without assembling the
+        pool; returns their members."""
+        pool = self.pool_
+        assert pool is not None
+        cfg: OSUMemConfig = self.config  # type: ignore[assignment]
+        slots, cents = pool.live_arrays()
+        if slots.size == 0:
+            return []
+        live_row, slot_costs, _ = pool.slot_arrays()
+        mean_cost = float(slot_costs[slots].sum()) / slots.size
+        k = min(math.ceil(cfg.coarse_ratio * budget / mean_cost), slots.size)
+        found = None
+        if self._use_ann(pool.n_steps) and k + CENTROID_MARGIN < slots.size:
+            if self._centroid_index is None or self._centroid_index.pool is not pool:
+                self._centroid_index = CentroidIndex(pool, self.seed)
+            found = self._centroid_index.query(q, k + CENTROID_MARGIN)
+        if found is not None:
+            # approximate: the index's candidates, re-scored exactly
+            sc = (cents[live_row[found]] @ q).astype(np.float64)
+            best_slots = sorted(
+                range(found.shape[0]), key=lambda i: (-sc[i], pool.canonical_key(int(found[i])))
+            )[:k]
+            return [pool.slot_members(int(found[i])) for i in best_slots]
+        scores = (cents @ q).astype(np.float64)
+        if k < slots.size:
+            threshold = -np.partition(-scores, k - 1)[k - 1]
+            head = np.flatnonzero(scores >= threshold).tolist()
+        else:
+            head = list(range(slots.size))
+        best = sorted(head, key=lambda i: (-scores[i], pool.canonical_key(int(slots[i]))))[:k]
+        return [pool.slot_members(int(slots[i])) for i in best]
+
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
-        assert self.view_ is not None
+        assert self.view_ is not None and self.pool_ is not None
         cfg: OSUMemConfig = self.config  # type: ignore[assignment]
         costs = self.view_.costs
-        cos = self._cosines(q, limit)
-        coarse = self.coarse(q, budget, limit, evidence)
-        sub = coarse.members[:, coarse.kept]
-        cand = np.unique(sub.indices).astype(np.int64)
-        cand = cand[np.argsort(-cos[cand], kind="stable")]
+        if limit >= self.pool_.n_steps and not self.is_oracle and cfg.coarse_k_rule == "mean_cost":
+            kept = self._coarse_slots(q, budget)
+            cand = np.unique(np.fromiter((p for m in kept for p in m), dtype=np.int64))
+        else:
+            coarse = self.coarse(q, budget, limit, evidence)
+            cand = np.unique(coarse.members[:, coarse.kept].indices).astype(np.int64)
+        if self._use_ann(limit):
+            cos_cand = self.view_.embeddings[cand] @ q
+        else:
+            cos_cand = self._cosines(q, limit)[cand]
+        order = np.argsort(-cos_cand, kind="stable")
+        cand, rel = cand[order], cos_cand[order]
         if cfg.novelty and budget >= cfg.novelty_min_budget and cand.size:
-            chosen = self._novelty_pack(cand, cos[cand], budget, cfg.novelty_weight)
+            chosen = self._novelty_pack(cand, rel, budget, cfg.novelty_weight)
         else:
             chosen = pack_first_fit(cand, costs, budget)
         if not cfg.fill_from_flat:
             return chosen
         left = budget - int(costs[chosen].sum())
-        flat = np.argsort(-cos, kind="stable").astype(np.int64)
-        taken = np.zeros(limit, dtype=bool)
-        taken[chosen] = True
-        extra = pack_first_fit(flat[~taken[flat]], costs, left) if left > 0 else chosen[:0]
+        if left <= 0:
+            return chosen
+        extra = self._flat_pack(q, limit, left, exclude=chosen)
         return np.concatenate([chosen, extra])
 
     def _novelty_pack(
@@ -251,7 +363,7 @@ class OSUMemCoverage(_PoolRetriever):
         members, _, _ = self._visible(limit)
         cos = self._cosines(q, limit).astype(np.float64)
         if cfg.candidates == "flat_top":
-            order = np.argsort(-cos, kind="stable").astype(np.int64)
+            order = self._flat_head(q, limit, cfg.candidate_ratio * budget)
             csum = np.cumsum(self.view_.costs[order])
             head = int(np.searchsorted(csum, cfg.candidate_ratio * budget, side="right"))
             cand = order[: max(head, 1)]

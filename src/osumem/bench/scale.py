@@ -1,0 +1,481 @@
+"""Scale benchmark: build time, peak memory, the agent pattern (add one step, then
+retrieve) and retrieve latency as the memory grows, with an ANN reference measured in
+the same run.
+
+Data is generated in-process from a seed: unit vectors around cluster centres that an
+agent visits in runs (with revisits), entity / tool / subgoal annotations tied to the
+runs, and token costs. Times are CPU seconds of this process (``time.process_time``),
+so a busy machine slows the wall clock but not the numbers; compare methods by their
+ratios within one run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from osumem.errors import ConfigError
+from osumem.types import MemoryView, Step
+
+#: The reference row's name in the tables.
+ANN_REFERENCE = "ann_hnsw"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScaleConfig:
+    """What ``osumem bench scale`` measures.
+
+    Attributes:
+        sizes: memory sizes n (steps).
+        dim: embedding dimension.
+        methods: registered retrieval methods to time (the ANN reference is always
+            added).
+        budget: token budget of every retrieve.
+        queries: retrieves per method and size for the p50 / p99.
+        agent_steps: "add one step, then retrieve" rounds per method and size ...
+        agent_seconds: ... stopping early once a method spent this much CPU time.
+        agent_max: the largest n at which the agent pattern is timed (it needs a
+            second build).
+        memory_max: the largest n at which the agent pattern is also timed through
+            :class:`osumem.memory.Memory` (hashing encoder, in-memory store); 0: never.
+        seed: seed of the generated data and the retrievers.
+    """
+
+    sizes: tuple[int, ...] = (1_000, 10_000, 100_000)
+    dim: int = 384
+    methods: tuple[str, ...] = ("osumem", "flat")
+    budget: int = 256
+    queries: int = 100
+    agent_steps: int = 50
+    agent_seconds: float = 30.0
+    agent_max: int = 100_000
+    memory_max: int = 10_000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        from osumem.osu.views import hnsw_available
+        from osumem.retrieve.registry import available
+
+        problems = []
+        if not self.sizes or min(self.sizes) < 100:
+            problems.append(f"sizes must be >= 100 steps, got {self.sizes}")
+        if self.dim < 2:
+            problems.append(f"dim must be >= 2, got {self.dim}")
+        unknown = [m for m in self.methods if m not in available()]
+        if unknown:
+            problems.append(f"unknown method(s) {unknown}; known: {available()}")
+        if not hnsw_available():
+            problems.append("the ANN reference needs hnswlib: pip install 'osumem[scale]'")
+        if self.budget < 1 or self.queries < 1 or self.agent_steps < 1:
+            problems.append("budget, queries and agent_steps must be >= 1")
+        if problems:
+            raise ConfigError("scale: " + "; ".join(problems))
+
+
+@dataclass(frozen=True)
+class ScaleData:
+    """A generated memory plus queries near its clusters."""
+
+    view: MemoryView
+    queries: NDArray[np.float32]
+    texts: tuple[str, ...]
+
+
+def generate(n: int, dim: int, seed: int, n_queries: int = 100) -> ScaleData:
+    """A seeded synthetic trajectory of ``n`` steps with clustered ``dim``-d embeddings.
+
+    The agent works in runs of 5-40 steps on one cluster (topic); a run picks a recent
+    topic again with probability .3. Each step carries 0-2 entities of its topic, a tool
+    signature from 60 tools (a third of the steps none) and the run's subgoal label.
+    """
+    rng = np.random.default_rng(seed)
+    n_topics = max(8, n // 250)
+    centres = rng.standard_normal((n_topics, dim)).astype(np.float32)
+    n_runs = n // 5 + 2
+    lengths = rng.integers(5, 41, size=n_runs)
+    fresh: list[int] = rng.integers(0, n_topics, size=n_runs).tolist()
+    back: list[bool] = (rng.random(size=n_runs) < 0.3).tolist()
+    lags: list[int] = rng.integers(1, 6, size=n_runs).tolist()
+    run_topics: list[int] = []
+    for i in range(n_runs):
+        run_topics.append(run_topics[max(0, i - lags[i])] if back[i] and i > 0 else fresh[i])
+    topics = np.asarray(run_topics, dtype=np.int64)
+    run_of = np.repeat(np.arange(lengths.shape[0]), lengths)[:n]
+    topic = topics[run_of]
+    emb = centres[topic] + 0.9 * rng.standard_normal((n, dim)).astype(np.float32)
+    ent_ids = topic * 4 + rng.integers(0, 4, size=n)
+    n_ent = rng.choice(3, size=n, p=[0.4, 0.4, 0.2])
+    ent2 = topic * 4 + rng.integers(0, 4, size=n)
+    entities = tuple(
+        frozenset() if k == 0 else frozenset({f"e{a}"} if k == 1 else {f"e{a}", f"e{b}"})
+        for k, a, b in zip(n_ent.tolist(), ent_ids.tolist(), ent2.tolist(), strict=True)
+    )
+    tool_ids = rng.integers(0, 60, size=n)
+    tools = np.where(rng.random(n) < 1 / 3, "", np.char.add("tool", tool_ids.astype(str)))
+    subgoals = np.char.add("goal", (run_of % 500).astype(str))
+    costs = rng.integers(10, 81, size=n)
+    texts = tuple(
+        f"step {p} topic{t} {tl}" for p, t, tl in zip(range(n), topic, tools, strict=True)
+    )
+    view = MemoryView.build(
+        embeddings=emb,
+        costs=costs,
+        tool_actions=tools.tolist(),
+        tool_signatures=tools.tolist(),
+        entities=entities,
+        subgoals=subgoals.tolist(),
+        texts=list(texts),
+    )
+    q_topics = topic[rng.integers(0, n, size=n_queries)]
+    queries = centres[q_topics] + 0.9 * rng.standard_normal((n_queries, dim)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    return ScaleData(view, queries, texts)
+
+
+def _rss() -> int:
+    """Resident set size of this process in bytes."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@dataclass
+class _Peak:
+    """Samples the resident set size every few ms while a block runs."""
+
+    start: int = 0
+    peak: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def __enter__(self) -> _Peak:
+        self.start = self.peak = _rss()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+        return self
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.005):
+            self.peak = max(self.peak, _rss())
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, _rss())
+
+    @property
+    def extra(self) -> int:
+        return self.peak - self.start
+
+
+class _AnnReference:
+    """The reference: an HNSW index (hnswlib, one thread) answering the flat top-k."""
+
+    def __init__(self, view: MemoryView, k: int, seed: int) -> None:
+        import hnswlib
+
+        self.k = k
+        self.index = hnswlib.Index(space="ip", dim=view.dim)
+        self.index.init_index(
+            max_elements=view.n + 1024, M=16, ef_construction=100, random_seed=seed
+        )
+        self.index.set_num_threads(1)
+        self.index.add_items(view.embeddings, np.arange(view.n))
+        self.index.set_ef(max(64, 2 * k))
+
+    def add(self, vector: NDArray[np.float32], label: int) -> None:
+        if label >= self.index.get_max_elements():
+            self.index.resize_index(2 * label)
+        self.index.add_items(vector[None, :], np.array([label]))
+
+    def query(self, q: NDArray[np.float32]) -> NDArray[np.int64]:
+        labels, _ = self.index.knn_query(q[None, :], k=self.k)
+        return labels[0].astype(np.int64)
+
+
+def _percentiles(values: Sequence[float]) -> dict[str, float]:
+    if not values:
+        return {"p50_ms": math.nan, "p99_ms": math.nan, "mean_ms": math.nan}
+    arr = np.asarray(values, dtype=np.float64) * 1000.0
+    return {
+        "p50_ms": float(np.percentile(arr, 50)),
+        "p99_ms": float(np.percentile(arr, 99)),
+        "mean_ms": float(arr.mean()),
+    }
+
+
+class _MethodTimer:
+    """One method's build / query / add-then-query operations behind one shape."""
+
+    def __init__(self, method: str, cfg: ScaleConfig, k_ref: int) -> None:
+        self.method = method
+        self.cfg = cfg
+        self.k_ref = k_ref
+        self.view: MemoryView | None = None
+        self._ann: _AnnReference | None = None
+        self._retriever: Any = None
+
+    def build(self, view: MemoryView) -> None:
+        """Build over ``view`` (``fit`` for a retriever)."""
+        from osumem.retrieve.registry import create
+
+        self.view = view
+        if self.method == ANN_REFERENCE:
+            self._ann = _AnnReference(view, self.k_ref, self.cfg.seed)
+        else:
+            self._retriever = create(self.method, seed=self.cfg.seed).fit(view)
+
+    def query(self, q: NDArray[np.float32]) -> None:
+        if self._ann is not None:
+            self._ann.query(q)
+        else:
+            self._retriever.retrieve(q, self.cfg.budget)
+
+    def add_then_query(self, grown: MemoryView, q: NDArray[np.float32]) -> None:
+        """The agent pattern: the last step of ``grown`` arrives, then a retrieve."""
+        if self._ann is not None:
+            self._ann.add(grown.embeddings[-1], grown.n - 1)
+            self._ann.query(q)
+        else:
+            self._retriever.update(grown).retrieve(q, self.cfg.budget)
+
+
+def measure_size(
+    cfg: ScaleConfig, n: int, log: Callable[[str], None] = print
+) -> list[dict[str, Any]]:
+    """Every measurement at memory size ``n``: one row per method plus the reference."""
+    data = generate(n, cfg.dim, cfg.seed, cfg.queries)
+    view = data.view
+    raw_bytes = int(view.embeddings.nbytes)
+    k_ref = max(1, math.ceil(cfg.budget / float(view.costs.mean())) * 4)
+    rows: list[dict[str, Any]] = []
+    agent_from = max(1, n - cfg.agent_steps)
+    base = view.prefix(agent_from)
+    for method in (*cfg.methods, ANN_REFERENCE):
+        row: dict[str, Any] = {"n": n, "method": method, "dim": cfg.dim, "raw_bytes": raw_bytes}
+        timer = _MethodTimer(method, cfg, k_ref)
+        with _Peak() as peak:
+            t0 = time.process_time()
+            timer.build(view)
+            build_s = time.process_time() - t0
+        # the first query builds what is built lazily (the query-time HNSW indexes)
+        with _Peak() as first_peak:
+            t0 = time.process_time()
+            timer.query(data.queries[0])
+            first_s = time.process_time() - t0
+        row["build_cpu_s"] = build_s
+        row["build_extra_bytes"] = peak.extra
+        row["build_extra_x_raw"] = peak.extra / raw_bytes
+        row["first_query_cpu_s"] = first_s
+        row["first_query_extra_x_raw"] = first_peak.extra / raw_bytes
+        row["total_extra_x_raw"] = (first_peak.peak - peak.start) / raw_bytes
+        times = []
+        for q in data.queries:
+            t0 = time.process_time()
+            timer.query(q)
+            times.append(time.process_time() - t0)
+        row["retrieve"] = _percentiles(times)
+        del timer
+        agent = _MethodTimer(method, cfg, k_ref)
+        if n <= cfg.agent_max:
+            agent.build(base)
+            agent.query(data.queries[0])
+        steps: list[float] = []
+        for t in range(agent_from, n if n <= cfg.agent_max else agent_from):
+            grown = view.prefix(t + 1)  # the caller's view of the memory, not timed
+            t0 = time.process_time()
+            agent.add_then_query(grown, data.queries[t % cfg.queries])
+            steps.append(time.process_time() - t0)
+            if sum(steps) > cfg.agent_seconds:
+                break
+        del agent
+        row["agent_step"] = {**_percentiles(steps), "rounds": len(steps)}
+        log(
+            f"n={n} {method}: build {build_s:.2f} s CPU (+{peak.extra / 2**20:.0f} MiB, "
+            f"{row['build_extra_x_raw']:.2f}x raw), first query {first_s:.2f} s CPU "
+            f"({row['total_extra_x_raw']:.2f}x raw in all), retrieve p50 "
+            f"{row['retrieve']['p50_ms']:.2f} ms, add+retrieve p50 "
+            f"{row['agent_step']['p50_ms']:.2f} ms ({len(steps)} rounds)"
+        )
+        rows.append(row)
+    if cfg.memory_max and n <= cfg.memory_max:
+        rows.append(_memory_row(cfg, data, n, log))
+    return rows
+
+
+def _memory_row(
+    cfg: ScaleConfig, data: ScaleData, n: int, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """The agent pattern through :class:`osumem.memory.Memory` (hashing encoder,
+    in-memory store): prefill ``n - agent_steps`` steps, then add one step (text) and
+    retrieve (text query) per round."""
+    from osumem.memory import Memory
+
+    view = data.view
+    method = cfg.methods[0]
+    mem = Memory.open(None, encoder="hashing", method=method, seed=cfg.seed, budget=cfg.budget)
+    agent_from = max(1, n - cfg.agent_steps)
+
+    def step(p: int) -> Step:
+        return Step(
+            role="assistant",
+            text=data.texts[p],
+            tool_action=str(view.tool_actions[p]),
+            tool_signature=str(view.tool_signatures[p]),
+            entities=view.entities[p],
+            subgoal=str(view.subgoals[p]),
+            cost=int(view.costs[p]),
+        )
+
+    prefill_s = 0.0
+    t0 = time.process_time()
+    for lo in range(0, agent_from, 5000):
+        mem.add_steps([step(p) for p in range(lo, min(agent_from, lo + 5000))])
+    mem.retrieve("topic1 tool2")
+    prefill_s = time.process_time() - t0
+    steps: list[float] = []
+    for t in range(agent_from, n):
+        t0 = time.process_time()
+        mem.add_steps([step(t)])
+        mem.retrieve(f"topic{t % 7} step")
+        steps.append(time.process_time() - t0)
+        if sum(steps) > cfg.agent_seconds:
+            break
+    mem.close()
+    row: dict[str, Any] = {
+        "n": n,
+        "method": f"Memory[{method}, hashing]",
+        "dim": mem_dim(),
+        "raw_bytes": 0,
+        "build_cpu_s": prefill_s,
+        "agent_step": {**_percentiles(steps), "rounds": len(steps)},
+    }
+    log(
+        f"n={n} {row['method']}: prefill {prefill_s:.2f} s CPU, add+retrieve p50 "
+        f"{row['agent_step']['p50_ms']:.2f} ms ({len(steps)} rounds)"
+    )
+    return row
+
+
+def mem_dim() -> int:
+    """Dimension of the default hashing encoder used by the Memory rows."""
+    from osumem.embed import HashingEncoder
+
+    return HashingEncoder().dim
+
+
+def run_scale(cfg: ScaleConfig, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Measure every size of ``cfg``; returns one row per (size, method).
+
+    BLAS runs on one thread so CPU time is work, not idle spinning of a thread pool;
+    the libraries are imported before the first timing.
+    """
+    import hnswlib  # noqa: F401
+    import igraph  # noqa: F401
+    import leidenalg  # noqa: F401
+    from threadpoolctl import threadpool_limits
+
+    rows: list[dict[str, Any]] = []
+    with threadpool_limits(limits=1):
+        for n in cfg.sizes:
+            rows.extend(measure_size(cfg, n, log))
+    return rows
+
+
+def ratios(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per size and method: retrieve p50 and add + retrieve p50 over the ANN
+    reference's (same run), the numbers anything that gates should read."""
+    ref = {r["n"]: r for r in rows if r["method"] == ANN_REFERENCE}
+    out = []
+    for r in rows:
+        base = ref.get(r["n"])
+        if base is None or r["method"] == ANN_REFERENCE or "retrieve" not in r:
+            continue
+        out.append(
+            {
+                "n": r["n"],
+                "method": r["method"],
+                "retrieve_p50_over_ann": r["retrieve"]["p50_ms"] / base["retrieve"]["p50_ms"],
+                "agent_p50_over_ann": r["agent_step"]["p50_ms"] / base["agent_step"]["p50_ms"],
+            }
+        )
+    return out
+
+
+def markdown(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows as a Markdown table (CPU milliseconds and seconds)."""
+    head = (
+        "| n | method | build CPU s | build extra (× raw f32) | first query CPU s | "
+        "extra with first query (× raw) | retrieve p50 ms | retrieve p99 ms | "
+        "add+retrieve p50 ms | add+retrieve mean ms | rounds |\n"
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+    )
+    lines = []
+
+    def ms(value: float | None) -> str:
+        return "" if value is None else f"{value:.2f}"
+
+    for r in rows:
+        ret = r.get("retrieve") or {}
+        ag = r["agent_step"]
+        lines.append(
+            f"| {r['n']:,} | {r['method']} | {r['build_cpu_s']:.2f} | "
+            f"{ms(r.get('build_extra_x_raw'))} | {ms(r.get('first_query_cpu_s'))} | "
+            f"{ms(r.get('total_extra_x_raw'))} | {ms(ret.get('p50_ms'))} | "
+            f"{ms(ret.get('p99_ms'))} | {ag['p50_ms']:.2f} | {ag['mean_ms']:.2f} | "
+            f"{ag['rounds']} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
+    """Log-log PNG: build time, retrieve p50 and add + retrieve p50 against n."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    panels = [
+        ("build + first query CPU s", lambda r: r["build_cpu_s"] + r.get("first_query_cpu_s", 0.0)),
+        ("retrieve p50 ms", lambda r: r.get("retrieve", {}).get("p50_ms")),
+        ("add + retrieve p50 ms", lambda r: r["agent_step"]["p50_ms"]),
+    ]
+    methods = sorted({r["method"] for r in rows})
+    colour = {m: f"C{i}" for i, m in enumerate(methods)}  # the same colour in every panel
+    for ax, (title, get) in zip(axes, panels, strict=True):
+        for m in methods:
+            pts = [(r["n"], get(r)) for r in rows if r["method"] == m and get(r) is not None]
+            pts = [(x, y) for x, y in pts if y == y and y > 0]  # log axes: no NaN or 0
+            if pts:
+                xs, ys = zip(*sorted(pts), strict=True)
+                ax.plot(xs, ys, marker="o", label=m, color=colour[m])
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("steps in memory (n)")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+    handles = [plt.Line2D([], [], color=colour[m], marker="o", label=m) for m in methods]
+    axes[0].legend(handles=handles, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write(rows: Sequence[dict[str, Any]], cfg: ScaleConfig, out: Path) -> dict[str, Path]:
+    """Write ``scale.json``, ``scale.md`` and ``scale.png`` under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "scale.json", "md": out / "scale.md", "png": out / "scale.png"}
+    payload = {"config": asdict(cfg), "rows": list(rows), "ratios": ratios(rows)}
+    paths["json"].write_text(json.dumps(payload, indent=2) + "\n")
+    paths["md"].write_text(markdown(rows))
+    plot(rows, paths["png"])
+    return paths

@@ -1,0 +1,252 @@
+"""Scale paths: incremental pool equal to batch bit for bit, the flat head equal to a
+full sort, the HNSW similarity path, and `osumem bench scale` end to end."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import make_view
+from osumem.bench.synthetic import SyntheticConfig, generate_episode
+from osumem.osu import OSUConfig, OSUPool
+from osumem.osu import views as views_mod
+from osumem.retrieve.base import flat_first_fit, pack_first_fit, top_order
+from osumem.retrieve.registry import create
+
+PUBLIC = ("view_codes", "centroids", "costs", "spans", "sizes", "coherence")
+
+
+def assert_same_pool(a: OSUPool, b: OSUPool) -> None:
+    assert (a.members != b.members).nnz == 0
+    assert a.members.shape == b.members.shape
+    assert list(a.keys) == list(b.keys)
+    for name in PUBLIC:
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+
+
+@pytest.mark.parametrize("m_max", [1, 2, 5])
+def test_incremental_equals_batch_bit_for_bit_on_annotation_views(m_max):
+    view = generate_episode(SyntheticConfig(n_episodes=1), 1001, 0).view
+    cfg = OSUConfig(views=("entity", "tool", "subgoal"), max_memberships=m_max)
+    inc = OSUPool(cfg, seed=0)
+    for t in range(1, view.n + 1):
+        inc.add(view.prefix(t))
+        if t % 37 == 0:  # reading in between changes nothing
+            assert_same_pool(inc, OSUPool.build(view.prefix(t), cfg, seed=0))
+    assert_same_pool(inc, OSUPool.build(view, cfg, seed=0))
+
+
+def test_incremental_equals_batch_when_every_add_refreshes_similarity():
+    view = generate_episode(SyntheticConfig(n_episodes=1), 1002, 0).view
+    cfg = OSUConfig(similarity_refresh=1, similarity_refresh_ratio=0.0, max_memberships=2)
+    inc = OSUPool(cfg, seed=0)
+    for t in range(5, view.n + 1, 5):
+        inc.add(view.prefix(t))
+    inc.add(view)
+    assert_same_pool(inc, OSUPool.build(view, cfg, seed=0))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(0, 40),
+    seed=st.integers(0, 1000),
+    m_max=st.integers(1, 4),
+    chunks=st.lists(st.integers(1, 7), min_size=1, max_size=8),
+)
+def test_incremental_equals_batch_on_random_annotations(n, seed, m_max, chunks):
+    rng = np.random.default_rng(seed)
+    ents = [set(rng.choice(list("abcd"), size=rng.integers(0, 3)).tolist()) for _ in range(n)]
+    tools = rng.choice(["", "t1", "t2"], size=n).tolist()
+    subs = rng.choice(["", "s1"], size=n).tolist()
+    view = make_view(n, 6, seed=seed, entities=ents, tool_signatures=tools, subgoals=subs)
+    cfg = OSUConfig(views=("entity", "tool", "subgoal"), max_memberships=m_max, max_osu_size=4)
+    inc = OSUPool(cfg, seed=0)
+    t = 0
+    for c in chunks:
+        t = min(n, t + c)
+        inc.add(view.prefix(t))
+    inc.add(view)
+    assert_same_pool(inc, OSUPool.build(view, cfg, seed=0))
+
+
+def test_osu_slots_of_follows_osus_of():
+    view = generate_episode(SyntheticConfig(n_episodes=1), 1000, 0).view
+    pool = OSUPool.build(view, OSUConfig(), seed=0)
+    for p in range(0, view.n, 7):
+        slots = pool.osu_slots_of(p)
+        assert [pool.canonical_key(g)[2] for g in slots] == [
+            str(pool.keys[j]) for j in pool.osus_of(p)
+        ]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    scores=st.lists(st.integers(-3, 3), min_size=1, max_size=60),
+    k=st.integers(0, 70),
+)
+def test_top_order_equals_stable_argsort(scores, k):
+    s = np.asarray(scores, dtype=np.float32)
+    assert top_order(s, k).tolist() == np.argsort(-s, kind="stable")[:k].tolist()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    n=st.integers(1, 3000),
+    seed=st.integers(0, 10_000),
+    budget=st.integers(1, 3000),
+    ties=st.booleans(),
+)
+def test_flat_first_fit_equals_packing_the_full_sort(n, seed, budget, ties):
+    rng = np.random.default_rng(seed)
+    scores = rng.integers(0, 5, n).astype(np.float32) if ties else rng.random(n, dtype=np.float32)
+    costs = rng.integers(1, 60, n)
+    full = pack_first_fit(np.argsort(-scores, kind="stable"), costs, budget)
+    assert flat_first_fit(scores, costs, budget).tolist() == full.tolist()
+
+
+def test_hnsw_knn_graph_matches_exact_on_clustered_data(monkeypatch):
+    rng = np.random.default_rng(0)
+    centres = rng.standard_normal((20, 32)).astype(np.float32)
+    emb = centres[rng.integers(0, 20, 600)] + 0.3 * rng.standard_normal((600, 32)).astype(
+        np.float32
+    )
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    src_e, dst_e = views_mod.knn_edges(emb, 10)
+    monkeypatch.setattr(views_mod, "EXACT_KNN_MAX", 100)
+    src_a, dst_a = views_mod.knn_edges(emb, 10)
+    assert src_a.tolist() == src_e.tolist()
+    assert not (src_a == dst_a).any()
+    exact = dst_e.reshape(600, 10)
+    approx = dst_a.reshape(600, 10)
+    recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(approx, exact, strict=True)])
+    assert recall > 0.9
+
+
+def test_large_similarity_view_refreshes_from_the_previous_partition(monkeypatch):
+    import osumem.osu.pool as pool_mod
+
+    monkeypatch.setattr(pool_mod, "EXACT_KNN_MAX", 50)
+    view = generate_episode(SyntheticConfig(n_episodes=1), 1000, 0).view
+    cfg = OSUConfig(views=("similarity",), similarity_refresh=20, similarity_refresh_ratio=0.0)
+    inc = OSUPool(cfg, seed=0)
+    for t in range(60, view.n + 1, 20):
+        inc.add(view.prefix(t))
+    assert inc._knn is not None and inc._knn.size == inc._partition.shape[0]
+    assert inc.n_osus > 1
+    assert inc.sizes.max() <= cfg.max_osu_size
+    # a batch build over the same steps takes the same (approximate) path
+    batch = OSUPool.build(view.prefix(inc._similarity_upto), cfg, seed=0)
+    assert batch.n_osus > 1
+
+
+def test_bench_scale_cli_writes_table_json_and_png(tmp_path):
+    from osumem.cli import main
+
+    out = tmp_path / "scale"
+    res = CliRunner().invoke(
+        main,
+        [
+            "bench", "scale", "--sizes", "300,600", "--dim", "16", "--queries", "5",
+            "--agent-steps", "3", "--memory-max", "300", "--agent-max", "300",
+            "--out", str(out),
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    data = json.loads((out / "scale.json").read_text())
+    methods = {(r["n"], r["method"]) for r in data["rows"]}
+    assert {(300, "osumem"), (600, "flat"), (600, "ann_hnsw")} <= methods
+    assert any(m.startswith("Memory[") for _, m in methods)
+    assert {r["method"] for r in data["ratios"]} == {"osumem", "flat"}
+    assert (out / "scale.png").stat().st_size > 0
+    # above --agent-max no agent rounds run (NaN), and the plot still draws
+    assert [r["agent_step"]["rounds"] for r in data["rows"] if r["n"] == 600] == [0, 0, 0]
+    assert "| n | method |" in (out / "scale.md").read_text()
+
+
+def test_bench_scale_rejects_unknown_methods(tmp_path):
+    from osumem.cli import main
+
+    res = CliRunner().invoke(
+        main, ["bench", "scale", "--sizes", "300", "--methods", "nope", "--out", str(tmp_path)]
+    )
+    assert res.exit_code == 2
+    assert "unknown method" in res.output
+
+
+def _big_view(n=1500, dim=24, seed=0):
+    from osumem.bench.scale import generate
+
+    return generate(n, dim, seed, n_queries=20)
+
+
+def test_ann_paths_stay_within_budget_and_near_the_exact_answer(monkeypatch):
+    import osumem.retrieve.base as base
+
+    data = _big_view()
+    exact = {m: create(m, seed=0).fit(data.view) for m in ("flat", "flat_mmr", "osumem")}
+    answers = {
+        m: [set(r.retrieve(q, 256).positions.tolist()) for q in data.queries]
+        for m, r in exact.items()
+    }
+    monkeypatch.setattr(base, "ANN_MIN_STEPS", 1000)
+    for m in ("flat", "flat_mmr", "osumem"):
+        r = create(m, seed=0).fit(data.view)
+        overlap = []
+        for q, want in zip(data.queries, answers[m], strict=True):
+            sel = r.retrieve(q, 256)
+            assert sel.cost <= 256
+            got = set(sel.positions.tolist())
+            overlap.append(len(got & want) / max(1, len(want)))
+        assert r._step_index is not None and r._step_index.size == data.view.n
+        assert np.mean(overlap) > 0.8, m
+        # causal queries never use the index
+        assert (r.retrieve(data.queries[0], 256, before=500).positions < 500).all()
+
+
+def test_centroid_index_follows_the_pool_through_adds(monkeypatch):
+    import osumem.retrieve.base as base
+
+    monkeypatch.setattr(base, "ANN_MIN_STEPS", 1000)
+    data = _big_view(1400)
+    r = create("osumem", seed=0).fit(data.view.prefix(1200))
+    r.retrieve(data.queries[0], 256)
+    for t in range(1201, 1400, 3):
+        r.update(data.view.prefix(t)).retrieve(data.queries[t % 20], 256)
+    index = r._centroid_index
+    assert index is not None
+    index.sync()
+    live = set(r.pool_.live_arrays()[0].tolist())
+    labels = set(index._index.get_ids_list()) - index._deleted
+    assert labels == live
+    rows, _, _ = r.pool_.slot_arrays()
+    cents = r.pool_.live_arrays()[1]
+    for g in list(live)[:50]:
+        np.testing.assert_allclose(index._index.get_items([g])[0], cents[rows[g]], atol=1e-6)
+
+
+def test_without_hnswlib_large_graphs_are_exact_blockwise(monkeypatch):
+    rng = np.random.default_rng(3)
+    emb = rng.standard_normal((300, 8)).astype(np.float32)
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    src, dst = views_mod.knn_edges(emb, 5)
+    monkeypatch.setattr(views_mod, "hnsw_available", lambda: False)
+    monkeypatch.setattr(views_mod, "EXACT_KNN_MAX", 64)
+    src_b, dst_b = views_mod.knn_edges(emb, 5)
+    assert src_b.tolist() == src.tolist()
+    assert [set(r) for r in dst_b.reshape(300, 5).tolist()] == [
+        set(r) for r in dst.reshape(300, 5).tolist()
+    ]
+
+
+def test_osus_of_reads_the_rows_and_matches_the_membership_matrix():
+    view = generate_episode(SyntheticConfig(n_episodes=1), 1001, 0).view
+    pool = OSUPool.build(view.prefix(120), OSUConfig(), seed=0)
+    pool.add(view)
+    got = [pool.osus_of(p).tolist() for p in range(view.n)]  # before any assembly
+    csr = pool.members.tocsr()
+    assert got == [
+        sorted(csr.indices[csr.indptr[p] : csr.indptr[p + 1]].tolist()) for p in range(view.n)
+    ]
