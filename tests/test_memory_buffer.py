@@ -51,14 +51,17 @@ def test_reopen_fits_a_non_incremental_method_once(tmp_path, monkeypatch):
     state by definition), not once per stored add batch."""
     from osumem.retrieve.base import Retriever
 
+    from osumem.retrieve.registry import create
+
+    assert type(create("coverage")).update is Retriever.update  # a fresh fit per update
     path = tmp_path / "m.db"
-    with Memory.open(path, encoder=HashingEncoder(16), method="flat") as mem:
+    with Memory.open(path, encoder=HashingEncoder(16), method="coverage") as mem:
         for k in range(40):
             mem.add_messages([{"role": "user", "content": f"user {k} order {k % 5}"}])
         want = mem.retrieve("order 3", 32).to_dict()
     calls = []
     real = Retriever.fit
     monkeypatch.setattr(Retriever, "fit", lambda self, v: calls.append(v.n) or real(self, v))
-    with Memory.open(path, encoder=HashingEncoder(16), method="flat") as again:
+    with Memory.open(path, encoder=HashingEncoder(16), method="coverage") as again:
         assert again.retrieve("order 3", 32).to_dict() == want
     assert calls == [40]

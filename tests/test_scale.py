@@ -159,10 +159,11 @@ def test_bench_scale_cli_writes_table_json_and_png(tmp_path):
     methods = {(r["n"], r["method"]) for r in data["rows"]}
     assert {(300, "osumem"), (600, "flat"), (600, "ann_hnsw")} <= methods
     assert any(m.startswith("Memory[") for _, m in methods)
-    assert {r["method"] for r in data["ratios"]} == {"osumem", "flat"}
+    assert {"osumem", "flat"} <= {r["method"] for r in data["ratios"]}
     assert (out / "scale.png").stat().st_size > 0
     # above --agent-max no agent rounds run (NaN), and the plot still draws
-    assert [r["agent_step"]["rounds"] for r in data["rows"] if r["n"] == 600] == [0, 0, 0]
+    rounds = [r["agent_step"]["rounds"] for r in data["rows"] if r["n"] == 600]
+    assert rounds and set(rounds) == {0}
     assert "| n | method |" in (out / "scale.md").read_text()
 
 

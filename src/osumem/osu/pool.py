@@ -257,8 +257,11 @@ class OSUPool:
     # -- construction ----------------------------------------------------------------
 
     @classmethod
-    def build(cls, view: MemoryView, config: OSUConfig, seed: int = 0) -> OSUPool:
-        """Build the pool over every step of ``view`` at once (batch construction)."""
+    def build(
+        cls, view: MemoryView, config: OSUConfig, seed: int = 0, *, similarity: bool = True
+    ) -> OSUPool:
+        """Build the pool over every step of ``view`` at once (batch construction);
+        ``similarity=False`` leaves the similarity view for the first refresh."""
         pool = cls(config, seed)
         pool.view_ = view
         pool._reset_slots(view.dim)
@@ -267,7 +270,7 @@ class OSUPool:
                 continue
             for _, key, members in annotation_groups(view, name, config):
                 pool._last[(name, key)] = pool._new_slot(name, key, members.tolist())
-        sim = pool._refresh_similarity(view)
+        sim = pool._refresh_similarity(view) if similarity else []
         pool._rebuild(view, sim)
         return pool
 
@@ -289,7 +292,10 @@ class OSUPool:
                 f"OSUPool.add: embeddings of dimension {view.dim}, the pool has {old.dim}"
             )
         if old is None or old.n == 0:
-            fresh = OSUPool.build(view, self.config, self.seed)
+            # the first add refreshes the similarity view on the same schedule as
+            # every later one: once similarity_refresh steps have arrived
+            due = view.n >= self.config.similarity_refresh
+            fresh = OSUPool.build(view, self.config, self.seed, similarity=due)
             self.__dict__.update(fresh.__dict__)
             return self
         if view.n == start:
