@@ -50,7 +50,6 @@ def test_reopen_fits_a_non_incremental_method_once(tmp_path, monkeypatch):
     """A method whose update is a fresh fit is rebuilt by one fit on reopen (the same
     state by definition), not once per stored add batch."""
     from osumem.retrieve.base import Retriever
-
     from osumem.retrieve.registry import create
 
     assert type(create("coverage")).update is Retriever.update  # a fresh fit per update
