@@ -294,8 +294,8 @@ class OSUPool:
         if old is None or old.n == 0:
             # the first add refreshes the similarity view on the same schedule as
             # every later one: once similarity_refresh steps have arrived
-            due = view.n >= self.config.similarity_refresh
-            fresh = OSUPool.build(view, self.config, self.seed, similarity=due)
+            first_due = view.n >= self.config.similarity_refresh
+            fresh = OSUPool.build(view, self.config, self.seed, similarity=first_due)
             self.__dict__.update(fresh.__dict__)
             return self
         if view.n == start:
