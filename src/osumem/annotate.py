@@ -1,4 +1,4 @@
-"""Annotation extraction for real trajectories (SPEC §3): entities, tool signatures,
+"""Annotation extraction for real trajectories: entities, tool signatures,
 namespace prefixes."""
 
 from __future__ import annotations

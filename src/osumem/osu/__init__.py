@@ -1,4 +1,4 @@
-"""OSU construction (SPEC §4): views, temporal splitting, caps, the OSU pool, and the
+"""OSU construction: views, temporal splitting, caps, the OSU pool, and the
 statistics the analysis reads (evidence-OSU membership, reachability)."""
 
 from osumem.osu.config import VIEWS, OSUConfig

@@ -1,4 +1,4 @@
-"""The frozen construction parameters of an OSU pool (SPEC §4)."""
+"""The frozen construction parameters of an OSU pool."""
 
 from __future__ import annotations
 

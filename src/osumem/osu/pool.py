@@ -1,4 +1,4 @@
-"""The OSU pool shared by the retrievers and the analysis (SPEC §4).
+"""The OSU pool shared by the retrievers and the analysis.
 
 Construction keeps *raw groups* per view (keyed grouping, Δ_view splitting, S_max
 chunks) and derives the pool from them: prune groups under f_min, cap every step at

@@ -1,4 +1,4 @@
-"""Candidate groups of each view (SPEC §4): keyed grouping, temporal-gap splitting,
+"""Candidate groups of each view: keyed grouping, temporal-gap splitting,
 S_max chunking, and the similarity view's k-NN communities.
 
 Everything here produces *raw* groups (before the f_min filter and the M_max cap,

@@ -1,11 +1,11 @@
-"""The retriever interface and the one shared packer (SPEC §5).
+"""The retriever interface and the one shared packer.
 
 Every method, baselines, ablations and oracles included, is a :class:`Retriever`
 subclass plus a frozen config dataclass. ``fit`` builds the method's structure over a
 :class:`~osumem.types.MemoryView`; ``retrieve`` validates the query and budget at the
 boundary and returns step positions packed under the budget.
 
-Packing policy (shared, SPEC §5): walk candidates in rank order and add each step that
+Packing policy (shared): walk candidates in rank order and add each step that
 still fits in the remaining budget (first fit); never exceed the budget. Greedy methods
 whose scores depend on what is already selected (MMR, novelty, coverage) use
 :func:`greedy_pack`, which applies the same first-fit rule at every pick.

@@ -1,4 +1,4 @@
-"""Coverage-Aware baseline (SPEC §5): cosine plus a β bonus for a new subgoal."""
+"""Coverage-Aware baseline: cosine plus a β bonus for a new subgoal."""
 
 from __future__ import annotations
 

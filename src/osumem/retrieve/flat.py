@@ -1,4 +1,4 @@
-"""No LT Memory and Flat Vector (SPEC §5)."""
+"""No LT Memory and Flat Vector."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Disjoint Hierarchy baseline (SPEC §5): disjoint subgoal partitions, selected by
+"""Disjoint Hierarchy baseline: disjoint subgoal partitions, selected by
 centroid cosine, then top cosine within them."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class DisjointHierarchyConfig(RetrieverConfig):
     * ``unlabeled_block``: steps with no subgoal are partitioned by position blocks of
       this many positions.
     * ``coarse_ratio``: ρ in K = ⌈ρ·B / mean partition cost⌉, the number of partitions
-      kept by the coarse stage (the same rule as OSU-Mem, SPEC §5).
+      kept by the coarse stage (the same rule as OSU-Mem).
     * ``fill_leftover``: budget the chosen partitions leave unused is filled from the
       flat cosine ranking (as OSU-Mem does).
     """

@@ -1,4 +1,4 @@
-"""Flat + MMR (SPEC §5): maximal marginal relevance over the flat cosine ranking."""
+"""Flat + MMR: maximal marginal relevance over the flat cosine ranking."""
 
 from __future__ import annotations
 

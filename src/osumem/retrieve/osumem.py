@@ -1,4 +1,4 @@
-"""OSU-Mem retrieval (SPEC §5) and its variants, all configurations of the same code.
+"""OSU-Mem retrieval and its variants, all configurations of the same code.
 
 * :class:`OSUMem`: budgeted coarse-to-fine expansion. Coarse: OSU centroids by cosine,
   keep the top K = ceil(ρ·B / mean OSU token cost). Fine: the kept OSUs' members by
@@ -45,7 +45,7 @@ class OSUMemConfig(OSUConfig, RetrieverConfig):
             cos(h_i, h_j)) over already-selected steps j.
         novelty_min_budget: the penalty is active only when B ≥ this (paper: 192).
         fill_from_flat: fill leftover budget from the flat cosine ranking.
-        coarse_k_rule: how K follows the budget. ``"mean_cost"`` (default, SPEC §5):
+        coarse_k_rule: how K follows the budget. ``"mean_cost"`` (default, the paper's rule):
             K = ceil(ρ·B / mean OSU token cost). ``"union_cost"``: keep OSUs in centroid
             order until their *distinct* members hold ρ·B tokens, so K does not shrink
             relative to the pool when overlapping OSUs share members (a post-hoc
@@ -77,7 +77,7 @@ class OSUMemCoverageConfig(OSUConfig, RetrieverConfig):
     .12, swept over .04–.20): a step scores cos(q, h_i) + β per OSU it belongs to that no
     selected step covers yet.
 
-    ``candidates`` says which steps the greedy runs over: ``"all"`` (default, SPEC §5:
+    ``candidates`` says which steps the greedy runs over: ``"all"`` (default, the paper's rule:
     every visible step) or ``"flat_top"`` (the head of the flat cosine ranking holding
     ``candidate_ratio``·B tokens, so the bonus only reorders relevant steps; a post-hoc
     sensitivity variant, docs/decisions.md)."""

@@ -1,4 +1,4 @@
-"""Recency baselines (SPEC §5): Budget-Truncated Replay and Sliding Window."""
+"""Recency baselines: Budget-Truncated Replay and Sliding Window."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class TruncatedReplay(Retriever):
 @dataclass(frozen=True, kw_only=True)
 class SlidingWindowConfig(RetrieverConfig):
     """Sliding Window has no parameters: its window is W = ⌊B / mean step cost⌋
-    (mean over the visible steps), at least one step (SPEC §5, ours)."""
+    (mean over the visible steps), at least one step (our choice)."""
 
 
 def window_size(budget: int, mean_cost: float) -> int:

@@ -1,4 +1,4 @@
-"""Periodic Summary baseline (SPEC §5): a recent window plus one extractive summary
+"""Periodic Summary baseline: a recent window plus one extractive summary
 step per older chunk (no LLM at retrieval time)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tree Abstraction baseline (SPEC §5): RAPTOR-style recursive clustering with
+"""Tree Abstraction baseline: RAPTOR-style recursive clustering with
 mean-embedding summary nodes and a budgeted coarse-to-fine descent."""
 
 from __future__ import annotations
