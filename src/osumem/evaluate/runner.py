@@ -211,17 +211,6 @@ def check_jobs(jobs: Any) -> int:
     return int(jobs)
 
 
-def _evaluate_single_threaded(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
-    """:func:`evaluate_episode` with BLAS and OpenMP held to one thread: an episode's
-    matrices are small, so extra threads only spin (scikit-learn's k-means in the
-    ``tree`` baseline spent a third of the run that way), and parallelism comes from
-    the episode workers. Same rows, about half the CPU time."""
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1):
-        return evaluate_episode(*args, **kwargs)
-
-
 def run(
     episodes: Sequence[tuple[int, Episode]],
     runs: Sequence[MethodRun],
@@ -238,6 +227,7 @@ def run(
     is drawn only when stderr is a terminal."""
     import pandas as pd
     from joblib import Parallel, delayed
+    from threadpoolctl import threadpool_limits
     from tqdm.auto import tqdm
 
     jobs = auto_jobs(len(episodes)) if jobs == "auto" else check_jobs(jobs)
@@ -247,7 +237,7 @@ def run(
     if not runs:
         raise ConfigError("no methods given")
     tasks = (
-        delayed(_evaluate_single_threaded)(ep, runs, budgets, benchmark=benchmark, seed=seed)
+        delayed(evaluate_episode)(ep, runs, budgets, benchmark=benchmark, seed=seed)
         for seed, ep in episodes
     )
     parallel = Parallel(n_jobs=jobs, return_as="generator", batch_size="auto")
@@ -259,7 +249,12 @@ def run(
         disable=True if not progress else None,  # None: only on a terminal
         leave=False,
     )
-    rows = [row for chunk in results for row in chunk]
+    # BLAS/OpenMP held to one thread: an episode's matrices are small, so more threads
+    # only spin (scikit-learn's k-means in the `tree` baseline spent a third of a run
+    # that way on a busy machine); parallelism comes from the episode workers, which
+    # joblib already starts with one thread each. Same rows.
+    with threadpool_limits(limits=1):
+        rows = [row for chunk in results for row in chunk]
     df = pd.DataFrame(rows, columns=list(ROW_COLUMNS))
     method_order = {r.label: i for i, r in enumerate(runs)}
     df["_m"] = df["method"].map(method_order)
