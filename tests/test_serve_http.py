@@ -169,7 +169,13 @@ def test_cli_server_option_prints_what_the_local_query_prints(server, tmp_path):
         assert out.returncode == 0, out.stderr
         return out.stdout
 
-    print(run("ingest", str(log), "--server", server.url, "--namespace", "cli", "--json"))
+    first = json.loads(
+        run("ingest", str(log), "--server", server.url, "--namespace", "cli", "--json")
+    )
+    again = json.loads(
+        run("ingest", str(log), "--server", server.url, "--namespace", "cli", "--json")
+    )
+    assert first["steps_added"] > 0 and again["steps_added"] == 0  # a re-run adds nothing
     query = ["query", "reservation R41 voucher", "--namespace", "cli", "--budget", "60", "--json"]
     remote = json.loads(run(*query, "--server", server.url))
     local = json.loads(run(*query, "--store", str(server.store)))

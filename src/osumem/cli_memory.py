@@ -118,7 +118,7 @@ def ingest_cmd(
     several = len(logs) > 1
     use_prefix = several if prefix is None else prefix
     if server is not None:
-        remote_ingest(server, logs, namespace, use_prefix, model, as_json)
+        remote_ingest(server, logs, namespace, use_prefix, model, as_json, on_duplicate)
         return
     assert store is not None  # store_or_server checked that one of them is given
     added = skipped = 0

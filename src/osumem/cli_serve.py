@@ -259,8 +259,10 @@ def remote_ingest(
     prefix: bool,
     model: str | None,
     as_json: bool,
+    on_duplicate: str = "skip",
 ) -> None:
-    """``osumem ingest --server``: one add per log, each acknowledged after it commits."""
+    """``osumem ingest --server``: one add per log, each acknowledged after it commits; a
+    log the namespace already holds is handled by ``on_duplicate`` as locally."""
     from osumem.errors import ConfigError
     from osumem.serve.client import MemoryClient
 
@@ -277,6 +279,7 @@ def remote_ingest(
                 source=f"{namespace}/{i}" if several else namespace,
                 prefix_namespace=prefix,
                 hold_open_calls=False,
+                on_duplicate=on_duplicate,
             )
             added += len(answer["step_ids"])
             in_namespace = int(answer["steps_in_namespace"])

@@ -82,10 +82,15 @@ class MemoryClient:
         source: str | None = None,
         prefix_namespace: bool | None = None,
         hold_open_calls: bool = True,
+        on_duplicate: str = "append",
     ) -> dict[str, Any]:
         """Store messages; returns ``{"step_ids", "steps_in_namespace", ...}`` once the
-        server has committed them."""
-        body: dict[str, Any] = {"messages": list(messages), "hold_open_calls": hold_open_calls}
+        server has committed them (``on_duplicate`` as in ``Memory.add_messages``)."""
+        body: dict[str, Any] = {
+            "messages": list(messages),
+            "hold_open_calls": hold_open_calls,
+            "on_duplicate": on_duplicate,
+        }
         if source is not None:
             body["source"] = source
         if prefix_namespace is not None:

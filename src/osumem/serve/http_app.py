@@ -212,6 +212,7 @@ def build_app(
             source=body.source,
             prefix_namespace=body.prefix_namespace,
             hold_open_calls=body.hold_open_calls,
+            on_duplicate=body.on_duplicate,
         )
         return AddResponse.of(result)
 

@@ -71,6 +71,12 @@ class AddRequest(BaseModel):
         description="Hold a trailing tool call without its result until the result "
         "arrives in a later add.",
     )
+    on_duplicate: Literal["append", "skip", "error"] = Field(
+        default="append",
+        description="These messages were added to the namespace before (same content): "
+        "append them again (default, as an agent repeating itself does), skip them, or "
+        "fail (422).",
+    )
 
 
 class AddResponse(BaseModel):

@@ -185,12 +185,14 @@ class MemoryService:
         source: str | None = None,
         prefix_namespace: bool | None = None,
         hold_open_calls: bool = True,
+        on_duplicate: str = "append",
     ) -> AddResult:
         """Append OpenAI-format messages to ``namespace``; returns once committed.
 
         Raises the memory's typed errors (nothing is written then).
         """
-        return self._add(namespace, messages, source, prefix_namespace, hold_open_calls).result()
+        options = (source, prefix_namespace, hold_open_calls, on_duplicate)
+        return self._add(namespace, messages, options).result()
 
     def retrieve(
         self, namespace: str, query: str, budget: int, method: str | None = None
@@ -234,9 +236,11 @@ class MemoryService:
         source: str | None = None,
         prefix_namespace: bool | None = None,
         hold_open_calls: bool = True,
+        on_duplicate: str = "append",
     ) -> AddResult:
         """:meth:`add_messages` without blocking the event loop."""
-        fut = self._add(namespace, messages, source, prefix_namespace, hold_open_calls)
+        options = (source, prefix_namespace, hold_open_calls, on_duplicate)
+        fut = self._add(namespace, messages, options)
         return await asyncio.wrap_future(fut)
 
     async def aretrieve(
@@ -262,10 +266,10 @@ class MemoryService:
         self,
         namespace: str,
         messages: Sequence[Mapping[str, Any]],
-        source: str | None,
-        prefix_namespace: bool | None,
-        hold_open_calls: bool,
+        options: tuple[str | None, bool | None, bool, str],
     ) -> Future[AddResult]:
+        """Queue an add (options: source, prefix_namespace, hold_open_calls,
+        on_duplicate) for the store thread."""
         if isinstance(messages, Sequence) and len(messages) > self.limits.max_messages:
             raise InvalidInputError(
                 f"messages: {len(messages)} messages in one add; the server accepts at most "
@@ -275,7 +279,6 @@ class MemoryService:
         if self._closed:
             raise RuntimeError("the memory service is closed")
         future: Future[AddResult] = Future()
-        options = (source, prefix_namespace, hold_open_calls)
         self._pending_adds.put((namespace, messages, options, future))
         self._on_store(self._drain_adds)
         return future
@@ -296,7 +299,7 @@ class MemoryService:
         touched: list[str] = []
         self._lock.acquire_write()
         try:
-            for namespace, messages, (source, prefix, hold), future in batch:
+            for namespace, messages, (source, prefix, hold, duplicate), future in batch:
                 if not future.set_running_or_notify_cancel():
                     continue
                 self._generation[namespace] = self._generation.get(namespace, 0) + 1
@@ -310,6 +313,7 @@ class MemoryService:
                         source=source,
                         prefix_namespace=prefix,
                         hold_open_calls=hold,
+                        on_duplicate=duplicate,
                     )
                     result = AddResult(
                         namespace, ids, mem.n_steps(namespace), len(mem.store.pending(namespace))
