@@ -39,7 +39,7 @@ EXPECTED = [
 
 def steps_of(name: str, fmt: str = "auto"):
     (log,) = read_logs(LOGS / name, fmt)
-    return log, read_messages(log.messages, namespace="ep")
+    return log, read_messages(log.messages, source="ep")
 
 
 @pytest.mark.parametrize(

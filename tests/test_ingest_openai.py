@@ -42,7 +42,7 @@ LOG = [
 
 
 def test_steps_roles_and_order() -> None:
-    steps = read_messages(LOG, namespace="ep1")
+    steps = read_messages(LOG, source="ep1")
     assert [s.role for s in steps] == [
         "user",
         "assistant",
@@ -58,7 +58,7 @@ def test_steps_roles_and_order() -> None:
 
 
 def test_multiple_tool_calls_in_one_message_each_get_their_observation() -> None:
-    steps = read_messages(LOG, namespace="ep1")
+    steps = read_messages(LOG, source="ep1")
     get, think = steps[2], steps[3]
     assert get.text == 'call: get_reservation_details({"reservation_id":"ABC123"})\nresult: {}'
     assert get.tool_action == "get_reservation_details"
@@ -75,7 +75,7 @@ def test_tool_error_is_an_observation() -> None:
 
 
 def test_subgoals_are_segments_between_user_turns() -> None:
-    steps = read_messages(LOG, namespace="ep1")
+    steps = read_messages(LOG, source="ep1")
     assert [s.subgoal for s in steps] == ["ep1:sg1"] * 5 + ["ep1:sg2"] * 2
     pre = read_messages([{"role": "assistant", "content": "Hi"}, {"role": "user", "content": "x"}])
     assert [s.subgoal for s in pre] == ["sg0", "sg1"]
@@ -84,12 +84,12 @@ def test_subgoals_are_segments_between_user_turns() -> None:
 
 
 def test_namespace_prefixing() -> None:
-    plain = read_messages(LOG, namespace="ep1")
-    pref = read_messages(LOG, namespace="ep1", prefix_namespace=True)
+    plain = read_messages(LOG, source="ep1")
+    pref = read_messages(LOG, source="ep1", prefix_namespace=True)
     assert pref[2].entities == frozenset({"ep1::ABC123"})
     assert pref[2].tool_signature == "ep1::get_reservation_details(reservation_id)"
     assert pref[3].tool_signature == ""  # boilerplate stays empty
-    assert all(s.namespace == "ep1" for s in plain)
+    assert all(s.source == "ep1" for s in plain)
     assert plain[2].tool_signature == "get_reservation_details(reservation_id)"
 
 
@@ -165,7 +165,7 @@ def test_second_response_to_one_call_is_rejected() -> None:
 
 
 def test_steps_to_view_uses_encoder_costs_and_embeddings() -> None:
-    steps = read_messages(LOG, namespace="ep1", prefix_namespace=True)
+    steps = read_messages(LOG, source="ep1", prefix_namespace=True)
     enc = HashingEncoder(32)
     view = steps_to_view(steps, enc)
     assert view.n == 7 and view.dim == 32
@@ -199,8 +199,8 @@ def test_observation_cut_to_max_chars_with_marker() -> None:
     from osumem.errors import ConfigError
     from osumem.ingest.openai_chat import CUT_MARKER
 
-    whole = read_messages(LOG, namespace="ep1")
-    cut = read_messages(LOG, namespace="ep1", max_observation_chars=5)
+    whole = read_messages(LOG, source="ep1")
+    cut = read_messages(LOG, source="ep1", max_observation_chars=5)
     by_call = {s.tool_action: s.text for s in cut if s.tool_action}
     # "Error: reservation not found" (28 chars) is cut to "Error" + marker
     assert by_call["cancel_reservation"].endswith("\nresult: Error" + CUT_MARKER)

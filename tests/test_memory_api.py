@@ -71,7 +71,7 @@ def same_view(a, b) -> None:
     assert a.n == b.n
     assert np.array_equal(a.embeddings, b.embeddings)
     assert np.array_equal(a.costs, b.costs)
-    for col in ("roles", "texts", "tool_signatures", "subgoals", "namespaces", "tool_actions"):
+    for col in ("roles", "texts", "tool_signatures", "subgoals", "sources", "tool_actions"):
         assert list(getattr(a, col)) == list(getattr(b, col)), col
     assert a.entities == b.entities
 

@@ -13,7 +13,7 @@ def _same(a, b) -> None:
     assert a.n == b.n
     np.testing.assert_array_equal(a.embeddings, b.embeddings)
     np.testing.assert_array_equal(a.costs, b.costs)
-    for name in ("tool_actions", "tool_signatures", "subgoals", "namespaces", "roles", "texts"):
+    for name in ("tool_actions", "tool_signatures", "subgoals", "sources", "roles", "texts"):
         assert list(getattr(a, name)) == list(getattr(b, name)), name
     assert a.entities == b.entities
 

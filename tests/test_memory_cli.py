@@ -51,7 +51,7 @@ def test_ingest_then_query(tmp_path):
     # two logs in one namespace: sources are default/0, default/1 and entities prefixed
     with Memory.open(store) as mem:
         v = mem.view()
-        assert list(v.namespaces) == ["default/0"] * 3 + ["default/1"]
+        assert list(v.sources) == ["default/0"] * 3 + ["default/1"]
         assert v.entities[1] == frozenset({"default/0::ABC123"})
     r = run(main, ["query", "cancel", "--store", str(store), "--method", "flat"])
     assert r.exit_code == 0 and r.stdout.startswith("# Retrieved memory (")

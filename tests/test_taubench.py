@@ -105,7 +105,7 @@ def test_synthetic_file_episodes_respect_lengths_distance_and_cells(tmp_path) ->
         for q in ep.queries:
             assert q.t == ep.view.n and q.t - max(q.evidence) >= 30
             ns = q.qid.split("-", 1)[1]
-            assert all(ep.view.namespaces[e] == ns for e in q.evidence)
+            assert all(ep.view.sources[e] == ns for e in q.evidence)
             assert q.cell == "T+E+"  # same signature, shared rid entity
             assert abs(float(np.linalg.norm(q.vector)) - 1) < 1e-5
     again = generate(src, views, cfg, seed=3)
@@ -251,24 +251,24 @@ def test_cross_source_sharing_counts_pairs_by_hand() -> None:
             tool_action="f",
             tool_signature="f(a)",
             entities=frozenset({"x"}),
-            namespace="A",
+            source="A",
         ),
         Step(
             role="tool",
             tool_action="f",
             tool_signature="f(a)",
             entities=frozenset({"y"}),
-            namespace="B",
+            source="B",
         ),
         Step(
             role="tool",
             tool_action="g",
             tool_signature="g(b)",
             entities=frozenset({"x"}),
-            namespace="B",
+            source="B",
         ),
-        Step(role="user", text="hi", namespace="B"),
-        Step(role="user", text="yo", namespace="A"),
+        Step(role="user", text="hi", source="B"),
+        Step(role="user", text="yo", source="A"),
     ]
     view = steps_to_view(steps, HashingEncoder(8))
     # cross pairs: A{0,4} x B{1,2,3} = 6; (0,1) share the signature, (0,2) the entity

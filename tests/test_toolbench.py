@@ -109,7 +109,7 @@ def test_parse_record_steps_annotations_and_boilerplate() -> None:
         ),
         split="G1_tool",
     )
-    assert rec.namespace == "G1_tool:7"
+    assert rec.source == "G1_tool:7"
     assert rec.query == "Weather in Paris?"
     assert [s.role for s in rec.steps] == ["tool", "tool", "tool"]  # user turn is the query
     a, b, fin = rec.steps
@@ -149,8 +149,8 @@ def test_missing_directory() -> None:
 def test_real_files_parse(shared_data) -> None:
     recs = read_toolbench(shared_data / "toolbench")
     assert len(recs) == 500
-    assert len({r.namespace for r in recs}) == 500  # ids repeat across files
-    first = next(r for r in recs if r.namespace == "G1_instruction:42700")
+    assert len({r.source for r in recs}) == 500  # ids repeat across files
+    first = next(r for r in recs if r.source == "G1_instruction:42700")
     assert [s.tool_action for s in first.steps][:3] == ["vin_decode_for_vin_decoder_v4"] * 3
     assert first.steps[0].entities == frozenset({"WBAWY32040L678750"})
     tool_steps = [s for r in recs for s in r.steps if s.role == "tool"]
@@ -192,15 +192,15 @@ def test_background_composition_and_placement() -> None:
         assert ep.view.n == 43 and q.t == 43
         assert q.evidence == tuple(int(p) for p in evidence_positions(43, 3)) == (10, 21, 32)
         target = ep.meta["target"]
-        assert {ep.view.namespaces[i] for i in q.evidence} == {target}
+        assert {ep.view.sources[i] for i in q.evidence} == {target}
         others = [i for i in range(43) if i not in q.evidence]
-        assert target not in {ep.view.namespaces[i] for i in others}
+        assert target not in {ep.view.sources[i] for i in others}
         mask = ep.meta["confounder_mask"]
         assert int(mask.sum()) == 30  # 75% of 40
         t = int(target.split(":")[1])
-        neigh = {corpus.records[j].namespace for j in corpus.neighbors[t]}
-        assert {ep.view.namespaces[i] for i in np.flatnonzero(mask)} <= neigh
-        assert not neigh & {ep.view.namespaces[i] for i in others if not mask[i]}
+        neigh = {corpus.records[j].source for j in corpus.neighbors[t]}
+        assert {ep.view.sources[i] for i in np.flatnonzero(mask)} <= neigh
+        assert not neigh & {ep.view.sources[i] for i in others if not mask[i]}
         # 3 neighbours x 4 steps = 12 distinct confounders, each drawn 2 or 3 times
         _, counts = np.unique(ep.view.texts[mask], return_counts=True)
         assert counts.size == 12 and counts.min() >= 2 and counts.max() <= 3

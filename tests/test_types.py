@@ -60,7 +60,7 @@ def test_take_concat_extend_prefix_go_over_every_column() -> None:
         tool_signatures=list("fghij"),
         entities=[{"x"}, set(), {"y", "z"}, {"x"}, set()],
         subgoals=list("klmno"),
-        namespaces=list("ppqqr"),
+        sources=list("ppqqr"),
         roles=["user", "tool", "tool", "assistant", "tool"],
         texts=list("stuvw"),
     )

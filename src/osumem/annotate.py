@@ -1,5 +1,5 @@
 """Annotation extraction for real trajectories: entities, tool signatures,
-namespace prefixes."""
+source prefixes (the paper's namespace prefixing)."""
 
 from __future__ import annotations
 
@@ -55,13 +55,14 @@ def tool_signature(
     return f"{action}({keys})"
 
 
-def prefix(namespace: str, value: str) -> str:
-    """Namespace-prefix an entity or signature (``ns::value``); empty stays empty."""
-    if not value or not namespace:
+def prefix(source: str, value: str) -> str:
+    """Prefix an entity or signature with its step's source (``source::value``; the
+    paper's namespace prefixing); empty stays empty."""
+    if not value or not source:
         return value
-    return f"{namespace}::{value}"
+    return f"{source}::{value}"
 
 
-def prefix_entities(namespace: str, entities: Iterable[str]) -> frozenset[str]:
-    """Namespace-prefix every entity."""
-    return frozenset(prefix(namespace, e) for e in entities)
+def prefix_entities(source: str, entities: Iterable[str]) -> frozenset[str]:
+    """Prefix every entity with the source (see :func:`prefix`)."""
+    return frozenset(prefix(source, e) for e in entities)

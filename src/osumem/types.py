@@ -9,6 +9,8 @@ hot path.
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +33,12 @@ class Step:
     """One trajectory step as it crosses the boundary (ingestion, the agent API).
 
     ``tool_signature`` is empty for steps without a tool call and for boilerplate tools;
-    ``subgoal`` is empty when unknown. ``cost`` is the step's token cost.
+    ``subgoal`` is empty when unknown. ``source`` names where the step came from (the
+    log, episode or task; empty when unknown) and is not the memory's namespace.
+    ``cost`` is the step's token cost.
+
+    ``Step(namespace=...)`` and ``step.namespace`` still work as deprecated spellings of
+    ``source`` (a :class:`DeprecationWarning`); they go in the next release.
     """
 
     role: str
@@ -41,8 +48,34 @@ class Step:
     tool_signature: str = ""
     entities: frozenset[str] = frozenset()
     subgoal: str = ""
-    namespace: str = ""
+    source: str = ""
     cost: int = 1
+
+    @property
+    def namespace(self) -> str:
+        """Deprecated: the step's :attr:`source`."""
+        warnings.warn(_STEP_NAMESPACE, DeprecationWarning, stacklevel=2)
+        return self.source
+
+
+_STEP_NAMESPACE = "Step.namespace is deprecated; the step's origin is Step.source"
+_step_init = Step.__init__
+
+
+def _step_init_compat(self: Step, *args: Any, **kwargs: Any) -> None:
+    """``Step(namespace=...)``: the deprecated spelling of ``Step(source=...)``."""
+    if "namespace" in kwargs:
+        warnings.warn(_STEP_NAMESPACE, DeprecationWarning, stacklevel=2)
+        value = kwargs.pop("namespace")
+        if "source" in kwargs:
+            raise InvalidInputError("Step: give source or the deprecated namespace, not both")
+        kwargs["source"] = value
+    _step_init(self, *args, **kwargs)
+
+
+_step_init_compat.__doc__ = _step_init.__doc__
+_step_init_compat.__signature__ = inspect.signature(_step_init)  # type: ignore[attr-defined]
+Step.__init__ = _step_init_compat  # type: ignore[method-assign]
 
 
 def l2_normalise(matrix: NDArray[Any], *, what: str = "embeddings") -> FloatMatrix:
@@ -73,6 +106,9 @@ def _column(values: Sequence[Any] | NDArray[Any] | None, n: int, name: str) -> N
     return arr
 
 
+_VIEW_NAMESPACES = "MemoryView.namespaces is deprecated; the steps' origins are MemoryView.sources"
+
+
 @dataclass(frozen=True, eq=False)
 class MemoryView:
     """Columnar view of ``n`` steps that every method reads.
@@ -84,7 +120,7 @@ class MemoryView:
         tool_signatures: ``(n,)`` tool signatures ("" for none or boilerplate).
         entities: ``n`` frozensets of entity strings.
         subgoals: ``(n,)`` subgoal labels ("" for unknown).
-        namespaces: ``(n,)`` source-episode names.
+        sources: ``(n,)`` where each step came from (:attr:`Step.source`).
         roles: ``(n,)`` step roles.
         texts: ``(n,)`` step texts ("" when the benchmark has none).
     """
@@ -95,7 +131,7 @@ class MemoryView:
     tool_signatures: NDArray[Any]
     entities: tuple[frozenset[str], ...]
     subgoals: NDArray[Any]
-    namespaces: NDArray[Any]
+    sources: NDArray[Any]
     roles: NDArray[Any]
     texts: NDArray[Any]
 
@@ -109,11 +145,22 @@ class MemoryView:
         tool_signatures: Sequence[str] | None = None,
         entities: Sequence[frozenset[str] | set[str] | Sequence[str]] | None = None,
         subgoals: Sequence[str] | None = None,
-        namespaces: Sequence[str] | None = None,
+        sources: Sequence[str] | None = None,
         roles: Sequence[str] | None = None,
         texts: Sequence[str] | None = None,
+        namespaces: Sequence[str] | None = None,
     ) -> MemoryView:
-        """Validate and assemble a view; embeddings are L2-normalised here."""
+        """Validate and assemble a view; embeddings are L2-normalised here.
+
+        ``namespaces`` is the deprecated name of ``sources`` (a
+        :class:`DeprecationWarning`; it goes in the next release)."""
+        if namespaces is not None:
+            warnings.warn(_VIEW_NAMESPACES, DeprecationWarning, stacklevel=2)
+            if sources is not None:
+                raise InvalidInputError(
+                    "MemoryView.build: give sources or the deprecated namespaces, not both"
+                )
+            sources = namespaces
         emb = np.asarray(embeddings)
         if emb.ndim != 2:
             raise DimensionError(f"embeddings: expected shape (n, d), got {emb.shape}")
@@ -139,7 +186,7 @@ class MemoryView:
             tool_signatures=_column(tool_signatures, n, "tool_signatures"),
             entities=ents,
             subgoals=_column(subgoals, n, "subgoals"),
-            namespaces=_column(namespaces, n, "namespaces"),
+            sources=_column(sources, n, "sources"),
             roles=_column(roles, n, "roles"),
             texts=_column(texts, n, "texts"),
         )
@@ -154,10 +201,16 @@ class MemoryView:
             tool_signatures=[s.tool_signature for s in steps],
             entities=[s.entities for s in steps],
             subgoals=[s.subgoal for s in steps],
-            namespaces=[s.namespace for s in steps],
+            sources=[s.source for s in steps],
             roles=[s.role for s in steps],
             texts=[s.text for s in steps],
         )
+
+    @property
+    def namespaces(self) -> NDArray[Any]:
+        """Deprecated: the :attr:`sources` column."""
+        warnings.warn(_VIEW_NAMESPACES, DeprecationWarning, stacklevel=2)
+        return self.sources
 
     @property
     def n(self) -> int:

@@ -1,7 +1,7 @@
 """Stage D augmentation (paper Appendix D): multi-burst copies of evidence.
 
 Each focal evidence step of every query is replicated as ``copies`` scattered copies
-that inherit its annotations (entities, tool action and signature, subgoal, namespace,
+that inherit its annotations (entities, tool action and signature, subgoal, source,
 role, text, token cost), with small embedding noise: copy = ℓ2-normalise(h + ν·ε/√d),
 ε ~ N(0, I_d), so ν = ``copy_noise`` is the expected norm of the perturbation (cosine to
 the original ≈ 1 − ν²/2). Copies are inserted at uniformly random positions at least

@@ -60,8 +60,8 @@ def retrieved_from_view(
         RetrievedStep(
             position=int(p),
             step_id=int(p),
-            namespace=str(view.namespaces[p]),
-            source=str(view.namespaces[p]),
+            namespace=str(view.sources[p]),
+            source=str(view.sources[p]),
             role=str(view.roles[p]),
             text=str(view.texts[p]),
             tool_action=str(view.tool_actions[p]),

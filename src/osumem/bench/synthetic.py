@@ -212,7 +212,7 @@ def generate_episode(cfg: SyntheticConfig, seed: int, index: int) -> Episode:
         tool_signatures=[f"{a}#args{t}" for a, t in zip(actions, template, strict=True)],
         entities=[frozenset({f"ent{k:02d}"}) for k in entity],
         subgoals=[f"sg{k:02d}" for k in subgoal],
-        namespaces=[f"syn{index:04d}"] * n,
+        sources=[f"syn{index:04d}"] * n,
         roles=["tool"] * n,
         texts=[
             f"{a} entity=ent{en:02d} subgoal=sg{sg:02d}"

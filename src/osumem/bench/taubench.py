@@ -229,7 +229,7 @@ def build_episode(
                 evidence,
                 cfg,
                 rng,
-                qid=f"{episode_id}-{src.namespace}",
+                qid=f"{episode_id}-{src.source}",
                 t=n,
                 text=src.instruction,
             )
@@ -240,9 +240,9 @@ def build_episode(
         queries=tuple(queries),
         meta={
             "benchmark": "taubench",
-            "focal": fsrc.namespace,
-            "sources": [sources[i].namespace for i in order],
-            "queried": [sources[order[k]].namespace for k in chosen],
+            "focal": fsrc.source,
+            "sources": [sources[i].source for i in order],
+            "queried": [sources[order[k]].source for k in chosen],
             "distance_ok": bool(valid),
         },
     )
@@ -275,7 +275,7 @@ def generate(
 
 
 def cross_source_sharing(view: MemoryView) -> dict[str, int]:
-    """Count the step pairs of ``view`` from different sources (namespaces) and how many
+    """Count the step pairs of ``view`` from different sources and how many
     of them share an entity string, an identical non-empty tool signature, or either.
 
     With namespace prefixing on, annotations of different sources never coincide, so
@@ -295,8 +295,8 @@ def cross_source_sharing(view: MemoryView) -> dict[str, int]:
     share_ent = (inc @ inc.T) > 0
     sig = view.tool_signatures.astype(str)
     share_sig = (sig[:, None] == sig[None, :]) & (sig != "")[:, None]
-    ns = view.namespaces.astype(str)
-    upper = np.triu(ns[:, None] != ns[None, :], k=1)
+    src = view.sources.astype(str)
+    upper = np.triu(src[:, None] != src[None, :], k=1)
     return {
         "pairs": int(upper.sum()),
         "entity": int((upper & share_ent).sum()),

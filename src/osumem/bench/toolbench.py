@@ -14,7 +14,7 @@ A confounder pool (30 trajectories of ~5 steps) is smaller than the ~375 confoun
 wanted, so confounders are drawn by *balanced replication*: the pool is shuffled and
 repeated until enough steps are drawn, so every pool step appears ⌊r⌋ or ⌈r⌉ times.
 Unrelated steps are drawn without replacement. Every step keeps its source trajectory
-as namespace. Entities and tool signatures are *not* prefixed by default, so a
+as source. Entities and tool signatures are *not* prefixed by default, so a
 confounder calling the evidence's API (or passing the same argument value) shares its
 tool (entity) OSU, as in the paper's probe; ``namespace_prefix=True`` prefixes them
 with the source trajectory (the tau-bench concatenation rule), so strings never
@@ -205,7 +205,7 @@ def build_episode(
     cands = corpus.evidence_candidates[target]
     if cands.size < k:
         raise ConfigError(
-            f"toolbench: record {corpus.records[target].namespace} has {cands.size} tool "
+            f"toolbench: record {corpus.records[target].source} has {cands.size} tool "
             f"calls, fewer than evidence_size={k}"
         )
     evidence = np.sort(rng.choice(cands, size=k, replace=False))
@@ -235,8 +235,8 @@ def build_episode(
     order[~is_ev] = background
     steps = [corpus.steps[i] for i in order]
     if cfg.namespace_prefix:
-        sigs = [prefix(s.namespace, s.tool_signature) for s in steps]
-        ents = [prefix_entities(s.namespace, s.entities) for s in steps]
+        sigs = [prefix(s.source, s.tool_signature) for s in steps]
+        ents = [prefix_entities(s.source, s.entities) for s in steps]
     else:
         sigs = [s.tool_signature for s in steps]
         ents = [s.entities for s in steps]
@@ -247,7 +247,7 @@ def build_episode(
         tool_signatures=sigs,
         entities=ents,
         subgoals=[s.subgoal for s in steps],
-        namespaces=[s.namespace for s in steps],
+        sources=[s.source for s in steps],
         roles=[s.role for s in steps],
         texts=[s.text for s in steps],
     )
@@ -267,7 +267,7 @@ def build_episode(
         queries=(query,),
         meta={
             "benchmark": "toolbench",
-            "target": rec.namespace,
+            "target": rec.source,
             "n_confounders": int(n_conf),
             "n_unrelated": int(n_unrel),
             "confounder_mask": np.isin(order, conf_pool) & ~is_ev,

@@ -24,7 +24,7 @@ followed by :data:`CUT_MARKER` (the default ``None`` keeps it whole). Entities c
 (:data:`CONTROL_TOOLS`, e.g. ToolBench's ``Finish``) whose arguments are control values
 (``return_type: give_answer``), not entities; the tool signature is
 :func:`osumem.annotate.tool_signature` (empty for boilerplate tools). Subgoal: a
-message's explicit ``"subgoal"`` field if present, else ``"<namespace>:sg<k>"`` where
+message's explicit ``"subgoal"`` field if present, else ``"<source>:sg<k>"`` where
 ``k`` counts the user messages seen so far (steps before the first user message are in
 segment 0). Every malformed message raises :class:`LogFormatError` naming its index.
 
@@ -37,6 +37,7 @@ answer trees) is an error here, never a silent drop: convert it first with
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -131,23 +132,26 @@ def call_text(name: str, arguments: Mapping[str, Any], observation: str | None) 
 def read_messages(
     messages: Sequence[Mapping[str, Any]],
     *,
-    namespace: str = "",
+    source: str = "",
     boilerplate: Iterable[str] = DEFAULT_BOILERPLATE,
     prefix_namespace: bool = False,
     max_observation_chars: int | None = None,
     where: str = "messages",
+    namespace: str | None = None,
 ) -> list[Step]:
     """Turn one OpenAI-format chat log into steps.
 
     Args:
         messages: the log, oldest first.
-        namespace: the source name stored on every step (and used in subgoal labels).
+        source: the source name stored on every step (and used in subgoal labels).
         boilerplate: tool names that get no tool signature (no tool OSU).
-        prefix_namespace: prefix entities and tool signatures with ``namespace::`` so
-            strings from different sources never collide when logs are concatenated.
+        prefix_namespace: prefix entities and tool signatures with ``source::`` (the
+            paper's namespace prefixing) so strings from different sources never
+            collide when logs are concatenated.
         max_observation_chars: cut each tool response stored in the step text to this
             many characters (plus :data:`CUT_MARKER`); ``None`` (default) keeps it whole.
         where: how error messages name the log (e.g. a file name).
+        namespace: deprecated name of ``source`` (a :class:`DeprecationWarning`).
 
     Returns:
         Steps with cost 1; :func:`steps_to_view` assigns real token costs.
@@ -157,6 +161,15 @@ def read_messages(
             a missing or unknown role, a user message without content, a malformed
             tool call, or a tool message without a matching ``tool_call_id``.
     """
+    if namespace is not None:
+        warnings.warn(
+            "read_messages(namespace=...) is deprecated; pass source=...",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if source:
+            raise ConfigError("read_messages: give source or the deprecated namespace, not both")
+        source = namespace
     if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
         raise LogFormatError(f"{where}: expected a list of messages")
     if max_observation_chars is not None and (
@@ -179,7 +192,7 @@ def read_messages(
         explicit = msg.get("subgoal")
         if isinstance(explicit, str) and explicit:
             return explicit
-        return f"{namespace}:sg{segment}" if namespace else f"sg{segment}"
+        return f"{source}:sg{segment}" if source else f"sg{segment}"
 
     for i, msg in enumerate(messages):
         at = f"{where}[{i}]"
@@ -205,9 +218,7 @@ def read_messages(
                 raise LogFormatError(f"{at}: user message has no 'content'")
             segment += 1
             text = _content_text(msg["content"], at)
-            steps.append(
-                Step(role="user", text=f"user: {text}", subgoal=label(msg), namespace=namespace)
-            )
+            steps.append(Step(role="user", text=f"user: {text}", subgoal=label(msg), source=source))
         elif role == "assistant":
             calls = msg.get("tool_calls") or []
             if "content" not in msg and not calls:
@@ -221,7 +232,7 @@ def read_messages(
                         role="assistant",
                         text=f"assistant: {text}",
                         subgoal=label(msg),
-                        namespace=namespace,
+                        source=source,
                     )
                 )
             if not isinstance(calls, list):
@@ -239,8 +250,8 @@ def read_messages(
                 ents = frozenset() if name.lower() in CONTROL_TOOLS else extract_entities(args)
                 sig = tool_signature(name, args, boiler)
                 if prefix_namespace:
-                    ents = prefix_entities(namespace, ents)
-                    sig = prefix(namespace, sig)
+                    ents = prefix_entities(source, ents)
+                    sig = prefix(source, sig)
                 pending.setdefault(call_id, []).append(len(steps))
                 steps.append(
                     Step(
@@ -251,7 +262,7 @@ def read_messages(
                         tool_signature=sig,
                         entities=ents,
                         subgoal=label(msg),
-                        namespace=namespace,
+                        source=source,
                     )
                 )
         else:  # tool response

@@ -41,7 +41,7 @@ class TauSource:
     task_id: int
     trial: int
     reward: float
-    namespace: str
+    source: str
     instruction: str
     steps: tuple[Step, ...]
     evidence: tuple[int, ...]
@@ -108,7 +108,7 @@ def load_taubench(
 ) -> list[TauSource]:
     """Read a tau-bench results file (a list of ``{task_id, trial, reward, info: {task:
     {instruction, actions}}, traj}``) into :class:`TauSource` records, one per
-    trajectory, namespace ``t<task_id>r<trial>``. ``max_observation_chars`` cuts each
+    trajectory, source ``t<task_id>r<trial>``. ``max_observation_chars`` cuts each
     tool response in the step texts (:func:`osumem.ingest.openai_chat.read_messages`).
 
     Raises :class:`DataFileError` when the file is missing and
@@ -136,10 +136,10 @@ def load_taubench(
             raise InvalidInputError(
                 f"{where}: expected task_id, traj and info.task (instruction, actions)"
             ) from None
-        ns = f"t{task_id}r{trial}"
+        source = f"t{task_id}r{trial}"
         steps = read_messages(
             traj,
-            namespace=ns,
+            source=source,
             boilerplate=boiler,
             prefix_namespace=prefix_namespace,
             max_observation_chars=max_observation_chars,
@@ -152,7 +152,7 @@ def load_taubench(
                 task_id=task_id,
                 trial=trial,
                 reward=float(rec.get("reward", 0.0)),
-                namespace=ns,
+                source=source,
                 instruction=str(task.get("instruction", "")),
                 steps=tuple(steps),
                 evidence=evidence,

@@ -23,7 +23,7 @@ names the tool *declares* in ``available_tools`` (whole, never cut), so truncati
 cannot split one function into several signatures; ``signature_level="api"`` uses
 the API part of ``<fname>_for_<api>`` instead (the paper's reading of T+ on ToolBench).
 Entities come from the parsed argument dict (:func:`osumem.annotate.extract_entities`).
-The subgoal of every step is the record's one user turn (``"<namespace>#task"``).
+The subgoal of every step is the record's one user turn (``"<source>#task"``).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class ToolBenchStep:
     tool_signature: str = ""
     entities: frozenset[str] = frozenset()
     subgoal: str = ""
-    namespace: str = ""
+    source: str = ""
     #: position of this step's message in the record's chain (0 = system prompt)
     turn: int = 0
 
@@ -102,7 +102,7 @@ class ToolBenchRecord:
     steps: tuple[ToolBenchStep, ...]
 
     @property
-    def namespace(self) -> str:
+    def source(self) -> str:
         """Unique source name: ``<split>:<id>`` (ids repeat across split files)."""
         return f"{self.split}:{self.record_id}"
 
@@ -218,7 +218,7 @@ def parse_record(
     Args:
         record_id: the record's id (its key in the file).
         record: ``{query, available_tools, answer: {answer_details, ...}}``.
-        split: the file stem (``G1_instruction``), part of the namespace.
+        split: the file stem (``G1_instruction``), part of the source name.
         signature_level: ``"function"`` (signature = function name + declared keys)
             or ``"api"`` (signature = the API of ``<fname>_for_<api>``).
         boilerplate: tool names that get no signature (case-insensitive).
@@ -245,8 +245,8 @@ def parse_record(
         raise InvalidInputError(f"{where}: missing 'answer.answer_details'")
     declared = _declared_keys(tools)
     names = tuple(declared)
-    ns = f"{split}:{record_id}"
-    subgoal = f"{ns}#task"
+    source = f"{split}:{record_id}"
+    subgoal = f"{source}#task"
     boiler = {b.lower() for b in boilerplate}
     steps: list[ToolBenchStep] = []
     for turn, node in enumerate(_chain(answer["answer_details"], where)):
@@ -284,7 +284,7 @@ def parse_record(
                     if call.name.lower() in boiler
                     else extract_entities(call.arguments),
                     subgoal=subgoal,
-                    namespace=ns,
+                    source=source,
                     turn=turn,
                 )
             )
@@ -294,7 +294,7 @@ def parse_record(
                     role="assistant",
                     text=message.strip(),
                     subgoal=subgoal,
-                    namespace=ns,
+                    source=source,
                     turn=turn,
                 )
             )

@@ -479,7 +479,7 @@ class Memory:
                 position=int(p),
                 step_id=int(data.step_ids[p]),
                 namespace=namespace,
-                source=str(v.namespaces[p]),
+                source=str(v.sources[p]),
                 role=str(v.roles[p]),
                 text=str(v.texts[p]),
                 tool_action=str(v.tool_actions[p]),
@@ -504,8 +504,8 @@ class Memory:
 
         Each :class:`~osumem.types.Step` keeps its own annotations and ``cost`` (its
         token cost). ``embeddings`` (one row per step) are used as given; without them
-        the step texts are encoded. A step with an empty ``namespace`` gets
-        ``namespace`` as its source name. Nothing is written if any step is invalid.
+        the step texts are encoded. A step with an empty ``source`` gets
+        ``namespace`` as its source. Nothing is written if any step is invalid.
         """
         check_namespace(namespace)
         if isinstance(steps, Step) or not isinstance(steps, Sequence):
@@ -642,7 +642,7 @@ class Memory:
         where = "messages" if not held else f"held+messages (the first {len(held)} held)"
         read = functools.partial(
             read_messages,
-            namespace=source,
+            source=source,
             boilerplate=self.config.boilerplate,
             prefix_namespace=prefix,
             where=where,
@@ -769,7 +769,7 @@ class Memory:
                 tool_signatures=obj(r.tool_signature for r in rows),
                 entities=tuple(frozenset(r.entities) for r in rows),
                 subgoals=obj(r.subgoal for r in rows),
-                namespaces=obj(r.source for r in rows),
+                sources=obj(r.source for r in rows),
                 roles=obj(r.role for r in rows),
                 texts=obj(r.text for r in rows),
             ),

@@ -52,7 +52,7 @@ class EntityPrefix(Sequence[frozenset[str]]):
     __hash__ = None  # type: ignore[assignment]
 
 
-_OBJECT_COLUMNS = ("tool_actions", "tool_signatures", "subgoals", "namespaces", "roles", "texts")
+_OBJECT_COLUMNS = ("tool_actions", "tool_signatures", "subgoals", "sources", "roles", "texts")
 
 
 class NamespaceBuffer:

@@ -671,7 +671,7 @@ class MemoryStore:
             tool_signatures=obj(cols[6]),
             entities=tuple(entities),
             subgoals=obj(cols[8]),
-            namespaces=obj(cols[9]),
+            sources=obj(cols[9]),
             roles=obj(cols[2]),
             texts=obj(cols[3]),
         )

@@ -200,7 +200,7 @@ def step_row(s: Any, where: str, namespace: str, max_text_chars: int) -> StepRow
     # room for the longest accepted namespace, so an accepted namespace never makes a
     # later add fail
     label_limit = max_text_chars + MAX_NAMESPACE_CHARS + 64
-    for name in ("role", "text", "tool_action", "tool_signature", "subgoal", "namespace"):
+    for name in ("role", "text", "tool_action", "tool_signature", "subgoal", "source"):
         value = getattr(s, name)
         if not isinstance(value, str):
             raise InvalidInputError(f"{where}: {name} must be a string")
@@ -253,7 +253,7 @@ def step_row(s: Any, where: str, namespace: str, max_text_chars: int) -> StepRow
         tool_signature=s.tool_signature,
         entities=tuple(sorted(entities)),
         subgoal=s.subgoal,
-        source=s.namespace or namespace,
+        source=s.source or namespace,
         cost=int(s.cost),
     )
 
