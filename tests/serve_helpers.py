@@ -73,7 +73,7 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         args = [
             *OSUMEM, "serve", "--store", str(store),
-            "--transport", "http", "--port", str(self.port), "--model", "hashing:d64",
+            "--transport", "http", "--port", str(self.port), "--encoder", "hashing:d64",
         ]  # fmt: skip
         if token_file is not None:
             args += ["--token-file", str(token_file)]

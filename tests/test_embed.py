@@ -18,8 +18,8 @@ class CountingEncoder:
         self.calls: list[list[str]] = []
 
     @property
-    def model_id(self) -> str:
-        return self.inner.model_id
+    def encoder_id(self) -> str:
+        return self.inner.encoder_id
 
     @property
     def dim(self) -> int:
@@ -42,7 +42,7 @@ def test_hashing_encoder_is_deterministic_normalised_and_lexical() -> None:
     np.testing.assert_array_equal(v[0], v[1])
     np.testing.assert_array_equal(HashingEncoder(64).encode(["Hello world"])[0], v[0])
     assert isinstance(enc, Encoder)
-    assert enc.model_id != HashingEncoder(32).model_id
+    assert enc.encoder_id != HashingEncoder(32).encoder_id
 
 
 def test_hashing_encoder_counts_word_tokens() -> None:
@@ -96,7 +96,7 @@ def test_real_sbert_encoder_on_a_few_sentences(tmp_path) -> None:
     from osumem.embed import SBERTEncoder
 
     enc = SBERTEncoder()
-    assert enc.dim == 384 and enc.model_id == "sbert:all-MiniLM-L6-v2"
+    assert enc.dim == 384 and enc.encoder_id == "sbert:all-MiniLM-L6-v2"
     v = enc.encode(
         [
             "Book a flight from New York to Seattle.",

@@ -256,7 +256,7 @@ def test_cli_ingest_each_format(tmp_path) -> None:
         store = tmp_path / f"{name}.db"
         res = runner.invoke(
             main,
-            ["ingest", str(LOGS / name), "--store", str(store), "--model", "hashing", "--json"],
+            ["ingest", str(LOGS / name), "--store", str(store), "--encoder", "hashing", "--json"],
         )
         assert res.exit_code == 0, res.output
         assert json.loads(res.stdout)["steps_added"] == 5

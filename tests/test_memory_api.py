@@ -134,7 +134,7 @@ def test_persistence_round_trip_identical(tmp_path):
         view = mem.view()
         h = mem.store.content_hash()
     with Memory.open(path) as again:  # encoder from the store's recorded model id
-        assert again.encoder is not None and again.encoder.model_id == ENC.model_id
+        assert again.encoder is not None and again.encoder.encoder_id == ENC.encoder_id
         same_view(again.view(), view)
         assert results(again) == before
         assert again.store.content_hash() == h
@@ -216,7 +216,7 @@ def test_add_steps_with_given_vectors():
     with Memory.open(method="flat") as mem:
         ids = mem.add_steps(steps, embeddings=rng.standard_normal((4, 8)))
         assert ids == [1, 2, 3, 4]
-        assert mem.store.model_id == "external:d8" and mem.store.dim == 8
+        assert mem.store.encoder_id == "external:d8" and mem.store.dim == 8
         r = mem.retrieve(mem.view().embeddings[2], 6)
         assert r.positions == [2] and r.cost == 5
 

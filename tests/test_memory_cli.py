@@ -38,11 +38,11 @@ def test_ingest_then_query(tmp_path):
     log.write_text(json.dumps([{"traj": LOG}, {"messages": LOG[1:2]}]))  # two logs
     store = tmp_path / "mem.db"
     run = CliRunner().invoke
-    r = run(main, ["ingest", str(log), "--store", str(store), "--model", "hashing", "--json"])
+    r = run(main, ["ingest", str(log), "--store", str(store), "--encoder", "hashing", "--json"])
     assert r.exit_code == 0, r.output
     summary = json.loads(r.stdout)
     assert summary["logs"] == 2 and summary["steps_added"] == 3 + 1
-    assert summary["model"] == "hashing:d256:n1"
+    assert summary["encoder"] == "hashing:d256:n1"
     r = run(main, ["query", "flight JFK to SEA", "--store", str(store), "--budget", "40", "--json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
@@ -64,11 +64,11 @@ def test_cli_errors_exit_2(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps([{"role": "user", "content": "hi"}, {"role": "robot"}]))
     store = tmp_path / "m.db"
-    r = run(main, ["ingest", str(bad), "--store", str(store), "--model", "hashing"])
+    r = run(main, ["ingest", str(bad), "--store", str(store), "--encoder", "hashing"])
     assert r.exit_code == 2 and "unknown role 'robot'" in r.output
     with Memory.open(store) as mem:
-        assert mem.namespaces() == [] and mem.store.model_id == ""  # nothing written
-    r = run(main, ["ingest", str(bad), "--store", str(store), "--model", "bogus"])
+        assert mem.namespaces() == [] and mem.store.encoder_id == ""  # nothing written
+    r = run(main, ["ingest", str(bad), "--store", str(store), "--encoder", "bogus"])
     assert r.exit_code == 2 and "encoder 'bogus'" in r.output
 
 
@@ -107,7 +107,7 @@ def test_double_ingest_adds_nothing(tmp_path):
     log.write_text(json.dumps([{"traj": LOG}, {"messages": LOG[1:2] + LOG[4:]}]))
     store = tmp_path / "mem.db"
     run = CliRunner().invoke
-    args = ["ingest", str(log), "--store", str(store), "--model", "hashing", "--json"]
+    args = ["ingest", str(log), "--store", str(store), "--encoder", "hashing", "--json"]
     first = json.loads(run(main, args).stdout)
     second = run(main, args)
     assert second.exit_code == 0, second.output
@@ -126,14 +126,15 @@ def test_ingest_is_one_transaction_per_file_and_names_the_log(tmp_path):
     log.write_text(json.dumps([{"traj": LOG}, {"messages": bad}]))
     store = tmp_path / "mem.db"
     run = CliRunner().invoke
-    line = _err_line(run(main, ["ingest", str(log), "--store", str(store), "--model", "hashing"]))
+    line = _err_line(run(main, ["ingest", str(log), "--store", str(store), "--encoder", "hashing"]))
     assert f"log 1 of {log}" in line and "unknown role 'wizard'" in line
     assert f"nothing from {log} was stored" in line
     assert not store.exists()  # a new store that got nothing is not left behind
     good = tmp_path / "good.json"
     good.write_text(json.dumps(LOG))
     assert (
-        run(main, ["ingest", str(good), "--store", str(store), "--model", "hashing"]).exit_code == 0
+        run(main, ["ingest", str(good), "--store", str(store), "--encoder", "hashing"]).exit_code
+        == 0
     )
     with Memory.open(store) as mem:
         n = mem.n_steps()
@@ -146,7 +147,7 @@ def test_ingest_is_one_transaction_per_file_and_names_the_log(tmp_path):
     "args,text",
     [
         (["--limit", "-1"], "--limit"),
-        (["--model", "no-such-model"], "encoder 'no-such-model'"),
+        (["--encoder", "no-such-model"], "encoder 'no-such-model'"),
     ],
 )
 def test_bad_ingest_options_leave_no_file(tmp_path, args, text):
@@ -166,7 +167,7 @@ def test_ingest_of_a_non_utf8_file_is_one_line(tmp_path, encoding):
     )
     line = _err_line(
         CliRunner().invoke(
-            main, ["ingest", str(log), "--store", str(tmp_path / "m.db"), "--model", "hashing"]
+            main, ["ingest", str(log), "--store", str(tmp_path / "m.db"), "--encoder", "hashing"]
         )
     )
     assert "not UTF-8" in line
@@ -178,7 +179,8 @@ def test_query_empty_text_and_check_command(tmp_path):
     store = tmp_path / "mem.db"
     run = CliRunner().invoke
     assert (
-        run(main, ["ingest", str(log), "--store", str(store), "--model", "hashing"]).exit_code == 0
+        run(main, ["ingest", str(log), "--store", str(store), "--encoder", "hashing"]).exit_code
+        == 0
     )
     assert "empty text" in _err_line(run(main, ["query", "", "--store", str(store)]))
     assert "empty text" in _err_line(run(main, ["query", "  ", "--store", str(store)]))

@@ -5,12 +5,19 @@ warn or are hidden aliases), and stores written under the old names still open."
 from __future__ import annotations
 
 import dataclasses
+import json
+import sqlite3
+from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner, Result
 
+from osumem.cli import main
+from osumem.embed import CachedEncoder, Encoder, HashingEncoder
 from osumem.errors import ConfigError, InvalidInputError
 from osumem.ingest.openai_chat import read_messages
+from osumem.memory import Memory
 from osumem.types import MemoryView, Step
 
 LOG = [
@@ -69,3 +76,89 @@ def test_read_messages_source_and_deprecated_namespace() -> None:
     assert old == new
     with pytest.warns(DeprecationWarning), pytest.raises(ConfigError, match="not both"):
         read_messages(LOG, source="a", namespace="b")
+
+
+# --- the encoder: one word -----------------------------------------------------------
+
+
+def test_encoders_name_themselves_encoder_id() -> None:
+    enc = HashingEncoder(16)
+    assert enc.encoder_id == "hashing:d16:n1" and isinstance(enc, Encoder)
+    with pytest.warns(DeprecationWarning, match="encoder_id"):
+        assert enc.model_id == enc.encoder_id
+
+
+class _OldEncoder:
+    """An encoder written for an earlier release: it names itself ``model_id``."""
+
+    def __init__(self) -> None:
+        self.inner = HashingEncoder(16)
+        self.model_id = "custom:old"
+        self.dim = 16
+
+    def encode(self, texts):
+        return self.inner.encode(texts)
+
+    def count_tokens(self, texts):
+        return self.inner.count_tokens(texts)
+
+
+def test_an_encoder_of_an_earlier_release_still_works(tmp_path: Path) -> None:
+    with pytest.warns(DeprecationWarning, match="encoder_id"):
+        mem = Memory.open(tmp_path / "m.db", encoder=_OldEncoder())
+    with mem:
+        mem.add_messages(LOG, namespace="t")
+        assert mem.store.encoder_id == "custom:old"
+        assert mem.retrieve("flight AB123", 64, namespace="t").steps
+    with pytest.warns(DeprecationWarning, match="encoder_id"):
+        cached = CachedEncoder(_OldEncoder(), tmp_path / "cache.db")  # type: ignore[arg-type]
+    with cached:
+        assert cached.encoder_id == "custom:old"
+        np.testing.assert_array_equal(cached.encode(["a b"]), HashingEncoder(16).encode(["a b"]))
+
+
+def test_store_encoder_id_keeps_its_on_disk_name(tmp_path: Path) -> None:
+    """The file keeps the meta row ``model_id`` (stores open both ways between
+    releases); the API reads it as ``encoder_id``."""
+    path = tmp_path / "m.db"
+    with Memory.open(path, encoder="hashing:d32") as mem:
+        mem.add_messages(LOG, namespace="t")
+    with sqlite3.connect(path) as conn:
+        rows = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    assert rows["model_id"] == "hashing:d32:n1" and "encoder_id" not in rows
+    with Memory.open(path, read_only=True) as mem:
+        assert mem.store.encoder_id == "hashing:d32:n1"
+        with pytest.warns(DeprecationWarning, match="encoder_id"):
+            assert mem.store.model_id == "hashing:d32:n1"
+
+
+def _ingest(tmp_path: Path, *flags: str) -> Result:
+    tmp_path.mkdir()
+    log = tmp_path / "log.json"
+    log.write_text(json.dumps([{"messages": LOG}]))
+    store = tmp_path / "mem.db"
+    return CliRunner().invoke(main, ["ingest", str(log), "--store", str(store), *flags, "--json"])
+
+
+def test_cli_encoder_flag_and_hidden_model_alias(tmp_path: Path) -> None:
+    new = _ingest(tmp_path / "a", "--encoder", "hashing:d32")
+    assert new.exit_code == 0, new.output
+    summary = json.loads(new.stdout)
+    assert summary["encoder"] == summary["model"] == "hashing:d32:n1"
+    assert "--model" not in new.stderr
+
+    old = _ingest(tmp_path / "b", "--model", "hashing:d32")
+    assert old.exit_code == 0, old.output
+    assert json.loads(old.stdout)["encoder"] == "hashing:d32:n1"
+    assert old.stderr.strip() == "osumem: note: --model is deprecated; use --encoder"
+
+    both = _ingest(tmp_path / "c", "--encoder", "hashing:d32", "--model", "hashing:d64")
+    assert both.exit_code == 2 and both.stderr.count("\n") == 1
+    assert "--encoder or its old spelling --model" in both.stderr
+    assert not (tmp_path / "c" / "mem.db").exists()
+
+
+@pytest.mark.parametrize("command", [["ingest"], ["serve"], ["bench", "serve"]])
+def test_help_shows_encoder_not_model(command: list[str]) -> None:
+    text = CliRunner().invoke(main, [*command, "--help"]).output
+    assert "--encoder" in text and "--model" not in text

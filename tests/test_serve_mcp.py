@@ -36,7 +36,7 @@ def stdio_params(store):
     args = [str(store) if a.endswith("agent-memory.db") else a for a in entry["args"]]
     assert args[:2] == ["serve", "--store"] and str(store) in args
     return StdioServerParameters(
-        command=OSUMEM[0], args=[*OSUMEM[1:], *args, "--model", "hashing:d64"], env=serve_env()
+        command=OSUMEM[0], args=[*OSUMEM[1:], *args, "--encoder", "hashing:d64"], env=serve_env()
     )
 
 

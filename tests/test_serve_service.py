@@ -157,7 +157,7 @@ def test_serve_refuses_a_public_address_without_a_token(tmp_path):
     env.pop("OSUMEM_TOKEN", None)
     out = subprocess.run(
         [*OSUMEM, "serve", "--store", str(tmp_path / "m.db"), "--transport", "http",
-         "--host", "0.0.0.0", "--no-auth", "--model", "hashing"],
+         "--host", "0.0.0.0", "--no-auth", "--encoder", "hashing"],
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.returncode == 2
@@ -175,7 +175,7 @@ def test_encoder_calls_never_overlap(tmp_path):
     active, overlaps = [0], []
 
     class Probe:
-        model_id, dim = inner.model_id, inner.dim
+        encoder_id, dim = inner.encoder_id, inner.dim
 
         def encode(self, texts):
             active[0] += 1
@@ -195,4 +195,4 @@ def test_encoder_calls_never_overlap(tmp_path):
     for t in threads:
         t.join()
     assert len(overlaps) == 50 and max(overlaps) == 1
-    assert enc.model_id == inner.model_id and enc.dim == 16
+    assert enc.encoder_id == inner.encoder_id and enc.dim == 16

@@ -219,7 +219,7 @@ def test_ingest_files_never_end_in_a_traceback(data, suffix):
         seed = Path(tmp) / "seed.json"
         seed.write_text(json.dumps(PROBE))
         run = CliRunner().invoke
-        base = ["--store", str(store), "--model", "hashing:d16"]
+        base = ["--store", str(store), "--encoder", "hashing:d16"]
         assert run(main, ["ingest", str(seed), *base]).exit_code == 0
         st_ = MemoryStore(store)
         h = st_.content_hash()

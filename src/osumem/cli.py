@@ -392,6 +392,38 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def encoder_option(*, default: str | None, help: str) -> Callable[..., Any]:
+    """``--encoder NAME`` (the command's ``encoder`` argument) plus ``--model``, its old
+    spelling: hidden from the help, it still works for one release with a note on
+    stderr; giving both with different values is an error."""
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            old = kwargs.pop("deprecated_model", None)
+            if old is not None:
+                ctx = click.get_current_context()
+                given = (
+                    ctx.get_parameter_source("encoder") == click.core.ParameterSource.COMMANDLINE
+                )
+                if given and kwargs.get("encoder") != old:
+                    click.echo(
+                        "osumem: error: give --encoder or its old spelling --model, not both",
+                        err=True,
+                    )
+                    sys.exit(2)
+                click.echo("osumem: note: --model is deprecated; use --encoder", err=True)
+                kwargs["encoder"] = old
+            return fn(*args, **kwargs)
+
+        hidden = click.option("--model", "deprecated_model", default=None, hidden=True)(wrapper)
+        return click.option(
+            "--encoder", default=default, show_default=default is not None, help=help
+        )(hidden)
+
+    return deco
+
+
 def _exit_if_bench_extra_missing(exc: ModuleNotFoundError) -> None:
     """One line naming the ``bench`` extra (exit 2) when ``exc`` is one of its modules."""
     if (exc.name or "").split(".")[0] in BENCH_MODULES:

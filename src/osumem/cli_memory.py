@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from osumem.cli import handle_errors
+from osumem.cli import encoder_option, handle_errors
 
 DEFAULT_NAMESPACE = "default"  # same as osumem.memory.DEFAULT_NAMESPACE (kept light here)
 
@@ -45,8 +45,7 @@ def register(main: click.Group, bench: click.Group) -> None:
     "(token from OSUMEM_TOKEN).",
 )
 @click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="Target episode.")
-@click.option(
-    "--model",
+@encoder_option(
     default=None,
     help="Encoder: 'sbert' (default for a new store), 'hashing[:d<dim>]' or a "
     "sentence-transformers model directory. An existing store keeps its own.",
@@ -88,7 +87,7 @@ def ingest_cmd(
     store: Path | None,
     server: str | None,
     namespace: str,
-    model: str | None,
+    encoder: str | None,
     limit: int | None,
     prefix: bool | None,
     log_format: str,
@@ -118,11 +117,11 @@ def ingest_cmd(
     several = len(logs) > 1
     use_prefix = several if prefix is None else prefix
     if server is not None:
-        remote_ingest(server, logs, namespace, use_prefix, model, as_json, on_duplicate)
+        remote_ingest(server, logs, namespace, use_prefix, encoder, as_json, on_duplicate)
         return
     assert store is not None  # store_or_server checked that one of them is given
     added = skipped = 0
-    mem = Memory.open(store, encoder=model, timeout=busy_timeout)
+    mem = Memory.open(store, encoder=encoder, timeout=busy_timeout)
     created = mem.store.created
     try:
         with mem.transaction():
@@ -154,7 +153,8 @@ def ingest_cmd(
             "logs_skipped_as_duplicates": skipped,
             "steps_added": added,
             "steps_in_namespace": mem.n_steps(namespace),
-            "model": mem.store.model_id,
+            "encoder": mem.store.encoder_id,
+            "model": mem.store.encoder_id,  # deprecated name of "encoder", for one release
         }
     except BaseException:
         mem.close()
@@ -171,7 +171,7 @@ def ingest_cmd(
         click.echo(
             f"ingested {summary['logs']} log(s){dup}, {added} steps into namespace "
             f"{namespace!r} of {store} ({summary['steps_in_namespace']} steps there; "
-            f"model {summary['model']})"
+            f"encoder {summary['encoder']})"
         )
 
 
@@ -212,7 +212,8 @@ def check_cmd(store: Path, as_json: bool) -> None:
             "ok": True,
             "namespaces": len(namespaces),
             "steps": sum(st.n_steps(ns) for ns in namespaces),
-            "model": st.model_id,
+            "encoder": st.encoder_id,
+            "model": st.encoder_id,  # deprecated name of "encoder", for one release
         }
     finally:
         st.close()
@@ -221,7 +222,7 @@ def check_cmd(store: Path, as_json: bool) -> None:
     else:
         click.echo(
             f"{store}: ok ({summary['steps']} steps in {summary['namespaces']} namespace(s), "
-            f"model {summary['model'] or 'none yet'})"
+            f"encoder {summary['encoder'] or 'none yet'})"
         )
 
 

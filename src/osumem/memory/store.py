@@ -39,6 +39,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -529,9 +530,21 @@ class MemoryStore:
         return self._meta_raw()
 
     @property
-    def model_id(self) -> str:
-        """The encoder model id recorded at the first add ("" while empty)."""
+    def encoder_id(self) -> str:
+        """The encoder id recorded at the first add ("" while empty). The file keeps it
+        in the meta row ``model_id``, its name since the first store format, so stores
+        open in both directions between releases."""
         return self.meta().get("model_id", "")
+
+    @property
+    def model_id(self) -> str:
+        """Deprecated: :attr:`encoder_id`."""
+        warnings.warn(
+            "MemoryStore.model_id is deprecated; use MemoryStore.encoder_id",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.encoder_id
 
     @property
     def dim(self) -> int:
@@ -698,7 +711,7 @@ class MemoryStore:
         rows: Sequence[StepRow],
         embeddings: NDArray[np.float32],
         *,
-        model_id: str,
+        encoder_id: str,
         pending: Sequence[Mapping[str, Any]] | None = None,
         digest: str | None = None,
     ) -> list[int]:
@@ -721,13 +734,13 @@ class MemoryStore:
                 if not meta["model_id"]:
                     conn.executemany(
                         "UPDATE meta SET value = ? WHERE key = ?",
-                        [(model_id, "model_id"), (str(emb.shape[1]), "dim")],
+                        [(encoder_id, "model_id"), (str(emb.shape[1]), "dim")],
                     )
                     dim = emb.shape[1]
-                elif meta["model_id"] != model_id or dim != emb.shape[1]:
+                elif meta["model_id"] != encoder_id or dim != emb.shape[1]:
                     raise IncompatibleStoreError(
                         f"{self._name}: made with encoder {meta['model_id']!r} "
-                        f"(dim {dim}); got {model_id!r} (dim {emb.shape[1]})"
+                        f"(dim {dim}); got {encoder_id!r} (dim {emb.shape[1]})"
                     )
             start = self.n_steps(namespace)
             batch = 0

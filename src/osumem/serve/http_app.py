@@ -195,7 +195,8 @@ def build_app(
             "status": "ok",
             "version": __version__,
             "method": service.method,
-            "model": service.model_id,
+            "encoder": service.encoder_id,
+            "model": service.encoder_id,  # deprecated name of "encoder", for one release
         }
 
     @app.post(

@@ -131,7 +131,7 @@ class MemoryService:
         self._others: dict[str, tuple[Memory, dict[str, int]]] = {}  # method -> memory
         self._closed = False
         self._encoder_to_close: Any = None
-        self._model_id = ""
+        self._encoder_id = ""
         try:
             self.memory: Memory = self._on_store(
                 lambda: self._open(encoder, method, memory_settings)
@@ -148,7 +148,7 @@ class MemoryService:
         try:
             enc = opened.encoder  # loaded now, once, not at the first request
             set_torch_threads(self._torch_threads)
-            self._model_id = enc.model_id if enc is not None else opened.store.model_id
+            self._encoder_id = enc.encoder_id if enc is not None else opened.store.encoder_id
             if enc is None:
                 return opened
             self._encoder_to_close = enc
@@ -171,9 +171,9 @@ class MemoryService:
         return self.memory.config.method
 
     @property
-    def model_id(self) -> str:
-        """The encoder's model id ("" when the store has none)."""
-        return self._model_id
+    def encoder_id(self) -> str:
+        """The encoder's id ("" when the store has none)."""
+        return self._encoder_id
 
     # --- synchronous API (blocking; any thread) --------------------------------------------
 

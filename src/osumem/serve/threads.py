@@ -38,9 +38,9 @@ class SerializedEncoder:
         self._lock = threading.Lock()
 
     @property
-    def model_id(self) -> str:
-        """The wrapped encoder's model id."""
-        return self._encoder.model_id
+    def encoder_id(self) -> str:
+        """The wrapped encoder's id."""
+        return self._encoder.encoder_id
 
     @property
     def dim(self) -> int:
