@@ -9,180 +9,119 @@ from typing import Any
 
 import click
 
-
-def register(main: click.Group, bench: click.Group) -> None:
-    """Add ``bench compare`` to the CLI."""
-    from osumem.cli import _int_list, handle_errors
-
-    @bench.command("compare")
-    @click.option("--method", default="osumem_adaptive", show_default=True, help="Method to test.")
-    @click.option(
-        "--baselines",
-        default="flat,osumem,osumem_disjoint",
-        show_default=True,
-        help="Comma-separated methods to compare against (Flat first: the bar is vs Flat).",
-    )
-    @click.option("--synthetic-seeds", default="0,1,2,3,4", show_default=True)
-    @click.option(
-        "--taubench",
-        "taubench_data",
-        type=click.Path(dir_okay=False, exists=True, path_type=Path),
-        default=None,
-        help="tau-bench results JSON; adds tau-bench (with its cells) and Stage D.",
-    )
-    @click.option("--taubench-seeds", default="0", show_default=True)
-    @click.option("--no-stage-d", is_flag=True, help="Skip the Stage D augmentation run.")
-    @click.option(
-        "--toolbench",
-        "toolbench_data",
-        type=click.Path(file_okay=False, exists=True, path_type=Path),
-        default=None,
-        help="ToolBench data directory (G1_*.json, G2_*.json); adds the ToolBench probe.",
-    )
-    @click.option("--toolbench-seeds", default="42,123,456", show_default=True)
-    @click.option("--episodes", type=int, default=None, help="Episodes per seed (default: all).")
-    @click.option("--budgets", default="64,128,256,512", show_default=True)
-    @click.option("--toolbench-budgets", default="200,400,800,1600", show_default=True)
-    @click.option("--permutations", type=int, default=10_000, show_default=True)
-    @click.option("--jobs", type=int, default=1, show_default=True, help="Parallel workers.")
-    @click.option(
-        "--out",
-        type=click.Path(file_okay=False, path_type=Path),
-        default=None,
-        help="Directory for the per-query rows (one Parquet file per benchmark) and compare.md.",
-    )
-    @click.option(
-        "--rows",
-        "rows_dir",
-        type=click.Path(exists=True, path_type=Path),
-        default=None,
-        help="Compare result rows already written (a Parquet file or directory) instead of "
-        "running the benchmarks.",
-    )
-    @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-    @click.option("--quiet", is_flag=True, help="No progress bar.")
-    @handle_errors
-    def bench_compare(
-        method: str,
-        baselines: str,
-        synthetic_seeds: str,
-        taubench_data: Path | None,
-        taubench_seeds: str,
-        no_stage_d: bool,
-        toolbench_data: Path | None,
-        toolbench_seeds: str,
-        episodes: int | None,
-        budgets: str,
-        toolbench_budgets: str,
-        permutations: int,
-        jobs: int,
-        out: Path | None,
-        rows_dir: Path | None,
-        as_json: bool,
-        quiet: bool,
-    ) -> None:
-        """Run METHOD and the baselines on synthetic (always), tau-bench and Stage D
-        (with --taubench) and ToolBench (with --toolbench), then print per benchmark ×
-        budget × cell the Hit@2 and Recall differences METHOD − baseline with
-        episode-level sign-flip p-values Fisher-combined over seeds, and where METHOD
-        loses to Flat (significantly, or by more than 1 pp)."""
-        from osumem.evaluate.compare import check_bar, compare_rows
-        from osumem.evaluate.runner import parse_method_runs, read_results
-
-        base_list = [b.strip() for b in baselines.split(",") if b.strip()]
-        runs = parse_method_runs([method, *base_list])  # every name checked before any run
-        if rows_dir is not None:
-            rows = read_results(rows_dir)
-        else:
-            rows = _run_all(
-                runs,
-                synthetic_seeds=_int_list(synthetic_seeds, "--synthetic-seeds"),
-                taubench_data=taubench_data,
-                taubench_seeds=_int_list(taubench_seeds, "--taubench-seeds"),
-                stage_d=not no_stage_d,
-                toolbench_data=toolbench_data,
-                toolbench_seeds=_int_list(toolbench_seeds, "--toolbench-seeds"),
-                episodes=episodes,
-                budgets=_int_list(budgets, "--budgets"),
-                toolbench_budgets=_int_list(toolbench_budgets, "--toolbench-budgets"),
-                jobs=jobs,
-                out=out,
-                progress=not quiet,
-            )
-        report = compare_rows(rows, method=method, baselines=base_list, n_permutations=permutations)
-        if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
-            (out / "compare.md").write_text(report.to_markdown() + "\n")
-        if as_json:
-            click.echo(json.dumps(report.to_json(), indent=2, default=_json_default))
-            return
-        click.echo(report.to_markdown())
-        fails = check_bar(report, baseline=base_list[0]) if base_list else []
-        click.echo("")
-        if fails:
-            click.echo(f"{method} loses to {base_list[0]} at: " + "; ".join(fails))
-        else:
-            click.echo(
-                f"{method} never loses to {base_list[0]} significantly or by more than 1 pp."
-            )
+from osumem.cli._common import handle_errors, int_list
 
 
-def _run_all(
-    runs: list[Any],
-    *,
-    synthetic_seeds: list[int],
+@click.command("compare")
+@click.option("--method", default="osumem_adaptive", show_default=True, help="Method to test.")
+@click.option(
+    "--baselines",
+    default="flat,osumem,osumem_disjoint",
+    show_default=True,
+    help="Comma-separated methods to compare against (Flat first: the bar is vs Flat).",
+)
+@click.option("--synthetic-seeds", default="0,1,2,3,4", show_default=True)
+@click.option(
+    "--taubench",
+    "taubench_data",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="tau-bench results JSON; adds tau-bench (with its cells) and Stage D.",
+)
+@click.option("--taubench-seeds", default="0", show_default=True)
+@click.option("--no-stage-d", is_flag=True, help="Skip the Stage D augmentation run.")
+@click.option(
+    "--toolbench",
+    "toolbench_data",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="ToolBench data directory (G1_*.json, G2_*.json); adds the ToolBench probe.",
+)
+@click.option("--toolbench-seeds", default="42,123,456", show_default=True)
+@click.option("--episodes", type=int, default=None, help="Episodes per seed (default: all).")
+@click.option("--budgets", default="64,128,256,512", show_default=True)
+@click.option("--toolbench-budgets", default="200,400,800,1600", show_default=True)
+@click.option("--permutations", type=int, default=10_000, show_default=True)
+@click.option("--jobs", type=int, default=1, show_default=True, help="Parallel workers.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory for the per-query rows (one Parquet file per benchmark) and compare.md.",
+)
+@click.option(
+    "--rows",
+    "rows_dir",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="Compare result rows already written (a Parquet file or directory) instead of "
+    "running the benchmarks.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@handle_errors
+def bench_compare(
+    method: str,
+    baselines: str,
+    synthetic_seeds: str,
     taubench_data: Path | None,
-    taubench_seeds: list[int],
-    stage_d: bool,
+    taubench_seeds: str,
+    no_stage_d: bool,
     toolbench_data: Path | None,
-    toolbench_seeds: list[int],
+    toolbench_seeds: str,
     episodes: int | None,
-    budgets: list[int],
-    toolbench_budgets: list[int],
+    budgets: str,
+    toolbench_budgets: str,
+    permutations: int,
     jobs: int,
     out: Path | None,
-    progress: bool,
-) -> Any:
-    """Build each benchmark's episodes, run ``runs`` on them, write the rows to ``out``
-    (one Parquet file per benchmark) and return all rows together."""
-    import pandas as pd
+    rows_dir: Path | None,
+    as_json: bool,
+    quiet: bool,
+) -> None:
+    """Run METHOD and the baselines on synthetic (always), tau-bench and Stage D
+    (with --taubench) and ToolBench (with --toolbench), then print per benchmark ×
+    budget × cell the Hit@2 and Recall differences METHOD − baseline with
+    episode-level sign-flip p-values Fisher-combined over seeds, and where METHOD
+    loses to Flat (significantly, or by more than 1 pp)."""
+    from osumem.bench.compare import run_benchmarks
+    from osumem.evaluate.compare import check_bar, compare_rows
+    from osumem.evaluate.runner import parse_method_runs, read_results
 
-    from osumem.bench.synthetic import SyntheticConfig, generate
-    from osumem.evaluate.runner import run, write_results
-
-    def run_one(name: str, eps: list[Any], bud: list[int], meta: dict[str, Any]) -> Any:
-        rows = run(eps, runs, bud, benchmark=name, jobs=jobs, progress=progress)
-        if out is not None:
-            write_results(out, rows, {**meta, "methods": [r.label for r in runs]}, name=name)
-        return rows
-
-    syn_cfg = SyntheticConfig()
-    if episodes is not None:
-        syn_cfg = syn_cfg.replace(n_episodes=episodes)
-    eps = [(s, ep) for s in synthetic_seeds for ep in generate(syn_cfg, s)]
-    parts = [run_one("synthetic", eps, budgets, {"seeds": synthetic_seeds})]
-    if taubench_data is not None:
-        from osumem.bench.taubench import TauBenchConfig
-        from osumem.bench.taubench_report import build_taubench
-
-        tau_cfg = TauBenchConfig()
-        if episodes is not None:
-            tau_cfg = tau_cfg.replace(n_episodes=episodes)
-        for name, aug in (("taubench", False), ("taubench_stage_d", True)):
-            if aug and not stage_d:
-                continue
-            eps, _ = build_taubench(taubench_data, tau_cfg, taubench_seeds, stage_d=aug)
-            parts.append(run_one(name, eps, budgets, {"seeds": taubench_seeds}))
-    if toolbench_data is not None:
-        from osumem.bench.toolbench import ToolBenchConfig
-        from osumem.cli_toolbench import load_episodes
-
-        tb_cfg = ToolBenchConfig()
-        if episodes is not None:
-            tb_cfg = tb_cfg.replace(n_episodes=episodes)
-        eps = load_episodes(toolbench_data, tb_cfg, toolbench_seeds)
-        parts.append(run_one("toolbench", eps, toolbench_budgets, {"seeds": toolbench_seeds}))
-    return pd.concat(parts, ignore_index=True)
+    base_list = [b.strip() for b in baselines.split(",") if b.strip()]
+    runs = parse_method_runs([method, *base_list])  # every name checked before any run
+    if rows_dir is not None:
+        rows = read_results(rows_dir)
+    else:
+        rows = run_benchmarks(
+            runs,
+            synthetic_seeds=int_list(synthetic_seeds, "--synthetic-seeds"),
+            taubench_data=taubench_data,
+            taubench_seeds=int_list(taubench_seeds, "--taubench-seeds"),
+            stage_d=not no_stage_d,
+            toolbench_data=toolbench_data,
+            toolbench_seeds=int_list(toolbench_seeds, "--toolbench-seeds"),
+            episodes=episodes,
+            budgets=int_list(budgets, "--budgets"),
+            toolbench_budgets=int_list(toolbench_budgets, "--toolbench-budgets"),
+            jobs=jobs,
+            out=out,
+            progress=not quiet,
+        )
+    report = compare_rows(rows, method=method, baselines=base_list, n_permutations=permutations)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "compare.md").write_text(report.to_markdown() + "\n")
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2, default=_json_default))
+        return
+    click.echo(report.to_markdown())
+    fails = check_bar(report, baseline=base_list[0]) if base_list else []
+    click.echo("")
+    if fails:
+        click.echo(f"{method} loses to {base_list[0]} at: " + "; ".join(fails))
+    else:
+        click.echo(f"{method} never loses to {base_list[0]} significantly or by more than 1 pp.")
 
 
 def _json_default(value: Any) -> Any:
