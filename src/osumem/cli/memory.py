@@ -174,7 +174,7 @@ def _renamed(exc: Exception, message: str) -> Exception:
 
     try:
         return type(exc)(message)
-    except Exception:  # an error type with another constructor
+    except TypeError:  # an error type whose constructor takes other arguments
         return OSUMemError(message)
 
 
