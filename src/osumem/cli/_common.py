@@ -18,9 +18,10 @@ from typing import Any
 import click
 
 from osumem.errors import OSUMemError
-from osumem.evaluate.defaults import JOBS_RANGE
+from osumem.evaluate.defaults import BUDGETS, JOBS_RANGE, as_option
 
-DEFAULT_BUDGETS = "64,128,256,512"
+#: Default ``--budgets`` of the synthetic and tau-bench commands (the paper's).
+DEFAULT_BUDGETS = as_option(BUDGETS["synthetic"])
 #: Default ``--jobs``: one process for runs under 20 episodes, all cores from 20 on
 #: (:func:`osumem.evaluate.runner.auto_jobs`; measured in docs/decisions.md).
 DEFAULT_JOBS = "auto"
@@ -57,6 +58,8 @@ class OSUMemGroup(click.Group):
 
 
 def int_list(text: str, what: str) -> list[int]:
+    """A comma-separated list of integers; an unreadable or empty one is a usage error
+    naming ``what``."""
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:

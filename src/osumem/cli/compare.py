@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from osumem.cli._common import handle_errors, int_list
+from osumem.evaluate.defaults import BUDGETS, N_PERMUTATIONS, TOOLBENCH_SEEDS, as_option
 
 
 @click.command("compare")
@@ -37,11 +38,11 @@ from osumem.cli._common import handle_errors, int_list
     default=None,
     help="ToolBench data directory (G1_*.json, G2_*.json); adds the ToolBench probe.",
 )
-@click.option("--toolbench-seeds", default="42,123,456", show_default=True)
+@click.option("--toolbench-seeds", default=as_option(TOOLBENCH_SEEDS), show_default=True)
 @click.option("--episodes", type=int, default=None, help="Episodes per seed (default: all).")
-@click.option("--budgets", default="64,128,256,512", show_default=True)
-@click.option("--toolbench-budgets", default="200,400,800,1600", show_default=True)
-@click.option("--permutations", type=int, default=10_000, show_default=True)
+@click.option("--budgets", default=as_option(BUDGETS["synthetic"]), show_default=True)
+@click.option("--toolbench-budgets", default=as_option(BUDGETS["toolbench"]), show_default=True)
+@click.option("--permutations", type=int, default=N_PERMUTATIONS, show_default=True)
 @click.option("--jobs", type=int, default=1, show_default=True, help="Parallel workers.")
 @click.option(
     "--out",
