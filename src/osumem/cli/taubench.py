@@ -21,19 +21,10 @@ from osumem.evaluate.defaults import N_PERMUTATIONS
 
 
 def default_methods() -> str:
-    """All registered non-oracle methods whose modules import."""
-    from osumem.errors import UnknownMethodError
-    from osumem.retrieve.registry import available, get_class
+    """``--methods ALL``: every registered non-oracle method whose module imports."""
+    from osumem.evaluate.methods import runnable_methods
 
-    names = []
-    for name in available():
-        try:
-            cls = get_class(name)
-        except (UnknownMethodError, ImportError):
-            continue
-        if not cls.is_oracle:
-            names.append(name)
-    return ",".join(names)
+    return ",".join(runnable_methods())
 
 
 def encoder_options(fn: Callable[..., Any]) -> Callable[..., Any]:
