@@ -369,7 +369,7 @@ def test_embedded_model_on_two_queries(monkeypatch, tmp_path) -> None:
 
 def test_reproduce_llm_adds_columns_and_report_section(tmp_path, monkeypatch) -> None:
     import osumem.llm
-    from osumem.cli_llm import reproduce_llm
+    from osumem.cli.llm import reproduce_llm
     from osumem.evaluate.runner import read_results, write_results
     from osumem.report.build import build_report
 

@@ -28,16 +28,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from numpy.typing import NDArray
 
 from osumem.annotate import prefix, prefix_entities
-from osumem.embed import Encoder
+from osumem.embed import Encoder, load_encoder
 from osumem.errors import ConfigError
 from osumem.evaluate.cells import cell_of, pairwise_share_entity, pairwise_share_tool
 from osumem.frozen import FrozenConfig
-from osumem.ingest.toolbench import ToolBenchRecord, ToolBenchStep
+from osumem.ingest.toolbench import ToolBenchRecord, ToolBenchStep, read_toolbench
 from osumem.types import Episode, MemoryView, Query
 
 
@@ -320,3 +321,15 @@ def construction_stats(episodes: Sequence[Episode]) -> dict[str, float]:
         "share_E+": float(np.mean(eplus)),
         "share_T+E+": float(np.mean(np.logical_and(tplus, eplus))),
     }
+
+
+def load_episodes(
+    data: Path, cfg: ToolBenchConfig, seeds: Sequence[int], *, encoder: Encoder | None = None
+) -> list[tuple[int, Episode]]:
+    """Read the ToolBench answer files in ``data``, embed every text once
+    (:func:`build_corpus`; the default SBERT encoder when ``encoder`` is None) and
+    build the ``(seed, episode)`` pairs of ``seeds``."""
+    records = read_toolbench(data, signature_level=cfg.signature_level)
+    enc = encoder if encoder is not None else load_encoder()
+    corpus = build_corpus(records, enc, step_roles=cfg.step_roles, n_neighbors=cfg.n_neighbors)
+    return [(s, ep) for s in seeds for ep in generate(corpus, cfg, s)]

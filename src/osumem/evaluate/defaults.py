@@ -42,3 +42,7 @@ def primary_budget(benchmark: str, budgets: list[int] | None = None) -> int:
     if budgets is None or want in budgets:
         return want
     return sorted(budgets)[len(budgets) // 2]
+
+
+#: What a worker count (``--jobs``) accepts, in words (the one place that says it).
+JOBS_RANGE = "auto, -1 (all cores) or a number of workers >= 1"

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from osumem.errors import OSUMemError
+from osumem.errors import OSUMemError, UnknownMethodError
 from osumem.evaluate.runner import MethodRun, parse_method_runs
 from osumem.retrieve.registry import available, get_class, get_spec, make_config
 
@@ -103,3 +103,17 @@ def read_method_table(meta: Mapping[str, Any], labels: Sequence[str]) -> dict[st
             resolved = _unresolved(label)
         out[label] = resolved
     return out
+
+
+def runnable_methods() -> list[str]:
+    """Every registered method that is not an oracle and whose module imports (an
+    optional dependency may be missing), in registry order."""
+    names = []
+    for name in available():
+        try:
+            cls = get_class(name)
+        except (UnknownMethodError, ImportError):
+            continue
+        if not cls.is_oracle:
+            names.append(name)
+    return names

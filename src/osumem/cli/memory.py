@@ -17,16 +17,9 @@ from typing import Any
 
 import click
 
-from osumem.cli import encoder_option, handle_errors
+from osumem.cli._common import encoder_option, handle_errors
 
 DEFAULT_NAMESPACE = "default"  # same as osumem.memory.DEFAULT_NAMESPACE (kept light here)
-
-
-def register(main: click.Group, bench: click.Group) -> None:
-    """Add the memory commands to the ``osumem`` group."""
-    main.add_command(ingest_cmd)
-    main.add_command(query_cmd)
-    main.add_command(check_cmd)
 
 
 @click.command("ingest")
@@ -96,7 +89,7 @@ def ingest_cmd(
     as_json: bool,
 ) -> None:
     """Add the chat log(s) in LOG to a memory store (all of the file, or nothing)."""
-    from osumem.cli_serve import remote_ingest, store_or_server
+    from osumem.cli.serve import remote_ingest, store_or_server
     from osumem.errors import ConfigError, InvalidInputError, OSUMemError
     from osumem.ingest import read_logs, skip_summary
     from osumem.memory import Memory
@@ -181,7 +174,7 @@ def _renamed(exc: Exception, message: str) -> Exception:
 
     try:
         return type(exc)(message)
-    except Exception:  # an error type with another constructor
+    except TypeError:  # an error type whose constructor takes other arguments
         return OSUMemError(message)
 
 
@@ -266,7 +259,7 @@ def query_cmd(
     as_json: bool,
 ) -> None:
     """Print the context retrieved from a memory store for TEXT."""
-    from osumem.cli_serve import remote_query, store_or_server
+    from osumem.cli.serve import remote_query, store_or_server
     from osumem.errors import ConfigError, DataFileError
     from osumem.memory import Memory
 

@@ -10,13 +10,7 @@ from typing import Any
 
 import click
 
-from osumem.cli import encoder_option, handle_errors
-
-
-def register(main: click.Group, bench: click.Group) -> None:
-    """Add ``serve`` and ``bench serve`` to the CLI."""
-    main.add_command(serve_cmd)
-    bench.add_command(bench_serve_cmd)
+from osumem.cli._common import encoder_option, handle_errors
 
 
 def _need_serve_extra() -> None:

@@ -1,10 +1,4 @@
-"""CLI plugin: ``osumem report DIR``, ``osumem reproduce synthetic`` and
-``osumem bench efficiency``.
-
-``reproduce`` is a click group so other benchmarks can add subcommands
-(``reproduce taubench``, ``reproduce toolbench``) through their own plugins: look it up
-with ``main.commands["reproduce"]`` inside ``register``.
-"""
+"""``osumem report DIR``, ``osumem reproduce synthetic`` and ``osumem bench efficiency``."""
 
 from __future__ import annotations
 
@@ -17,7 +11,7 @@ from typing import Any
 
 import click
 
-from osumem.cli import _int_list, handle_errors
+from osumem.cli._common import handle_errors, int_list
 from osumem.evaluate.defaults import N_PERMUTATIONS, primary_budget
 
 
@@ -182,124 +176,116 @@ def reproduce_synthetic_into(
     return {"report": str(report), **timings}
 
 
-def register(main: click.Group, bench: click.Group) -> None:
-    """Add ``report``, ``reproduce`` and ``bench efficiency`` to the CLI."""
+@click.command("report")
+@click.argument("results", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Report file (default: RESULTS/report.md; figures beside it).",
+)
+@_report_options
+@handle_errors
+def report_cmd(
+    results: Path, out: Path | None, reference: str, baseline: str, permutations: int
+) -> None:
+    """Turn a results directory (row files from `osumem bench ... --out DIR` or
+    `osumem reproduce`) into report.md with tables, p-values, the paper's numbers
+    beside ours, and PNG figures."""
+    from osumem.report.build import ReportSettings, build_report
 
-    @main.command("report")
-    @click.argument("results", type=click.Path(exists=True, file_okay=False, path_type=Path))
-    @click.option(
-        "--out",
-        type=click.Path(dir_okay=False, path_type=Path),
-        default=None,
-        help="Report file (default: RESULTS/report.md; figures beside it).",
-    )
-    @_report_options
-    @handle_errors
-    def report_cmd(
-        results: Path, out: Path | None, reference: str, baseline: str, permutations: int
-    ) -> None:
-        """Turn a results directory (row files from `osumem bench ... --out DIR` or
-        `osumem reproduce`) into report.md with tables, p-values, the paper's numbers
-        beside ours, and PNG figures."""
-        from osumem.report.build import ReportSettings, build_report
+    settings = ReportSettings(reference=reference, baseline=baseline, n_permutations=permutations)
+    path = build_report(results, settings=settings, out=out)
+    click.echo(f"report written to {path}")
 
-        settings = ReportSettings(
-            reference=reference, baseline=baseline, n_permutations=permutations
-        )
-        path = build_report(results, settings=settings, out=out)
-        click.echo(f"report written to {path}")
 
-    @main.group("reproduce")
-    def reproduce() -> None:
-        """Reproduce the paper's experiments: run, then write the report."""
+@click.command("synthetic")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Results directory (rows, efficiency, report.md, figures/).",
+)
+@click.option(
+    "--jobs",
+    type=int,
+    default=-1,
+    show_default=True,
+    help="Parallel workers for the quality run (-1: all cores).",
+)
+@click.option(
+    "--episodes",
+    type=int,
+    default=None,
+    help="Episodes per seed (default: the paper's 200; also caps efficiency).",
+)
+@click.option(
+    "--configs",
+    "config_paths",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Experiment files (default: the paper's synthetic experiments shipped with the package).",
+)
+@click.option("--quiet", is_flag=True, help="No progress output.")
+@handle_errors
+def reproduce_synthetic(
+    out: Path, jobs: int, episodes: int | None, config_paths: tuple[Path, ...], quiet: bool
+) -> None:
+    """The paper's synthetic configuration: all methods, four budgets, ablations,
+    the M_max sweep and efficiency at 64-d and 384-d, then report.md."""
+    from osumem.report.experiment import shipped_experiments
 
-    @reproduce.command("synthetic")
-    @click.option(
-        "--out",
-        type=click.Path(file_okay=False, path_type=Path),
-        required=True,
-        help="Results directory (rows, efficiency, report.md, figures/).",
+    paths = list(config_paths) or shipped_experiments("synthetic")
+    info = reproduce_synthetic_into(
+        out, configs=paths, jobs=jobs, episodes=episodes, progress=not quiet
     )
-    @click.option(
-        "--jobs",
-        type=int,
-        default=-1,
-        show_default=True,
-        help="Parallel workers for the quality run (-1: all cores).",
-    )
-    @click.option(
-        "--episodes",
-        type=int,
-        default=None,
-        help="Episodes per seed (default: the paper's 200; also caps efficiency).",
-    )
-    @click.option(
-        "--configs",
-        "config_paths",
-        multiple=True,
-        type=click.Path(dir_okay=False, path_type=Path),
-        help="Experiment files (default: the paper's synthetic experiments shipped with "
-        "the package).",
-    )
-    @click.option("--quiet", is_flag=True, help="No progress output.")
-    @handle_errors
-    def reproduce_synthetic(
-        out: Path, jobs: int, episodes: int | None, config_paths: tuple[Path, ...], quiet: bool
-    ) -> None:
-        """The paper's synthetic configuration: all methods, four budgets, ablations,
-        the M_max sweep and efficiency at 64-d and 384-d, then report.md."""
-        from osumem.report.experiment import shipped_experiments
+    click.echo(json.dumps(info, indent=2))
 
-        paths = list(config_paths) or shipped_experiments("synthetic")
-        info = reproduce_synthetic_into(
-            out, configs=paths, jobs=jobs, episodes=episodes, progress=not quiet
-        )
-        click.echo(json.dumps(info, indent=2))
 
-    @bench.command("efficiency")
-    @click.option("--methods", default="osumem,flat,flat_mmr,tree", show_default=True)
-    @click.option("--dims", default="64,384", show_default=True, help="Embedding dimensions.")
-    @click.option("--episodes", type=int, default=20, show_default=True)
-    @click.option("--budget", type=int, default=primary_budget("synthetic"), show_default=True)
-    @click.option(
-        "--reference",
-        default="flat",
-        show_default=True,
-        help="Ratios are to this method (it is added when missing).",
-    )
-    @click.option(
-        "--out",
-        type=click.Path(file_okay=False, path_type=Path),
-        default=None,
-        help="Directory for efficiency.csv (read by `osumem report`).",
-    )
-    @handle_errors
-    def bench_efficiency(
-        methods: str, dims: str, episodes: int, budget: int, reference: str, out: Path | None
-    ) -> None:
-        """Retrieve-only latency, amortised latency and storage of methods on synthetic
-        episodes at each dimension, with ratios to the reference in the same run."""
-        from osumem.evaluate.runner import split_methods
-        from osumem.report.experiment import Experiment
+@click.command("efficiency")
+@click.option("--methods", default="osumem,flat,flat_mmr,tree", show_default=True)
+@click.option("--dims", default="64,384", show_default=True, help="Embedding dimensions.")
+@click.option("--episodes", type=int, default=20, show_default=True)
+@click.option("--budget", type=int, default=primary_budget("synthetic"), show_default=True)
+@click.option(
+    "--reference",
+    default="flat",
+    show_default=True,
+    help="Ratios are to this method (it is added when missing).",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Directory for efficiency.csv (read by `osumem report`).",
+)
+@handle_errors
+def bench_efficiency(
+    methods: str, dims: str, episodes: int, budget: int, reference: str, out: Path | None
+) -> None:
+    """Retrieve-only latency, amortised latency and storage of methods on synthetic
+    episodes at each dimension, with ratios to the reference in the same run."""
+    from osumem.evaluate.runner import split_methods
+    from osumem.report.experiment import Experiment
 
-        names = split_methods(methods)
-        if reference not in names:
-            names.append(reference)
-        exp = Experiment(
-            name="efficiency",
-            title="efficiency",
-            kind="efficiency",
-            benchmark="synthetic",
-            budgets=(budget,),
-            primary_budget=budget,
-            reference=reference,
-            methods=tuple(names),
-            episodes=episodes,
-            dims=tuple(_int_list(dims, "--dims")),
-        )
-        _raw, table = run_efficiency(exp, episodes_cap=None, progress=True)
-        if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
-            table.to_csv(out / "efficiency.csv", index=False)
-            click.echo(f"written {out / 'efficiency.csv'}", err=True)
-        click.echo(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    names = split_methods(methods)
+    if reference not in names:
+        names.append(reference)
+    exp = Experiment(
+        name="efficiency",
+        title="efficiency",
+        kind="efficiency",
+        benchmark="synthetic",
+        budgets=(budget,),
+        primary_budget=budget,
+        reference=reference,
+        methods=tuple(names),
+        episodes=episodes,
+        dims=tuple(int_list(dims, "--dims")),
+    )
+    _raw, table = run_efficiency(exp, episodes_cap=None, progress=True)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out / "efficiency.csv", index=False)
+        click.echo(f"written {out / 'efficiency.csv'}", err=True)
+    click.echo(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))

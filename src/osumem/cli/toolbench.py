@@ -11,13 +11,7 @@ from typing import Any
 
 import click
 
-from osumem.cli import (
-    _int_list,
-    common_bench_options,
-    handle_errors,
-    run_and_report,
-    split_overrides,
-)
+from osumem.cli._common import common_bench_options, handle_errors, int_list, run_and_report
 from osumem.evaluate.defaults import BUDGETS, TOOLBENCH_METHODS, TOOLBENCH_SEEDS, as_option
 
 TOOLBENCH_DEFAULT_METHODS = as_option(TOOLBENCH_METHODS)
@@ -31,18 +25,6 @@ DATA_OPTION = click.option(
     required=True,
     help="Directory with the ToolBench answer files (G1_*.json, G2_*.json).",
 )
-
-
-def load_episodes(data: Path, cfg: Any, seeds: list[int], *, encoder: Any = None) -> list:
-    """Parse the ToolBench files, embed once, and build ``(seed, episode)`` pairs."""
-    from osumem.bench.toolbench import build_corpus, generate
-    from osumem.embed import load_encoder
-    from osumem.ingest.toolbench import read_toolbench
-
-    records = read_toolbench(data, signature_level=cfg.signature_level)
-    enc = encoder if encoder is not None else load_encoder()
-    corpus = build_corpus(records, enc, step_roles=cfg.step_roles, n_neighbors=cfg.n_neighbors)
-    return [(s, ep) for s in seeds for ep in generate(corpus, cfg, s)]
 
 
 def _config(overrides: dict[str, str], episodes: int | None, evidence_size: int | None) -> Any:
@@ -66,63 +48,55 @@ def _stats_line(stats: dict[str, Any]) -> str:
     )
 
 
-def register(main: click.Group, bench: click.Group) -> None:
-    """Add ``bench toolbench`` (and ``reproduce toolbench`` when the group exists)."""
+@click.command("toolbench")
+@DATA_OPTION
+@click.option(
+    "--evidence-size",
+    type=int,
+    default=None,
+    help="k, planted evidence steps per episode (default 3).",
+)
+@common_bench_options(TOOLBENCH_DEFAULT_METHODS, TOOLBENCH_DEFAULT_BUDGETS)
+@handle_errors
+def bench_toolbench(
+    data: Path,
+    evidence_size: int | None,
+    methods: str,
+    budgets: str,
+    episodes: int | None,
+    seeds: str | None,
+    jobs: int,
+    out: Path | None,
+    as_json: bool,
+    overrides: tuple[str, ...],
+    quiet: bool,
+) -> None:
+    """The ToolBench planted-evidence probe: per seed 200 episodes of
+    ~500 steps (75% confounders from the 30 nearest-query trajectories), k evidence
+    steps at evenly spaced positions, the target query embedded verbatim (SBERT).
+    Benchmark knobs: --set toolbench.<param>=value (see ToolBenchConfig)."""
+    from osumem.bench.toolbench import construction_stats, load_episodes
+    from osumem.evaluate.options import split_overrides
 
-    @bench.command("toolbench")
-    @DATA_OPTION
-    @click.option(
-        "--evidence-size",
-        type=int,
-        default=None,
-        help="k, planted evidence steps per episode (default 3).",
+    method_over, bench_over = split_overrides(overrides, "toolbench")
+    cfg = _config(bench_over, episodes, evidence_size)
+    seed_list = int_list(seeds or TOOLBENCH_DEFAULT_SEEDS, "--seeds")
+    eps = load_episodes(data, cfg, seed_list)
+    stats = construction_stats([ep for _, ep in eps])
+    if not as_json:
+        click.echo(_stats_line(stats), err=True)
+    run_and_report(
+        benchmark="toolbench",
+        episodes=eps,
+        methods=methods,
+        budgets=budgets,
+        jobs=jobs,
+        out=out,
+        as_json=as_json,
+        overrides=method_over,
+        meta={"seeds": seed_list, "config": cfg.to_dict(), "construction": stats},
+        quiet=quiet,
     )
-    @common_bench_options(TOOLBENCH_DEFAULT_METHODS, TOOLBENCH_DEFAULT_BUDGETS)
-    @handle_errors
-    def bench_toolbench(
-        data: Path,
-        evidence_size: int | None,
-        methods: str,
-        budgets: str,
-        episodes: int | None,
-        seeds: str | None,
-        jobs: int,
-        out: Path | None,
-        as_json: bool,
-        overrides: tuple[str, ...],
-        quiet: bool,
-    ) -> None:
-        """The ToolBench planted-evidence probe: per seed 200 episodes of
-        ~500 steps (75% confounders from the 30 nearest-query trajectories), k evidence
-        steps at evenly spaced positions, the target query embedded verbatim (SBERT).
-        Benchmark knobs: --set toolbench.<param>=value (see ToolBenchConfig)."""
-        from osumem.bench.toolbench import construction_stats
-
-        method_over, bench_over = split_overrides(overrides, "toolbench")
-        cfg = _config(bench_over, episodes, evidence_size)
-        seed_list = _int_list(seeds or TOOLBENCH_DEFAULT_SEEDS, "--seeds")
-        eps = load_episodes(data, cfg, seed_list)
-        stats = construction_stats([ep for _, ep in eps])
-        if not as_json:
-            click.echo(_stats_line(stats), err=True)
-        run_and_report(
-            benchmark="toolbench",
-            episodes=eps,
-            methods=methods,
-            budgets=budgets,
-            jobs=jobs,
-            out=out,
-            as_json=as_json,
-            overrides=method_over,
-            meta={"seeds": seed_list, "config": cfg.to_dict(), "construction": stats},
-            quiet=quiet,
-        )
-
-    # `reproduce` is created by the report plugin, registered before this one
-    # (see the end of osumem.cli); without it there is no `reproduce toolbench`.
-    reproduce = main.commands.get("reproduce")
-    if isinstance(reproduce, click.Group):
-        reproduce.add_command(reproduce_toolbench)
 
 
 @click.command("toolbench")
@@ -172,7 +146,7 @@ def reproduce_toolbench(
     Writes toolbench*.parquet, toolbench_summary.md and report.md under --out."""
     from osumem.bench.toolbench_report import DEFAULT_SENSITIVITY, reproduce
 
-    seed_list = _int_list(seeds, "--seeds")
+    seed_list = int_list(seeds, "--seeds")
     text = reproduce(
         data,
         out,

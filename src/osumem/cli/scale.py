@@ -1,0 +1,109 @@
+"""``osumem bench scale``: build time, memory and latency as the memory grows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from osumem.cli._common import handle_errors
+
+
+@click.command("scale")
+@click.option(
+    "--sizes",
+    default="1000,10000,100000",
+    show_default=True,
+    help="Comma-separated memory sizes (steps).",
+)
+@click.option("--large", is_flag=True, help="Also measure 1,000,000 steps.")
+@click.option("--dim", default=384, show_default=True, help="Embedding dimension.")
+@click.option(
+    "--methods",
+    default=None,
+    help="Comma-separated methods to time (default: osumem, flat and "
+    "osumem_adaptive when registered); an HNSW top-k reference is always added.",
+)
+@click.option("--budget", default=256, show_default=True, help="Token budget.")
+@click.option("--queries", default=100, show_default=True, help="Retrieves per size.")
+@click.option(
+    "--agent-steps",
+    default=50,
+    show_default=True,
+    help="Add-one-step-then-retrieve rounds per method and size.",
+)
+@click.option(
+    "--agent-seconds",
+    default=30.0,
+    show_default=True,
+    help="Stop a method's agent rounds after this much CPU time.",
+)
+@click.option(
+    "--agent-max",
+    default=100000,
+    show_default=True,
+    help="Largest size at which the agent pattern is timed.",
+)
+@click.option(
+    "--memory-max",
+    default=10000,
+    show_default=True,
+    help="Largest size also timed through the agent Memory API (0: never).",
+)
+@click.option("--seed", default=0, show_default=True, help="Data and retriever seed.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("scale-results"),
+    show_default=True,
+    help="Directory for scale.json, scale.md and scale.png.",
+)
+@handle_errors
+def bench_scale(
+    sizes: str,
+    large: bool,
+    dim: int,
+    methods: str | None,
+    budget: int,
+    queries: int,
+    agent_steps: int,
+    agent_seconds: float,
+    agent_max: int,
+    memory_max: int,
+    seed: int,
+    out: Path,
+) -> None:
+    """Scale: build CPU time and peak extra memory, retrieve p50/p99 and the agent
+    pattern (add one step, then retrieve) for memories of growing size, on seeded
+    synthetic data, with an HNSW top-k reference measured in the same run. Times
+    are CPU time of this process; compare the ratios."""
+    from osumem.bench.scale import ScaleConfig, markdown, run_scale, write
+    from osumem.errors import ConfigError
+    from osumem.retrieve.registry import available
+
+    try:
+        size_list = [int(s) for s in sizes.split(",") if s.strip()]
+    except ValueError as exc:
+        raise ConfigError(f"--sizes: expected integers, got {sizes!r}") from exc
+    if large and 1_000_000 not in size_list:
+        size_list.append(1_000_000)
+    if methods is None:
+        names = ["osumem", "flat"] + [m for m in ("osumem_adaptive",) if m in available()]
+    else:
+        names = [m.strip() for m in methods.split(",") if m.strip()]
+    cfg = ScaleConfig(
+        sizes=tuple(size_list),
+        dim=dim,
+        methods=tuple(names),
+        budget=budget,
+        queries=queries,
+        agent_steps=agent_steps,
+        agent_seconds=agent_seconds,
+        agent_max=agent_max,
+        memory_max=memory_max,
+        seed=seed,
+    )
+    rows = run_scale(cfg, log=lambda line: click.echo(line, err=True))
+    paths = write(rows, cfg, out)
+    click.echo(markdown(rows))
+    click.echo(f"wrote {paths['json']}, {paths['md']}, {paths['png']}", err=True)

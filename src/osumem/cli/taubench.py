@@ -1,0 +1,195 @@
+"""``osumem bench taubench`` and ``osumem reproduce taubench``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from osumem.cli._common import (
+    DEFAULT_BUDGETS,
+    common_bench_options,
+    handle_errors,
+    int_list,
+    run_and_report,
+)
+from osumem.cli.llm import bench_llm, llm_option, reproduce_llm
+from osumem.evaluate.defaults import N_PERMUTATIONS
+
+
+def default_methods() -> str:
+    """``--methods ALL``: every registered non-oracle method whose module imports."""
+    from osumem.evaluate.methods import runnable_methods
+
+    return ",".join(runnable_methods())
+
+
+def encoder_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--encoder`` and ``--cache``: the step encoder and its embedding cache file."""
+    fn = click.option(
+        "--cache",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Embedding cache file (default $OSUMEM_CACHE_DIR or ~/.cache/osumem).",
+    )(fn)
+    return click.option(
+        "--encoder",
+        type=click.Choice(["sbert", "hashing"]),
+        default="sbert",
+        show_default=True,
+        help="Step encoder (sbert: all-MiniLM-L6-v2 offline).",
+    )(fn)
+
+
+@click.command("taubench")
+@click.option(
+    "--data",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="tau-bench results JSON (e.g. shared/data/taubench/gpt-4o-airline.json).",
+)
+@click.option(
+    "--query-mode",
+    type=click.Choice(["noisy_mean", "single_step"]),
+    default="noisy_mean",
+    show_default=True,
+    help="Query vector: noisy mean of the evidence, or one random evidence step + noise.",
+)
+@click.option("--no-prefix", is_flag=True, help="Turn namespace prefixing off (the pitfall).")
+@click.option("--stage-d", is_flag=True, help="Stage D augmentation (3 copies per evidence).")
+@encoder_options
+@llm_option
+@common_bench_options("ALL", DEFAULT_BUDGETS)
+@handle_errors
+def bench_taubench(
+    data: Path,
+    query_mode: str,
+    no_prefix: bool,
+    stage_d: bool,
+    encoder: str,
+    cache: Path | None,
+    llm: str | None,
+    methods: str,
+    budgets: str,
+    episodes: int | None,
+    seeds: str | None,
+    jobs: int,
+    out: Path | None,
+    as_json: bool,
+    overrides: tuple[str, ...],
+    quiet: bool,
+) -> None:
+    """tau-bench: concatenated airline trajectories, focal evidence far
+    from the query. Benchmark knobs: --set taubench.<param>=value (TauBenchConfig).
+    --methods ALL (default) runs every registered non-oracle method."""
+    from osumem.bench.taubench import TauBenchConfig
+    from osumem.bench.taubench_report import build_taubench
+    from osumem.evaluate.options import split_overrides
+
+    method_over, bench_over = split_overrides(overrides, "taubench")
+    cfg = TauBenchConfig(query_mode=query_mode, prefix_namespace=not no_prefix)
+    if bench_over:
+        cfg = cfg.with_strings(bench_over, "taubench")
+    if episodes is not None:
+        cfg = cfg.replace(n_episodes=episodes)
+    seed_list = int_list(seeds, "--seeds") if seeds else [0]
+    eps, stats = build_taubench(data, cfg, seed_list, stage_d=stage_d, encoder=encoder, cache=cache)
+    if not as_json:
+        click.echo(
+            "taubench: {trajectories} trajectories, {gt_actions} ground-truth actions, "
+            "matched exact {matched_exact} / relaxed {matched_relaxed}; {episodes} "
+            "episodes, {queries} queries, {mean_evidence:.2f} evidence/query, "
+            "cells {cells}".format(**stats),
+            err=True,
+        )
+    name = "taubench" + ("_stage_d" if stage_d else "")
+    methods = default_methods() if methods == "ALL" else methods
+    rows = run_and_report(
+        benchmark=name,
+        episodes=eps,
+        methods=methods,
+        budgets=budgets,
+        jobs=jobs,
+        out=out,
+        as_json=as_json,
+        overrides=method_over,
+        meta={
+            "seeds": seed_list,
+            "config": cfg.to_dict(),
+            "stage_d": stage_d,
+            "encoder": encoder,
+            "construction": stats,
+        },
+        quiet=quiet,
+    )
+    if llm:
+        bench_llm(llm, rows, eps, methods=methods, overrides=method_over, out=out,
+                  name=name, as_json=as_json, quiet=quiet)  # fmt: skip
+
+
+@click.command("taubench")
+@click.option(
+    "--data",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="tau-bench results JSON (e.g. shared/data/taubench/gpt-4o-airline.json).",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Results directory (taubench*.parquet, report.md, taubench_summary.md).",
+)
+@click.option("--jobs", type=int, default=-1, show_default=True, help="Parallel workers.")
+@click.option("--episodes", type=int, default=None, help="Episodes per seed (default 125).")
+@click.option("--seeds", default="0", show_default=True, help="Comma-separated seeds.")
+@encoder_options
+@llm_option
+@click.option(
+    "--permutations",
+    type=int,
+    default=N_PERMUTATIONS,
+    show_default=True,
+    help="Permutations per sign-flip test.",
+)
+@click.option("--quiet", is_flag=True, help="No progress output.")
+@handle_errors
+def reproduce_taubench(
+    data: Path,
+    out: Path,
+    jobs: int,
+    episodes: int | None,
+    seeds: str,
+    encoder: str,
+    cache: Path | None,
+    llm: str | None,
+    permutations: int,
+    quiet: bool,
+) -> None:
+    """The paper's tau-bench experiments: all methods at B = 64..512 (prefix on,
+    steps are the calls alone), the weaker single-step queries, the query-noise
+    scaling check, Stage D, prefix off and tool responses kept to 200 characters;
+    rows taubench*.parquet, then report.md with the paper's numbers beside ours."""
+    from osumem.bench.taubench_report import build_taubench, reproduce
+
+    methods = [*default_methods().split(","), "osumem_gf"]
+    info = reproduce(
+        data,
+        out,
+        all_methods=list(dict.fromkeys(methods)),
+        episodes=episodes,
+        seeds=int_list(seeds, "--seeds"),
+        jobs=jobs,
+        encoder=encoder,
+        cache=cache,
+        n_permutations=permutations,
+        progress=not quiet,
+    )
+    if llm:
+        info["llm"] = reproduce_llm(llm, data=data, out=out, seeds=int_list(seeds, "--seeds"),
+            episodes=episodes, build=build_taubench, encoder=encoder, cache=cache,
+            n_permutations=permutations, quiet=quiet)  # fmt: skip
+    click.echo(json.dumps(info, indent=2))

@@ -1,0 +1,170 @@
+"""The command line as a package: every command is registered once, importing it stays
+light, and the checks behind ``osumem bench`` work without click (they live in
+``osumem.evaluate.options``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+
+from osumem.bench.synthetic import SyntheticConfig, generate
+from osumem.cli import main
+from osumem.cli.memory import _renamed
+from osumem.errors import ConfigError, OSUMemError, StoreBusyError
+from osumem.evaluate.options import apply_overrides, check_experiment, run_experiment
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def _paths(group: click.Group, prefix: tuple[str, ...] = ()) -> set[str]:
+    out = set()
+    for name, cmd in group.commands.items():
+        out.add(" ".join((*prefix, name)))
+        if isinstance(cmd, click.Group):
+            out |= _paths(cmd, (*prefix, name))
+    return out
+
+
+def test_every_command_is_registered() -> None:
+    assert _paths(main) == {
+        "bench",
+        "bench compare",
+        "bench efficiency",
+        "bench scale",
+        "bench serve",
+        "bench synthetic",
+        "bench taubench",
+        "bench toolbench",
+        "check",
+        "ingest",
+        "methods",
+        "query",
+        "report",
+        "reproduce",
+        "reproduce synthetic",
+        "reproduce taubench",
+        "reproduce toolbench",
+        "serve",
+    }
+
+
+def test_importing_the_command_line_loads_no_heavy_library() -> None:
+    code = (
+        "import json, sys, osumem.cli\n"
+        "heavy = ('pandas', 'pyarrow', 'matplotlib', 'torch', 'sentence_transformers',"
+        " 'sklearn', 'scipy', 'joblib', 'osumem.evaluate.runner', 'osumem.bench')\n"
+        "print(json.dumps(sorted(m for m in heavy if m in sys.modules)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": SRC, "PATH": ""},
+        check=True,
+    )
+    assert json.loads(out.stdout) == []
+
+
+def test_python_dash_m_runs_the_command_line() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "osumem", "methods"],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": SRC, "PATH": ""},
+    )
+    assert out.returncode == 0 and out.stderr == ""
+    assert "flat" in out.stdout.split() and "osumem" in out.stdout.split()
+
+
+def test_renamed_error_keeps_its_type_or_falls_back() -> None:
+    again = _renamed(StoreBusyError("locked"), "log 1 of x.json: locked")
+    assert type(again) is StoreBusyError and str(again) == "log 1 of x.json: locked"
+
+    class TwoArgs(OSUMemError):
+        def __init__(self, what: str, where: str) -> None:
+            super().__init__(f"{what} at {where}")
+
+    fallback = _renamed(TwoArgs("bad", "here"), "log 0: bad at here")
+    assert type(fallback) is OSUMemError and str(fallback) == "log 0: bad at here"
+
+
+def test_check_experiment_names_every_problem_at_once() -> None:
+    problems, _ = check_experiment(
+        "synthetic",
+        bench_config=SyntheticConfig,
+        methods="flat,osumem[max_memberships=abc]",
+        budgets="64,x",
+        episodes="0",
+        seeds="1",
+        jobs="0",
+        overrides=("synthetic.noise_scale=abc", "nosuch.param=1", "broken"),
+    )
+    text = "\n".join(problems)
+    assert len(problems) == 7, problems
+    for part in (
+        "--jobs",
+        "--episodes",
+        "--budgets",
+        "synthetic.noise_scale",
+        "'nosuch'",
+        "NAME.PARAM=VALUE",
+        "--methods osumem[max_memberships=abc]: max_memberships",
+    ):
+        assert part in text
+    ok, values = check_experiment(
+        "synthetic",
+        bench_config=SyntheticConfig,
+        methods="flat",
+        budgets="64",
+        episodes="2",
+        seeds=None,
+        jobs="auto",
+        overrides=("synthetic.noise_scale=1.1",),
+    )
+    assert ok == [] and values == {"jobs": "auto", "episodes": 2}
+
+
+def test_apply_overrides_reports_unknown_and_unreadable_together() -> None:
+    with pytest.raises(ConfigError) as err:
+        apply_overrides(SyntheticConfig(), {"nope": "1", "noise_scale": "abc"}, "synthetic")
+    assert "unknown parameter(s) ['nope']" in str(err.value)
+    assert "synthetic.noise_scale: expected a number, got 'abc'" in str(err.value)
+    cfg = apply_overrides(SyntheticConfig(), {"n_episodes": "3"}, "synthetic")
+    assert cfg.n_episodes == 3
+
+
+def test_run_experiment_writes_rows_and_the_method_table(tmp_path: Path) -> None:
+    eps = [(0, ep) for ep in generate(SyntheticConfig(n_episodes=2), 0)]
+    rows, path = run_experiment(
+        benchmark="synthetic",
+        episodes=eps,
+        methods="flat,osumem[max_memberships=2]",
+        budgets=[64],
+        jobs=1,
+        out=tmp_path,
+        overrides={},
+        meta={"seeds": [0]},
+        progress=False,
+    )
+    assert path == tmp_path / "synthetic.parquet" and path.exists()
+    assert set(rows["method"]) == {"flat", "osumem[max_memberships=2]"}
+    meta = json.loads((tmp_path / "synthetic.json").read_text())
+    assert meta["seeds"] == [0] and meta["budgets"] == [64]
+    assert [m["label"] for m in meta["method_table"]] == ["flat", "osumem[max_memberships=2]"]
+    rows_only, none = run_experiment(
+        benchmark="synthetic",
+        episodes=eps,
+        methods="flat",
+        budgets=[64],
+        jobs=1,
+        out=None,
+        overrides={},
+        meta={},
+        progress=False,
+    )
+    assert none is None and len(rows_only) == len(rows) // 2
