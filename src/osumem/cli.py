@@ -457,7 +457,7 @@ def run_and_report(
         meta = {
             **meta,
             "benchmark": benchmark,
-            "methods": [r.__dict__ | {"params": dict(r.params)} for r in runs],
+            "methods": [r.to_dict() for r in runs],
             "method_table": method_table(runs),
             "budgets": budget_list,
             "version": __version__,
@@ -542,7 +542,7 @@ def bench_synthetic(
         out=out,
         as_json=as_json,
         overrides=method_over,
-        meta={"seeds": seed_list, "config": cfg.__dict__, "construction": stats},
+        meta={"seeds": seed_list, "config": cfg.to_dict(), "construction": stats},
         quiet=quiet,
     )
 
