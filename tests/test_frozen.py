@@ -53,6 +53,7 @@ import math  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from osumem.bench.augment import StageDConfig  # noqa: E402
+from osumem.bench.llm_stage import LLMStageConfig  # noqa: E402
 from osumem.bench.scale import ScaleConfig  # noqa: E402
 from osumem.bench.serve import ServeBenchConfig  # noqa: E402
 from osumem.evaluate import runner  # noqa: E402
@@ -73,7 +74,14 @@ from osumem.retrieve.adaptive import AdaptiveConfig  # noqa: E402
 from osumem.retrieve.osumem import OSUMemConfig  # noqa: E402
 from osumem.retrieve.registry import available, get_class, make_config  # noqa: E402
 
-BENCH_CONFIGS = [SyntheticConfig, TauBenchConfig, ToolBenchConfig, StageDConfig, ServeBenchConfig]
+BENCH_CONFIGS = [
+    SyntheticConfig,
+    TauBenchConfig,
+    ToolBenchConfig,
+    StageDConfig,
+    ServeBenchConfig,
+    LLMStageConfig,
+]
 
 
 def every_config_class() -> list[type[FrozenConfig]]:
