@@ -170,6 +170,14 @@ def test_constraints_accept_and_reject_and_say_what_they_want(constraint, good, 
     assert text in constraint.describe()
 
 
+def test_strings_are_read_as_the_declared_type_named_in_words() -> None:
+    with pytest.raises(ConfigError, match=r"s\.event_weights: expected 4 numbers written a,b,c,d"):
+        SyntheticConfig().with_strings({"event_weights": "1,2"}, "s")
+    with pytest.raises(ConfigError, match=r"s\.max_gap: expected an integer or none, got 'x'"):
+        make_config("disjoint_hierarchy").with_strings({"max_gap": "x"}, "s")
+    assert SyntheticConfig().with_strings({"event_size": "2+3"}).event_size == (2, 3)
+
+
 def test_none_as_an_alternative() -> None:
     assert make_config("disjoint_hierarchy", {"max_gap": "none"}).max_gap is None
     with pytest.raises(ConfigError, match=r"max_gap must be >= 1 or None, got 0"):
@@ -181,7 +189,7 @@ def test_with_strings_reports_unknown_unreadable_and_out_of_range_together() -> 
         make_config("osumem", {"zz": "1", "novelty": "maybe", "max_memberships": "0"})
     msg = str(err.value)
     assert "unknown parameter(s) ['zz']" in msg
-    assert "osumem.novelty: cannot read 'maybe'" in msg
+    assert "osumem.novelty: expected true or false, got 'maybe'" in msg
     assert "max_memberships (M_max) must be >= 1, got 0" in msg
 
 

@@ -30,43 +30,66 @@ from typing import Any, ClassVar, Literal, Self, TypeVar
 from osumem.errors import ConfigError
 
 
+def describe_type(annotation: Any) -> str:
+    """A field type in words, for error messages (``int`` → "an integer",
+    ``tuple[float, float]`` → "2 numbers written a,b")."""
+    origin = typing.get_origin(annotation)
+    if origin in (types.UnionType, typing.Union):
+        options = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return f"{describe_type(options[0]) if options else 'a value'} or none"
+    if origin is tuple:
+        items = typing.get_args(annotation)
+        word = {int: "integers", float: "numbers", str: "names"}.get(items[0] if items else str)
+        if items and items[-1] is not Ellipsis:
+            return f"{len(items)} {word} written {','.join('abcdefgh'[: len(items)])}"
+        return f"{word} written a,b,..."
+    words = {int: "an integer", float: "a number", bool: "true or false", str: "text"}
+    return words.get(annotation, str(annotation))
+
+
+def _read(value: str, ann: Any) -> Any:
+    """``value`` read as ``ann``; ``ValueError`` when it cannot be."""
+    origin = typing.get_origin(ann)
+    if origin in (types.UnionType, typing.Union):
+        if value.lower() in ("none", "null"):
+            return None
+        args = [a for a in typing.get_args(ann) if a is not type(None)]
+        return _read(value, args[0] if args else str)
+    if ann is bool:
+        low = value.lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(value)
+    if ann is int:
+        return int(value)
+    if ann is float:
+        return float(value)
+    if origin is tuple:
+        inner = typing.get_args(ann)
+        parts = [p for p in value.replace("+", ",").split(",") if p]
+        if inner and inner[-1] is not Ellipsis and len(parts) != len(inner):
+            raise ValueError(value)
+        return tuple(_read(p, inner[0] if inner else str) for p in parts)
+    return value
+
+
 def coerce(value: Any, annotation: Any, where: str) -> Any:
     """Turn a command-line string into the type a config field declares (bool, int,
-    float, a tuple of those written ``a,b`` or ``a+b``, optional ``none``); other values
-    pass through. A string that cannot be read raises :class:`ConfigError` naming
-    ``where``."""
+    float, a tuple of those written ``a,b`` or ``a+b`` (of the declared length when
+    the tuple has one), optional ``none``); other values pass through. A string that
+    cannot be read raises :class:`ConfigError` naming ``where`` and the type in
+    words (:func:`describe_type`)."""
     if not isinstance(value, str):
         return value
     ann = annotation
     if isinstance(ann, str):
         ann = {"int": int, "float": float, "bool": bool, "str": str}.get(ann, ann)
-    origin = typing.get_origin(ann)
-    if origin in (types.UnionType, typing.Union):
-        args = [a for a in typing.get_args(ann) if a is not type(None)]
-        if value.lower() in ("none", "null"):
-            return None
-        ann = args[0] if args else str
-        origin = typing.get_origin(ann)
     try:
-        if ann is bool:
-            low = value.lower()
-            if low in ("1", "true", "yes", "on"):
-                return True
-            if low in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(value)
-        if ann is int:
-            return int(value)
-        if ann is float:
-            return float(value)
-        if origin is tuple:
-            inner = typing.get_args(ann)
-            item = inner[0] if inner else str
-            parts = [p for p in value.replace("+", ",").split(",") if p]
-            return tuple(coerce(p, item, where) for p in parts)
+        return _read(value, ann)
     except ValueError:
-        raise ConfigError(f"{where}: cannot read {value!r} as {ann}") from None
-    return value
+        raise ConfigError(f"{where}: expected {describe_type(ann)}, got {value!r}") from None
 
 
 # --- constraints ------------------------------------------------------------------
