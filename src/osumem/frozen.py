@@ -352,6 +352,36 @@ def describe_spec(spec: ConstraintSpec, value: Any) -> str:
 C = TypeVar("C", bound="FrozenConfig")
 
 
+#: Per-class facts computed once: (class, what) → value.
+_CLASS_CACHE: dict[tuple[type, str], Any] = {}
+
+
+def _merged(cls: type, attribute: str) -> Mapping[str, Any]:
+    """``attribute`` (a mapping) merged along ``cls``'s hierarchy, a subclass's entry
+    winning; computed once per class."""
+    key = (cls, attribute)
+    if key not in _CLASS_CACHE:
+        merged: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):
+            merged.update(klass.__dict__.get(attribute, {}))
+        _CLASS_CACHE[key] = merged
+    return _CLASS_CACHE[key]
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    key = (cls, "fields")
+    if key not in _CLASS_CACHE:
+        _CLASS_CACHE[key] = tuple(f.name for f in dataclasses.fields(cls))
+    return _CLASS_CACHE[key]
+
+
+def _type_hints(cls: type) -> dict[str, Any]:
+    key = (cls, "hints")
+    if key not in _CLASS_CACHE:
+        _CLASS_CACHE[key] = typing.get_type_hints(cls)
+    return _CLASS_CACHE[key]
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FrozenConfig:
     """Base of a frozen keyword-only config dataclass (subclasses add the fields).
@@ -379,18 +409,12 @@ class FrozenConfig:
     @classmethod
     def constraints(cls) -> dict[str, ConstraintSpec]:
         """Every declared constraint, merged along the class hierarchy."""
-        merged: dict[str, ConstraintSpec] = {}
-        for klass in reversed(cls.__mro__):
-            merged.update(klass.__dict__.get("parameter_constraints", {}))
-        return merged
+        return dict(_merged(cls, "parameter_constraints"))
 
     @classmethod
     def symbols(cls) -> dict[str, str]:
         """Every declared parameter symbol, merged along the class hierarchy."""
-        merged: dict[str, str] = {}
-        for klass in reversed(cls.__mro__):
-            merged.update(klass.__dict__.get("parameter_symbols", {}))
-        return merged
+        return dict(_merged(cls, "parameter_symbols"))
 
     @classmethod
     def describe_field(cls, name: str) -> str:
@@ -401,10 +425,10 @@ class FrozenConfig:
     def _field_problems(self) -> tuple[list[str], bool]:
         """Every field that breaks its constraint, in declaration order, and whether
         every constrained value at least had the right type."""
-        constraints = self.constraints()
+        constraints = _merged(type(self), "parameter_constraints")
         problems: list[str] = []
         all_typed = True
-        for name in self.field_names():
+        for name in _field_names(type(self)):
             spec = constraints.get(name)
             if spec is None:
                 continue
@@ -446,8 +470,8 @@ class FrozenConfig:
         (:func:`coerce`); unknown names, unreadable values and values that break their
         constraints are all reported together in one :class:`ConfigError`."""
         where = where or self._label()
-        hints = typing.get_type_hints(type(self))
-        known = set(self.field_names())
+        hints = _type_hints(type(self))
+        known = set(_field_names(type(self)))
         problems = []
         unknown = sorted(set(values) - known)
         if unknown:
