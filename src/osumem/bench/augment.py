@@ -20,17 +20,17 @@ The query vector is rebuilt from the new evidence with the benchmark's construct
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from osumem.bench.taubench import NOISE_MODES, QUERY_MODES, make_query
-from osumem.errors import ConfigError
+from osumem.frozen import Constraints, FrozenConfig, Interval, Options
 from osumem.types import Episode, MemoryView, l2_normalise
 
 
 @dataclass(frozen=True, kw_only=True)
-class StageDConfig:
+class StageDConfig(FrozenConfig):
     """Stage D knobs; ``copies`` = 3 is the paper's, the rest are ours."""
 
     copies: int = 3
@@ -42,17 +42,16 @@ class StageDConfig:
     #: "per_coordinate" or "norm" (osumem.bench.taubench.query_vector)
     query_noise_mode: str = "per_coordinate"
 
-    def __post_init__(self) -> None:
-        if self.copies < 1:
-            raise ConfigError("stage D: copies must be >= 1")
-        if self.copy_noise < 0 or self.query_noise < 0:
-            raise ConfigError("stage D: noise levels must be >= 0")
-        if self.evidence not in ("anchor", "all"):
-            raise ConfigError("stage D: evidence must be 'anchor' or 'all'")
-        if self.query_mode not in QUERY_MODES:
-            raise ConfigError(f"stage D: query_mode must be one of {QUERY_MODES}")
-        if self.query_noise_mode not in NOISE_MODES:
-            raise ConfigError(f"stage D: query_noise_mode must be one of {NOISE_MODES}")
+    config_name = "stage D"
+    parameter_constraints: ClassVar[Constraints] = {
+        "copies": Interval(int, 1, None),
+        "copy_noise": Interval(float, 0, None),
+        "evidence": Options(("anchor", "all")),
+        "min_query_distance": Interval(int, 0, None),
+        "query_mode": Options(QUERY_MODES),
+        "query_noise": Interval(float, 0, None),
+        "query_noise_mode": Options(NOISE_MODES),
+    }
 
 
 def _anchor(view: MemoryView, evidence: tuple[int, ...]) -> int:

@@ -17,7 +17,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -27,6 +27,7 @@ from osumem.errors import ConfigError
 from osumem.evaluate.llm_metrics import LLM_COLUMNS, hard_recall, soft_recall
 from osumem.evaluate.metrics import score_query
 from osumem.evaluate.runner import MethodRun
+from osumem.frozen import Constraints, FrozenConfig, Interval, TupleOf
 from osumem.llm import LLMClient, PromptConfig, ask_evidence
 from osumem.memory.retrieved import Retrieved, RetrievedStep
 from osumem.retrieve.registry import create
@@ -37,7 +38,7 @@ _KEY = ["seed", "episode", "query", "method", "budget"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class LLMStageConfig:
+class LLMStageConfig(FrozenConfig):
     """What the stage scores.
 
     Attributes:
@@ -50,6 +51,11 @@ class LLMStageConfig:
     methods: tuple[str, ...] = ("flat", "osumem")
     budgets: tuple[int, ...] | None = None
     prompt: PromptConfig = field(default_factory=PromptConfig)
+
+    config_name = "LLM stage"
+    parameter_constraints: ClassVar[Constraints] = {
+        "budgets": (TupleOf(Interval(int, 1, None)), None),
+    }
 
 
 def retrieved_from_view(

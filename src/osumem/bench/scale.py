@@ -17,14 +17,14 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
-from osumem.errors import ConfigError
+from osumem.frozen import Constraints, FrozenConfig, Interval, TupleOf
 from osumem.types import MemoryView, Step
 
 #: The reference row's name in the tables.
@@ -32,7 +32,7 @@ ANN_REFERENCE = "ann_hnsw"
 
 
 @dataclass(frozen=True, kw_only=True)
-class ScaleConfig:
+class ScaleConfig(FrozenConfig):
     """What ``osumem bench scale`` measures.
 
     Attributes:
@@ -62,24 +62,30 @@ class ScaleConfig:
     memory_max: int = 10_000
     seed: int = 0
 
-    def __post_init__(self) -> None:
+    config_name = "scale"
+    parameter_constraints: ClassVar[Constraints] = {
+        "sizes": TupleOf(Interval(int, 100, None)),
+        "dim": Interval(int, 2, None),
+        "budget": Interval(int, 1, None),
+        "queries": Interval(int, 1, None),
+        "agent_steps": Interval(int, 1, None),
+        "agent_seconds": Interval(float, 0, None),
+        "agent_max": Interval(int, 0, None),
+        "memory_max": Interval(int, 0, None),
+        "seed": Interval(int, 0, None),
+    }
+
+    def _cross_check(self) -> list[str]:
         from osumem.osu.views import hnsw_available
         from osumem.retrieve.registry import available
 
         problems = []
-        if not self.sizes or min(self.sizes) < 100:
-            problems.append(f"sizes must be >= 100 steps, got {self.sizes}")
-        if self.dim < 2:
-            problems.append(f"dim must be >= 2, got {self.dim}")
         unknown = [m for m in self.methods if m not in available()]
         if unknown:
             problems.append(f"unknown method(s) {unknown}; known: {available()}")
         if not hnsw_available():
             problems.append("the ANN reference needs hnswlib: pip install 'osumem[scale]'")
-        if self.budget < 1 or self.queries < 1 or self.agent_steps < 1:
-            problems.append("budget, queries and agent_steps must be >= 1")
-        if problems:
-            raise ConfigError("scale: " + "; ".join(problems))
+        return problems
 
 
 @dataclass(frozen=True)
@@ -474,7 +480,7 @@ def write(rows: Sequence[dict[str, Any]], cfg: ScaleConfig, out: Path) -> dict[s
     """Write ``scale.json``, ``scale.md`` and ``scale.png`` under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "scale.json", "md": out / "scale.md", "png": out / "scale.png"}
-    payload = {"config": asdict(cfg), "rows": list(rows), "ratios": ratios(rows)}
+    payload = {"config": cfg.to_dict(), "rows": list(rows), "ratios": ratios(rows)}
     paths["json"].write_text(json.dumps(payload, indent=2) + "\n")
     paths["md"].write_text(markdown(rows))
     plot(rows, paths["png"])

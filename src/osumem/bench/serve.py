@@ -29,13 +29,14 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from osumem.errors import ConfigError
+from osumem.frozen import Constraints, FrozenConfig, Interval
 
 NAMESPACE = "bench"
 AIRPORTS = ("JFK", "SFO", "ORD", "ATL", "SEA", "BOS", "LAX", "MIA", "DEN", "PHX")
@@ -43,7 +44,7 @@ TOOLS = ("get_reservation", "search_flights", "update_baggage", "cancel_reservat
 
 
 @dataclass(frozen=True, kw_only=True)
-class ServeBenchConfig:
+class ServeBenchConfig(FrozenConfig):
     """Settings of the serve benchmark (see the module doc)."""
 
     steps: int = 10_000
@@ -58,15 +59,16 @@ class ServeBenchConfig:
     time_limit: float = 300.0
     seed: int = 0
 
-    def __post_init__(self) -> None:
-        for name in ("steps", "clients", "ops_per_client", "queries", "budget"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"bench serve: {name} must be a positive integer, got {value!r}")
-        if not 0.0 <= self.add_share <= 1.0:
-            raise ConfigError(f"bench serve: add_share must be in [0, 1], got {self.add_share}")
-        if self.time_limit <= 0:
-            raise ConfigError(f"bench serve: time_limit must be > 0, got {self.time_limit}")
+    config_name = "bench serve"
+    parameter_constraints: ClassVar[Constraints] = {
+        "steps": Interval(int, 1, None),
+        "clients": Interval(int, 1, None),
+        "ops_per_client": Interval(int, 1, None),
+        "add_share": Interval(float, 0, 1),
+        "queries": Interval(int, 1, None),
+        "budget": Interval(int, 1, None),
+        "time_limit": Interval(float, 0, None, closed="neither"),
+    }
 
 
 def generated_turn(k: int, rng: np.random.Generator) -> list[dict[str, Any]]:
@@ -298,7 +300,7 @@ def _run(cfg: ServeBenchConfig, folder: Path, say: Callable[[str], None]) -> dic
     lost = sum(1 for _k, ids in acked for i in ids if i not in stored)
     in_proc, over_http = _percentiles(local), _percentiles(remote)
     return {
-        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+        "config": cfg.to_dict(),
         "store": built | {"steps_after": n_after},
         "reopen_and_first_retrieve_s": reopen_s,
         "server_start_s": start_s,

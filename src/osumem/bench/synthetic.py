@@ -19,14 +19,15 @@ steps, and it is valid when it has at least ``min_evidence`` of them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
-from osumem.errors import ConfigError
 from osumem.evaluate.cells import cell_of, pairwise_share_action, pairwise_share_tool
-from osumem.frozen import FrozenConfig
+from osumem.frozen import Constraints, FrozenConfig, IncreasingPair, Interval, Options, Weights
 from osumem.types import Episode, MemoryView, Query
 
 Weights4 = tuple[float, float, float, float]
@@ -77,49 +78,45 @@ class SyntheticConfig(FrozenConfig):
     cost_min: float = 5.0
     min_evidence: int = 2
 
-    def __post_init__(self) -> None:
+    parameter_constraints: ClassVar[Constraints] = {
+        "n_episodes": Interval(int, 1, None),
+        "dim": Interval(int, 1, None),
+        "min_steps": Interval(int, 1, None),
+        "max_steps": Interval(int, 1, None),
+        "events_per_episode": IncreasingPair(1),
+        "event_size": IncreasingPair(1),
+        "event_span": Interval(int, 1, None),
+        "background_subgoals": Options(("iid", "segments")),
+        "subgoal_segment": IncreasingPair(1),
+        "entity_pool": Interval(int, 1, None),
+        "tool_pool": Interval(int, 1, None),
+        "subgoal_pool": Interval(int, 1, None),
+        "arg_templates": Interval(int, 1, None),
+        "random_tool_rate": Interval(float, 0, 1),
+        "event_weights": Weights(4),
+        "event_noise": Interval(float, 0, math.inf, closed="left"),
+        "background_weights": Weights(3),
+        "background_noise": Interval(float, 0, math.inf, closed="left"),
+        "query_weights": Weights(4),
+        "query_noise": Interval(float, 0, math.inf, closed="left"),
+        "noise_scale": Interval(float, 0, math.inf, closed="left"),
+        "cost_mean": Interval(float, None, None),
+        "cost_sd": Interval(float, 0, None),
+        "cost_min": Interval(float, 0, None, closed="neither"),
+        "min_evidence": Interval(int, 1, None),
+    }
+
+    def _cross_check(self) -> list[str]:
         problems = []
-        if self.n_episodes < 1:
-            problems.append(f"n_episodes must be >= 1, got {self.n_episodes}")
-        if not 1 <= self.min_steps <= self.max_steps:
+        if self.min_steps > self.max_steps:
             problems.append(
                 f"need 1 <= min_steps <= max_steps, got {self.min_steps}, {self.max_steps}"
-            )
-        for name in ("events_per_episode", "event_size", "subgoal_segment"):
-            lo, hi = getattr(self, name)
-            if not 1 <= lo <= hi:
-                problems.append(
-                    f"{name} must be an increasing range of positive ints, got {(lo, hi)}"
-                )
-        if self.background_subgoals not in ("iid", "segments"):
-            problems.append(
-                f"background_subgoals must be 'iid' or 'segments', got {self.background_subgoals!r}"
             )
         if self.event_span < self.event_size[1]:
             problems.append("event_span must be at least the largest event_size")
         if self.event_span > self.min_steps:
             problems.append("event_span must not exceed min_steps")
-        for name in ("entity_pool", "tool_pool", "subgoal_pool", "arg_templates", "dim"):
-            if getattr(self, name) < 1:
-                problems.append(f"{name} must be >= 1")
-        if not 0.0 <= self.random_tool_rate <= 1.0:
-            problems.append("random_tool_rate must be in [0, 1]")
-        if self.cost_min <= 0 or self.cost_sd < 0:
-            problems.append("cost_min must be > 0 and cost_sd >= 0")
-        for name in ("noise_scale", "event_noise", "background_noise", "query_noise"):
-            value = getattr(self, name)
-            if not 0.0 <= value < float("inf"):
-                problems.append(f"{name} must be a finite number >= 0, got {value}")
-        for name in ("event_weights", "background_weights", "query_weights"):
-            weights = getattr(self, name)
-            if any(not 0.0 <= w < float("inf") for w in weights) or sum(weights) <= 0:
-                problems.append(
-                    f"{name} must be finite numbers >= 0, not all zero, got {tuple(weights)}"
-                )
-        if self.min_evidence < 1:
-            problems.append(f"min_evidence must be >= 1, got {self.min_evidence}")
-        if problems:
-            raise ConfigError("synthetic config: " + "; ".join(problems))
+        return problems
 
 
 @dataclass

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -45,7 +45,7 @@ from numpy.typing import NDArray
 from osumem.embed import Encoder
 from osumem.errors import ConfigError
 from osumem.evaluate.cells import cell_of
-from osumem.frozen import FrozenConfig
+from osumem.frozen import Boolean, Constraints, FrozenConfig, Interval, Options
 from osumem.ingest.openai_chat import steps_to_view
 from osumem.ingest.taubench import TauSource
 from osumem.types import Episode, MemoryView, Query, l2_normalise
@@ -83,30 +83,26 @@ class TauBenchConfig(FrozenConfig):
     #: default 0, the call alone; 200 is the sensitivity variant)
     max_observation_chars: int | None = 0
 
-    def __post_init__(self) -> None:
-        problems = []
-        if self.n_episodes < 1:
-            problems.append("n_episodes must be >= 1")
-        if not 1 <= self.min_steps <= self.max_steps:
-            problems.append("need 1 <= min_steps <= max_steps")
-        if self.min_evidence < 1:
-            problems.append("min_evidence must be >= 1")
-        if self.min_query_distance < 0:
-            problems.append("min_query_distance must be >= 0")
-        if self.query_mode not in QUERY_MODES:
-            problems.append(f"query_mode must be one of {QUERY_MODES}")
-        if self.query_noise < 0:
-            problems.append("query_noise must be >= 0")
-        if self.query_noise_mode not in NOISE_MODES:
-            problems.append(f"query_noise_mode must be one of {NOISE_MODES}")
-        if self.max_queries_per_episode < 1:
-            problems.append("max_queries_per_episode must be >= 1")
-        if self.max_observation_chars is not None and self.max_observation_chars < 0:
-            problems.append("max_observation_chars must be None or >= 0")
-        if self.match not in ("exact", "relaxed"):
-            problems.append("match must be 'exact' or 'relaxed'")
-        if problems:
-            raise ConfigError("taubench config: " + "; ".join(problems))
+    parameter_constraints: ClassVar[Constraints] = {
+        "n_episodes": Interval(int, 1, None),
+        "min_steps": Interval(int, 1, None),
+        "max_steps": Interval(int, 1, None),
+        "min_evidence": Interval(int, 1, None),
+        "min_query_distance": Interval(int, 0, None),
+        "max_queries_per_episode": Interval(int, 1, None),
+        "query_mode": Options(QUERY_MODES),
+        "query_noise": Interval(float, 0, None),
+        "query_noise_mode": Options(NOISE_MODES),
+        "prefix_namespace": Boolean(),
+        "match": Options(("exact", "relaxed")),
+        "exclude_same_task": Boolean(),
+        "max_observation_chars": (Interval(int, 0, None), None),
+    }
+
+    def _cross_check(self) -> list[str]:
+        if self.min_steps > self.max_steps:
+            return [f"need 1 <= min_steps <= max_steps, got {self.min_steps}, {self.max_steps}"]
+        return []
 
 
 def query_vector(

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -37,7 +38,7 @@ from osumem.annotate import prefix, prefix_entities
 from osumem.embed import Encoder, load_encoder
 from osumem.errors import ConfigError
 from osumem.evaluate.cells import cell_of, pairwise_share_entity, pairwise_share_tool
-from osumem.frozen import FrozenConfig
+from osumem.frozen import Boolean, Constraints, FrozenConfig, Interval, Options, Subset
 from osumem.ingest.toolbench import ToolBenchRecord, ToolBenchStep, read_toolbench
 from osumem.types import Episode, MemoryView, Query
 
@@ -67,24 +68,16 @@ class ToolBenchConfig(FrozenConfig):
     #: ``<fname>_for_<api>`` share the API) or "function" (ours: name + declared keys)
     signature_level: str = "api"
 
-    def __post_init__(self) -> None:
-        problems = []
-        if self.n_episodes < 1:
-            problems.append(f"n_episodes must be >= 1, got {self.n_episodes}")
-        if self.evidence_size < 1:
-            problems.append(f"evidence_size must be >= 1, got {self.evidence_size}")
-        if self.background_size < 1:
-            problems.append(f"background_size must be >= 1, got {self.background_size}")
-        if not 0.0 <= self.confounder_share <= 1.0:
-            problems.append(f"confounder_share must be in [0, 1], got {self.confounder_share}")
-        if self.n_neighbors < 1:
-            problems.append(f"n_neighbors must be >= 1, got {self.n_neighbors}")
-        if not self.step_roles or set(self.step_roles) - {"tool", "assistant"}:
-            problems.append(f"step_roles must be drawn from tool, assistant: {self.step_roles}")
-        if self.signature_level not in ("api", "function"):
-            problems.append(f"signature_level must be api or function: {self.signature_level}")
-        if problems:
-            raise ConfigError("toolbench config: " + "; ".join(problems))
+    parameter_constraints: ClassVar[Constraints] = {
+        "n_episodes": Interval(int, 1, None),
+        "evidence_size": Interval(int, 1, None),
+        "background_size": Interval(int, 1, None),
+        "confounder_share": Interval(float, 0, 1),
+        "n_neighbors": Interval(int, 1, None),
+        "step_roles": Subset(("tool", "assistant")),
+        "namespace_prefix": Boolean(),
+        "signature_level": Options(("api", "function")),
+    }
 
 
 @dataclass(frozen=True, eq=False)

@@ -74,6 +74,6 @@ def bench_synthetic(
         out=out,
         as_json=as_json,
         overrides=method_over,
-        meta={"seeds": seed_list, "config": cfg.__dict__, "construction": stats},
+        meta={"seeds": seed_list, "config": cfg.to_dict(), "construction": stats},
         quiet=quiet,
     )

@@ -65,7 +65,7 @@ def resolve(runs: Iterable[MethodRun]) -> list[ResolvedMethod]:
             ResolvedMethod(
                 label=run.label,
                 method=run.method,
-                params=dataclasses.asdict(config),
+                params=config.to_dict(),
                 is_oracle=bool(get_class(run.method).is_oracle),
                 alias=_alias(run, config),
             )

@@ -9,7 +9,6 @@ nothing here prints.
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -53,34 +52,10 @@ def check_int_list(text: str, flag: str, accepted: str, ok: Callable[[int], bool
     return None
 
 
-def describe(annotation: Any) -> str:
-    """A field type in words, for error messages (``int`` → "an integer")."""
-    origin = typing.get_origin(annotation)
-    if origin in (types.UnionType, typing.Union):
-        options = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return f"{describe(options[0]) if options else 'a value'} or none"
-    if origin is tuple:
-        items = typing.get_args(annotation)
-        word = {int: "integers", float: "numbers", str: "names"}.get(items[0] if items else str)
-        if items and items[-1] is not Ellipsis:
-            return f"{len(items)} {word} written {','.join('abcdefgh'[: len(items)])}"
-        return f"{word} written a,b,..."
-    return {int: "an integer", float: "a number", bool: "true or false", str: "text"}.get(
-        annotation, str(annotation)
-    )
-
-
 def read_value(value: str, annotation: Any, where: str) -> Any:
     """A ``--set`` string read as the type a config field declares; an unreadable
     value raises :class:`ConfigError` naming ``where`` and the type in words."""
-    try:
-        result = coerce(value, annotation, where)
-    except ConfigError:
-        raise ConfigError(f"{where}: expected {describe(annotation)}, got {value!r}") from None
-    inner = typing.get_args(annotation) if typing.get_origin(annotation) is tuple else ()
-    if inner and inner[-1] is not Ellipsis and len(result) != len(inner):
-        raise ConfigError(f"{where}: expected {describe(annotation)}, got {value!r}")
-    return result
+    return coerce(value, annotation, where)
 
 
 def read_overrides(cfg: Any, values: Mapping[str, str], where: str) -> tuple[dict, list[str]]:
@@ -276,7 +251,7 @@ def run_experiment(
     full_meta = {
         **meta,
         "benchmark": benchmark,
-        "methods": [r.__dict__ | {"params": dict(r.params)} for r in runs],
+        "methods": [r.to_dict() for r in runs],
         "method_table": method_table(runs),
         "budgets": budget_list,
         "version": __version__,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from osumem.errors import ConfigError
+from osumem.errors import ConfigError, OSUMemError
 from osumem.evaluate.metrics import score_query
 from osumem.retrieve.base import check_budget
 from osumem.retrieve.registry import create, get_spec, make_config, params_for
@@ -61,6 +61,10 @@ class MethodRun:
     label: str
     method: str
     params: Mapping[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (what run metadata records)."""
+        return {"label": self.label, "method": self.method, "params": dict(self.params)}
 
 
 _SPEC_RE = re.compile(r"^(?P<name>[A-Za-z0-9_]+)(?:\[(?P<params>[^\]]*)\])?$")
@@ -116,7 +120,7 @@ def parse_method_runs(
             params[key.strip()] = value.strip()
         try:
             make_config(name, params)
-        except Exception as exc:  # report every bad spec together
+        except OSUMemError as exc:  # report every bad spec together
             problems.append(str(exc))
             continue
         runs.append(MethodRun(label=spec.strip(), method=name, params=params))

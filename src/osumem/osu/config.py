@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
-from osumem.errors import ConfigError
+from osumem.frozen import Constraints, FrozenConfig, Interval, Options, Permutation, Subset, Symbols
 
 #: The four views, in the paper's priority order (entity > tool > subgoal > similarity).
 VIEWS: tuple[str, ...] = ("entity", "tool", "subgoal", "similarity")
@@ -15,7 +16,7 @@ COMMUNITY_METHODS: tuple[str, ...] = ("leiden", "louvain")
 
 
 @dataclass(frozen=True, kw_only=True)
-class OSUConfig:
+class OSUConfig(FrozenConfig):
     """How OSUs are built.
 
     Attributes:
@@ -54,39 +55,30 @@ class OSUConfig:
     similarity_refresh: int = 16
     similarity_refresh_ratio: float = 0.25
 
-    def __post_init__(self) -> None:
-        problems = []
-        if self.gap < 0:
-            problems.append(f"gap (Δ_gap) must be >= 0, got {self.gap}")
-        if self.max_osu_size < 1:
-            problems.append(f"max_osu_size (S_max) must be >= 1, got {self.max_osu_size}")
-        if self.min_osu_size < 1:
-            problems.append(f"min_osu_size (f_min) must be >= 1, got {self.min_osu_size}")
+    parameter_constraints: ClassVar[Constraints] = {
+        "gap": Interval(int, 0, None),
+        "max_osu_size": Interval(int, 1, None),
+        "min_osu_size": Interval(int, 1, None),
+        "max_memberships": Interval(int, 1, None),
+        "views": Subset(VIEWS),
+        "view_priority": Permutation(VIEWS),
+        "knn_k": Interval(int, 1, None),
+        "community": Options(COMMUNITY_METHODS),
+        "similarity_scope": Options(("fallback", "all")),
+        "similarity_refresh": Interval(int, 1, None),
+        "similarity_refresh_ratio": Interval(float, 0, None),
+    }
+    parameter_symbols: ClassVar[Symbols] = {
+        "gap": "Δ_gap",
+        "max_osu_size": "S_max",
+        "min_osu_size": "f_min",
+        "max_memberships": "M_max",
+    }
+
+    def _cross_check(self) -> list[str]:
         if self.min_osu_size > self.max_osu_size:
-            problems.append("min_osu_size (f_min) must not exceed max_osu_size (S_max)")
-        if self.max_memberships < 1:
-            problems.append(f"max_memberships (M_max) must be >= 1, got {self.max_memberships}")
-        unknown = [v for v in self.views if v not in VIEWS]
-        if unknown or not self.views:
-            problems.append(f"views must be a non-empty subset of {VIEWS}, got {self.views}")
-        if sorted(self.view_priority) != sorted(VIEWS):
-            problems.append(f"view_priority must order all of {VIEWS}, got {self.view_priority}")
-        if self.knn_k < 1:
-            problems.append(f"knn_k must be >= 1, got {self.knn_k}")
-        if self.community not in COMMUNITY_METHODS:
-            problems.append(f"community must be one of {COMMUNITY_METHODS}, got {self.community}")
-        if self.similarity_scope not in ("fallback", "all"):
-            problems.append(
-                f"similarity_scope must be 'fallback' or 'all', got {self.similarity_scope}"
-            )
-        if self.similarity_refresh < 1:
-            problems.append(f"similarity_refresh must be >= 1, got {self.similarity_refresh}")
-        if self.similarity_refresh_ratio < 0:
-            problems.append(
-                f"similarity_refresh_ratio must be >= 0, got {self.similarity_refresh_ratio}"
-            )
-        if problems:
-            raise ConfigError(f"{type(self).__name__}: " + "; ".join(problems))
+            return ["min_osu_size (f_min) must not exceed max_osu_size (S_max)"]
+        return []
 
     def split_threshold(self, view: str) -> float:
         """Δ_view: consecutive members further apart than this start a new segment."""
@@ -100,16 +92,4 @@ class OSUConfig:
 
     def osu_config(self) -> OSUConfig:
         """The construction part of this config (for subclasses that add fields)."""
-        return OSUConfig(
-            gap=self.gap,
-            max_osu_size=self.max_osu_size,
-            min_osu_size=self.min_osu_size,
-            max_memberships=self.max_memberships,
-            views=self.views,
-            view_priority=self.view_priority,
-            knn_k=self.knn_k,
-            community=self.community,
-            similarity_scope=self.similarity_scope,
-            similarity_refresh=self.similarity_refresh,
-            similarity_refresh_ratio=self.similarity_refresh_ratio,
-        )
+        return self.part(OSUConfig)

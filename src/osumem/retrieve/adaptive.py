@@ -30,11 +30,12 @@ measurements: docs/decisions.md.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
-from osumem.errors import ConfigError
+from osumem.frozen import Boolean, Constraints, Interval, Options, Subset
 from osumem.osu.config import VIEWS
 from osumem.retrieve.base import pack_first_fit
 from osumem.retrieve.osumem import OSUMem, OSUMemConfig
@@ -85,32 +86,29 @@ class AdaptiveConfig(OSUMemConfig):
     min_head_coverage: float = 0.75
     protect_orphans: bool = True
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        problems = []
-        if self.seed_steps < 2:
-            problems.append(f"seed_steps must be >= 2, got {self.seed_steps}")
-        if not 2 <= self.min_shared <= max(self.seed_steps, 2):
-            problems.append(f"min_shared must be in [2, seed_steps], got {self.min_shared}")
-        bad = [v for v in self.binding_views if v not in VIEWS]
-        if bad or not self.binding_views:
-            problems.append(f"binding_views must be a non-empty subset of {VIEWS}, got {bad}")
-        if self.keep_head < 0:
-            problems.append(f"keep_head must be >= 0, got {self.keep_head}")
-        if not 0.0 <= self.expand_share <= 1.0:
-            problems.append(f"expand_share must be in [0, 1], got {self.expand_share}")
-        if self.shared_bonus < 0:
-            problems.append(f"shared_bonus must be >= 0, got {self.shared_bonus}")
-        if self.head_ratio < 0:
-            problems.append(f"head_ratio must be >= 0, got {self.head_ratio}")
-        if self.gate not in ("shared", "coverage", "both", "none"):
-            problems.append(f"gate must be shared, coverage, both or none, got {self.gate!r}")
-        if not 0.0 <= self.min_head_coverage <= 1.0:
-            problems.append(f"min_head_coverage must be in [0, 1], got {self.min_head_coverage}")
-        if self.expand_from not in ("seeds", "coarse"):
-            problems.append(f"expand_from must be 'seeds' or 'coarse', got {self.expand_from!r}")
-        if problems:
-            raise ConfigError("osumem_adaptive: " + "; ".join(problems))
+    config_name = "osumem_adaptive"
+    parameter_constraints: ClassVar[Constraints] = {
+        "seed_steps": Interval(int, 2, None),
+        "min_shared": Interval(int, 2, None),
+        "binding_views": Subset(VIEWS),
+        "keep_head": Interval(int, 0, None),
+        "expand_share": Interval(float, 0, 1),
+        "shared_bonus": Interval(float, 0, None),
+        "expand_from": Options(("seeds", "coarse")),
+        "head_ratio": Interval(float, 0, None),
+        "gate": Options(("shared", "coverage", "both", "none")),
+        "min_head_coverage": Interval(float, 0, 1),
+        "protect_orphans": Boolean(),
+    }
+
+    def _cross_check(self) -> list[str]:
+        problems = super()._cross_check()
+        if self.min_shared > max(self.seed_steps, 2):
+            problems.append(
+                f"min_shared must be in [2, seed_steps], got {self.min_shared} "
+                f"with seed_steps {self.seed_steps}"
+            )
+        return problems
 
 
 @dataclass(frozen=True)
@@ -125,7 +123,7 @@ class BindingDecision:
     binds: bool
 
 
-class AdaptiveOSUMem(OSUMem):
+class AdaptiveOSUMem(OSUMem[AdaptiveConfig]):
     """Flat Vector unless the flat head is bound by OSUs; then coarse-to-fine inside it."""
 
     name = "osumem_adaptive"
@@ -133,14 +131,14 @@ class AdaptiveOSUMem(OSUMem):
 
     def binding(self, q: NDArray[np.float32], limit: int) -> BindingDecision:
         """Run the binding test for query ``q`` over the steps before ``limit``."""
-        cfg: AdaptiveConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         assert self.pool_ is not None
         cos = self._cosines(q, limit)
         head = np.argsort(-cos, kind="stable")[: cfg.seed_steps].astype(np.int64)
         return self._binding_from_head(head, limit)
 
     def _binding_from_head(self, head: IntArray, limit: int) -> BindingDecision:
-        cfg: AdaptiveConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         assert self.pool_ is not None
         members, _, _ = self._visible(limit)
         codes = np.asarray(self.pool_.view_codes)[: members.shape[1]]
@@ -166,7 +164,7 @@ class AdaptiveOSUMem(OSUMem):
 
     def _in_binding_osu(self, limit: int) -> NDArray[np.bool_]:
         """Which of the steps before ``limit`` belong to some OSU of a binding view."""
-        cfg: AdaptiveConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         assert self.pool_ is not None
         members, _, _ = self._visible(limit)
         codes = np.asarray(self.pool_.view_codes)[: members.shape[1]]
@@ -177,7 +175,7 @@ class AdaptiveOSUMem(OSUMem):
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
         assert self.view_ is not None
-        cfg: AdaptiveConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         costs = self.view_.costs
         cos = self._cosines(q, limit)
         flat = np.argsort(-cos, kind="stable").astype(np.int64)

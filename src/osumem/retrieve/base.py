@@ -13,34 +13,30 @@ whose scores depend on what is already selected (MMR, novelty, coverage) use
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Generic, Self, TypeVar, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
 from osumem.errors import BudgetError, ConfigError, InvalidInputError
+from osumem.frozen import FrozenConfig
 from osumem.osu.views import KnnIndex, hnsw_available
 from osumem.types import IntArray, MemoryView
 
 
 @dataclass(frozen=True, kw_only=True)
-class RetrieverConfig:
-    """Base of every method's frozen, keyword-only parameter set."""
+class RetrieverConfig(FrozenConfig):
+    """Base of every method's frozen, keyword-only parameter set (``replace``,
+    ``with_strings``, ``to_dict`` and declared constraints come from
+    :class:`~osumem.frozen.FrozenConfig`)."""
 
-    def replace(self, **changes: Any) -> Self:
-        """A copy with ``changes`` applied; unknown names raise :class:`ConfigError`."""
-        names = {f.name for f in dataclasses.fields(self)}
-        unknown = sorted(set(changes) - names)
-        if unknown:
-            raise ConfigError(
-                f"{type(self).__name__}: unknown parameter(s) {unknown}; known: {sorted(names)}"
-            )
-        return dataclasses.replace(self, **changes)
+
+#: The config type a :class:`Retriever` subclass takes.
+ConfigT = TypeVar("ConfigT", bound=RetrieverConfig)
 
 
 @dataclass(frozen=True)
@@ -132,9 +128,10 @@ def greedy_pack(
     return cand[np.asarray(picked, dtype=np.int64)] if picked else np.empty(0, dtype=np.int64)
 
 
-class Retriever(ABC):
-    """A retrieval method. Subclasses set ``name`` and ``Config`` and implement
-    :meth:`_build` (optional) and :meth:`_select`.
+class Retriever(ABC, Generic[ConfigT]):
+    """A retrieval method. Subclasses set ``name`` and ``Config`` (and name the config
+    type, ``class FlatMMR(Retriever[MMRConfig])``, so ``self.config`` is typed) and
+    implement :meth:`_build` (optional) and :meth:`_select`.
 
     Learned state lives in attributes ending with ``_`` and is set by :meth:`fit`.
     """
@@ -144,14 +141,14 @@ class Retriever(ABC):
     #: True for methods that read ground-truth evidence (oracles); reports label them.
     is_oracle: ClassVar[bool] = False
 
-    def __init__(self, config: RetrieverConfig | None = None, *, seed: int = 0) -> None:
+    def __init__(self, config: ConfigT | None = None, *, seed: int = 0) -> None:
         if config is None:
-            config = self.Config()
+            config = cast(ConfigT, self.Config())
         if not isinstance(config, self.Config):
             raise ConfigError(
                 f"{type(self).__name__} takes a {self.Config.__name__}, got {type(config).__name__}"
             )
-        self.config = config
+        self.config: ConfigT = config
         self.seed = int(seed)
         self.view_: MemoryView | None = None
         self._step_index: KnnIndex | None = None
@@ -172,7 +169,7 @@ class Retriever(ABC):
         """
         return self.fit(view)
 
-    def _build(self, view: MemoryView) -> None:  # noqa: B027 - optional hook
+    def _build(self, view: MemoryView) -> None:
         """Build the index; the default keeps nothing but the view."""
 
     def retrieve(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
-from osumem.errors import ConfigError
+from osumem.frozen import Constraints, Interval, Symbols
 from osumem.retrieve.base import Retriever, RetrieverConfig, greedy_pack
 from osumem.retrieve.groups import label_codes
 from osumem.types import IntArray, MemoryView
@@ -21,14 +23,14 @@ class CoverageConfig(RetrieverConfig):
 
     subgoal_bonus: float = 0.12
 
-    def __post_init__(self) -> None:
-        if not np.isfinite(self.subgoal_bonus) or self.subgoal_bonus < 0:
-            raise ConfigError(
-                f"coverage.subgoal_bonus must be a finite number >= 0, got {self.subgoal_bonus}"
-            )
+    config_name = "coverage"
+    parameter_constraints: ClassVar[Constraints] = {
+        "subgoal_bonus": Interval(float, 0, math.inf, closed="left")
+    }
+    parameter_symbols: ClassVar[Symbols] = {"subgoal_bonus": "β"}
 
 
-class CoverageAware(Retriever):
+class CoverageAware(Retriever[CoverageConfig]):
     """Coverage-Aware greedy: score = cos(q, h_i) + β·[subgoal(i) not yet covered],
     picked greedily under the shared first-fit rule; picking a step removes the bonus
     from every step of its subgoal."""
@@ -43,7 +45,7 @@ class CoverageAware(Retriever):
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
         assert self.view_ is not None
-        beta = float(self.config.subgoal_bonus)  # type: ignore[attr-defined]
+        beta = float(self.config.subgoal_bonus)
         cand = self._flat_order(q, limit)
         cos = self._cosines(q, limit)[cand].astype(np.float64)
         if beta == 0.0:

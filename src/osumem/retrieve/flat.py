@@ -17,7 +17,7 @@ class NoMemoryConfig(RetrieverConfig):
     """No LT Memory has no parameters."""
 
 
-class NoMemory(Retriever):
+class NoMemory(Retriever[NoMemoryConfig]):
     """No LT Memory: returns an empty context."""
 
     name = "no_memory"
@@ -34,7 +34,7 @@ class FlatConfig(RetrieverConfig):
     """Flat Vector has no parameters."""
 
 
-class FlatVector(Retriever):
+class FlatVector(Retriever[FlatConfig]):
     """Flat Vector: steps by descending cosine ``h_i^T q``, packed first-fit (only the
     head of the ranking that the budget can reach is sorted)."""
 

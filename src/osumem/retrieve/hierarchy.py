@@ -4,11 +4,12 @@ centroid cosine, then top cosine within them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
-from osumem.errors import ConfigError
+from osumem.frozen import Boolean, Constraints, Interval
 from osumem.retrieve.base import Retriever, RetrieverConfig, pack_first_fit
 from osumem.retrieve.groups import (
     coarse_k,
@@ -42,16 +43,13 @@ class DisjointHierarchyConfig(RetrieverConfig):
     coarse_ratio: float = 2.0
     fill_leftover: bool = True
 
-    def __post_init__(self) -> None:
-        problems = []
-        if self.max_gap is not None and self.max_gap < 1:
-            problems.append(f"max_gap must be >= 1 or None, got {self.max_gap}")
-        if self.unlabeled_block < 1:
-            problems.append(f"unlabeled_block must be >= 1, got {self.unlabeled_block}")
-        if not self.coarse_ratio > 0:
-            problems.append(f"coarse_ratio must be > 0, got {self.coarse_ratio}")
-        if problems:
-            raise ConfigError("disjoint_hierarchy: " + "; ".join(problems))
+    config_name = "disjoint_hierarchy"
+    parameter_constraints: ClassVar[Constraints] = {
+        "max_gap": (Interval(int, 1, None), None),
+        "unlabeled_block": Interval(int, 1, None),
+        "coarse_ratio": Interval(float, 0, None, closed="neither"),
+        "fill_leftover": Boolean(),
+    }
 
 
 def subgoal_partition(
@@ -94,7 +92,7 @@ def subgoal_partition(
     return rank[part]
 
 
-class DisjointHierarchy(Retriever):
+class DisjointHierarchy(Retriever[DisjointHierarchyConfig]):
     """Disjoint Hierarchy: two levels, subgoal partitions over steps.
 
     Coarse: the top K partitions by centroid cosine (K = ⌈ρ·B / mean partition
@@ -106,7 +104,7 @@ class DisjointHierarchy(Retriever):
     Config = DisjointHierarchyConfig
 
     def _build(self, view: MemoryView) -> None:
-        cfg: DisjointHierarchyConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         self.partition_ = subgoal_partition(
             view.subgoals, max_gap=cfg.max_gap, unlabeled_block=cfg.unlabeled_block
         )
@@ -120,7 +118,7 @@ class DisjointHierarchy(Retriever):
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
         assert self.view_ is not None
-        cfg: DisjointHierarchyConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         costs = self.view_.costs
         cos = self._cosines(q, limit)
         ok = self.first_ < limit

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Self
+from typing import ClassVar, Self
 
 import numpy as np
 from numpy.typing import NDArray
 
-from osumem.errors import ConfigError
+from osumem.frozen import Constraints, Interval, Symbols
 from osumem.retrieve.base import FLAT_HEAD_MIN, Retriever, RetrieverConfig, greedy_pack
 from osumem.types import IntArray, MemoryView
 
@@ -28,14 +28,15 @@ class MMRConfig(RetrieverConfig):
     mmr_lambda: float = 0.7
     head_ratio: float = 8.0
 
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.mmr_lambda <= 1.0:
-            raise ConfigError(f"flat_mmr.mmr_lambda must be in [0, 1], got {self.mmr_lambda}")
-        if self.head_ratio < 0:
-            raise ConfigError(f"flat_mmr.head_ratio must be >= 0, got {self.head_ratio}")
+    config_name = "flat_mmr"
+    parameter_constraints: ClassVar[Constraints] = {
+        "mmr_lambda": Interval(float, 0, 1),
+        "head_ratio": Interval(float, 0, None),
+    }
+    parameter_symbols: ClassVar[Symbols] = {"mmr_lambda": "λ"}
 
 
-class FlatMMR(Retriever):
+class FlatMMR(Retriever[MMRConfig]):
     """Flat + MMR: greedy selection by λ-weighted relevance minus redundancy.
 
     With λ = 1 it selects exactly what Flat Vector selects.
@@ -48,7 +49,7 @@ class FlatMMR(Retriever):
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
         assert self.view_ is not None
-        cfg: MMRConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         if cfg.head_ratio > 0:
             cand = self._flat_head(q, limit, cfg.head_ratio * budget, min_count=FLAT_HEAD_MIN)
         else:

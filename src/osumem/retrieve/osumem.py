@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, ClassVar, Self, TypeVar
 
 import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
-from osumem.errors import ConfigError
+from osumem.frozen import Boolean, Constraints, Interval, Options, Symbols
 from osumem.osu.config import OSUConfig
 from osumem.osu.pool import OSUPool
 from osumem.osu.views import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M
@@ -33,7 +33,18 @@ CENTROID_MARGIN = 8
 
 
 @dataclass(frozen=True, kw_only=True)
-class OSUMemConfig(OSUConfig, RetrieverConfig):
+class PoolRetrieverConfig(OSUConfig, RetrieverConfig):
+    """The construction fields of :class:`~osumem.osu.config.OSUConfig` as a retriever
+    config: the base of every method that retrieves over an OSU pool (its
+    ``osu_config()`` is the construction part, read field by field)."""
+
+
+#: The config type of a retriever over an OSU pool.
+PoolConfigT = TypeVar("PoolConfigT", bound=PoolRetrieverConfig)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OSUMemConfig(PoolRetrieverConfig):
     """OSU-Mem: the construction fields of :class:`~osumem.osu.config.OSUConfig`
     (Δ_gap, S_max, f_min, M_max, views, view priority, k) plus retrieval:
 
@@ -59,20 +70,20 @@ class OSUMemConfig(OSUConfig, RetrieverConfig):
     fill_from_flat: bool = True
     coarse_k_rule: str = "mean_cost"
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.coarse_k_rule not in ("mean_cost", "union_cost"):
-            raise ConfigError(
-                f"osumem.coarse_k_rule must be 'mean_cost' or 'union_cost', got {self.coarse_k_rule!r}"
-            )
-        if not self.coarse_ratio > 0:
-            raise ConfigError(f"osumem.coarse_ratio (ρ) must be > 0, got {self.coarse_ratio}")
-        if self.novelty_weight < 0:
-            raise ConfigError(f"osumem.novelty_weight (γ) must be >= 0, got {self.novelty_weight}")
+    config_name = "osumem"
+    parameter_constraints: ClassVar[Constraints] = {
+        "coarse_ratio": Interval(float, 0, None, closed="neither"),
+        "novelty": Boolean(),
+        "novelty_weight": Interval(float, 0, None),
+        "novelty_min_budget": Interval(int, 0, None),
+        "fill_from_flat": Boolean(),
+        "coarse_k_rule": Options(("mean_cost", "union_cost")),
+    }
+    parameter_symbols: ClassVar[Symbols] = {"coarse_ratio": "ρ", "novelty_weight": "γ"}
 
 
 @dataclass(frozen=True, kw_only=True)
-class OSUMemCoverageConfig(OSUConfig, RetrieverConfig):
+class OSUMemCoverageConfig(PoolRetrieverConfig):
     """Coverage-guided OSU-Mem: construction fields plus ``beta`` β (paper
     .12, swept over .04–.20): a step scores cos(q, h_i) + β per OSU it belongs to that no
     selected step covers yet.
@@ -86,18 +97,13 @@ class OSUMemCoverageConfig(OSUConfig, RetrieverConfig):
     candidates: str = "all"
     candidate_ratio: float = 2.0
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.beta < 0:
-            raise ConfigError(f"osumem_coverage.beta (β) must be >= 0, got {self.beta}")
-        if self.candidates not in ("all", "flat_top"):
-            raise ConfigError(
-                f"osumem_coverage.candidates must be 'all' or 'flat_top', got {self.candidates!r}"
-            )
-        if not self.candidate_ratio > 0:
-            raise ConfigError(
-                f"osumem_coverage.candidate_ratio must be > 0, got {self.candidate_ratio}"
-            )
+    config_name = "osumem_coverage"
+    parameter_constraints: ClassVar[Constraints] = {
+        "beta": Interval(float, 0, None),
+        "candidates": Options(("all", "flat_top")),
+        "candidate_ratio": Interval(float, 0, None, closed="neither"),
+    }
+    parameter_symbols: ClassVar[Symbols] = {"beta": "β"}
 
 
 @dataclass(frozen=True)
@@ -178,14 +184,14 @@ class CentroidIndex:
         return labels[0].astype(np.int64)
 
 
-class _PoolRetriever(Retriever):
+class _PoolRetriever(Retriever[PoolConfigT]):
     """Shared fit/update over an :class:`OSUPool`."""
 
     pool_: OSUPool | None = None
     _centroid_index: CentroidIndex | None = None
 
     def _build(self, view: MemoryView) -> None:
-        self.pool_ = OSUPool.build(view, self.config.osu_config(), self.seed)  # type: ignore[attr-defined]
+        self.pool_ = OSUPool.build(view, self.config.osu_config(), self.seed)
 
     def update(self, view: MemoryView) -> Self:
         """Add the new tail steps of ``view`` to the OSU pool incrementally."""
@@ -211,7 +217,11 @@ class _PoolRetriever(Retriever):
         return members, centroids, costs
 
 
-class OSUMem(_PoolRetriever):
+#: The config type of OSU-Mem and the methods built on it.
+OSUMemConfigT = TypeVar("OSUMemConfigT", bound=OSUMemConfig)
+
+
+class OSUMem(_PoolRetriever[OSUMemConfigT]):
     """OSU-Mem default: budgeted coarse-to-fine expansion over the OSU pool."""
 
     name = "osumem"
@@ -221,7 +231,7 @@ class OSUMem(_PoolRetriever):
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None = None
     ) -> CoarseResult:
         """The coarse stage: score visible OSUs by centroid cosine, keep the top K."""
-        cfg: OSUMemConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         members, centroids, costs = self._visible(limit)
         sizes = np.diff(members.indptr)
         scores = (centroids @ q).astype(np.float64)
@@ -262,7 +272,7 @@ class OSUMem(_PoolRetriever):
         pool; returns their members."""
         pool = self.pool_
         assert pool is not None
-        cfg: OSUMemConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         slots, cents = pool.live_arrays()
         if slots.size == 0:
             return []
@@ -294,7 +304,7 @@ class OSUMem(_PoolRetriever):
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
         assert self.view_ is not None and self.pool_ is not None
-        cfg: OSUMemConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         costs = self.view_.costs
         if limit >= self.pool_.n_steps and not self.is_oracle and cfg.coarse_k_rule == "mean_cost":
             kept = self._coarse_slots(q, budget)
@@ -338,7 +348,7 @@ class OSUMem(_PoolRetriever):
         return greedy_pack(relevance.astype(np.float64), cand, self.view_.costs, budget, on_pick)
 
 
-class OSUMemGF(OSUMem):
+class OSUMemGF(OSUMem[OSUMemConfig]):
     """OSU-Mem + GF (ground-truth filtering). ORACLE: reads the query's evidence and
     keeps only OSUs that contain some; an upper bound, never a deployable method."""
 
@@ -346,7 +356,7 @@ class OSUMemGF(OSUMem):
     is_oracle = True
 
 
-class OSUMemCoverage(_PoolRetriever):
+class OSUMemCoverage(_PoolRetriever[OSUMemCoverageConfig]):
     """Coverage-guided greedy over the visible steps (or the flat head, see
     ``candidates``): score = cos(q, h_i) + β · (number of the step's OSUs not yet
     covered by a selected step)."""
@@ -358,7 +368,7 @@ class OSUMemCoverage(_PoolRetriever):
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
         assert self.view_ is not None
-        cfg: OSUMemCoverageConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         beta = cfg.beta
         members, _, _ = self._visible(limit)
         cos = self._cosines(q, limit).astype(np.float64)

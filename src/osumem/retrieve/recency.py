@@ -18,7 +18,7 @@ class TruncatedReplayConfig(RetrieverConfig):
     """Budget-Truncated Replay has no parameters."""
 
 
-class TruncatedReplay(Retriever):
+class TruncatedReplay(Retriever[TruncatedReplayConfig]):
     """Budget-Truncated Replay: the most recent steps that fit in ``B`` tokens.
 
     Walks backwards from the query time and packs first-fit (a step too large for
@@ -49,7 +49,7 @@ def window_size(budget: int, mean_cost: float) -> int:
     return max(1, math.floor(budget / mean_cost))
 
 
-class SlidingWindow(Retriever):
+class SlidingWindow(Retriever[SlidingWindowConfig]):
     """Sliding Window: the last W steps, W = ⌊B / mean step cost⌋, packed first-fit
     most recent first (a window costlier than B loses its oldest steps that do not
     fit; unlike Replay it never reaches back beyond the window)."""

@@ -8,15 +8,12 @@ one line here.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
-import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from osumem.errors import ConfigError, UnknownMethodError
-from osumem.frozen import coerce
 from osumem.retrieve.base import Retriever, RetrieverConfig
 
 
@@ -109,26 +106,13 @@ def get_class(name: str) -> type[Retriever]:
     return cls
 
 
-#: Kept under its old name for callers that coerce strings through the registry.
-_coerce = coerce
-
-
 def make_config(name: str, params: Mapping[str, Any] | None = None) -> RetrieverConfig:
     """The config of method ``name``: its class defaults, the variant's overrides, then
-    ``params`` (strings are coerced to the field types)."""
+    ``params`` (strings are coerced to the field types; unknown names, unreadable
+    values and values out of range are each reported, together, in one
+    :class:`ConfigError`)."""
     spec = get_spec(name)
-    cls = get_class(name)
-    config = cls.Config()
-    hints = typing.get_type_hints(type(config))
-    fields = {f.name for f in dataclasses.fields(config)}
-    merged = {**spec.overrides, **(params or {})}
-    unknown = sorted(set(merged) - fields)
-    if unknown:
-        raise ConfigError(
-            f"method {name!r}: unknown parameter(s) {unknown}; known: {sorted(fields)}"
-        )
-    coerced = {k: coerce(v, hints.get(k, str), f"{name}.{k}") for k, v in merged.items()}
-    return config.replace(**coerced)
+    return get_class(name).Config().with_strings({**spec.overrides, **(params or {})}, name)
 
 
 def create(name: str, params: Mapping[str, Any] | None = None, *, seed: int = 0) -> Retriever:

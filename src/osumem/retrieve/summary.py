@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
-from osumem.errors import ConfigError
+from osumem.frozen import Boolean, Constraints, Interval, Options
 from osumem.retrieve.base import Retriever, RetrieverConfig, pack_first_fit
 from osumem.retrieve.groups import group_argmax, group_centroids, labels_to_incidence
 from osumem.types import FloatMatrix, IntArray, MemoryView
@@ -37,18 +37,13 @@ class PeriodicSummaryConfig(RetrieverConfig):
     summary_order: Literal["query", "recency"] = "query"
     fill_leftover: bool = True
 
-    def __post_init__(self) -> None:
-        problems = []
-        if self.chunk_size < 1:
-            problems.append(f"chunk_size must be >= 1, got {self.chunk_size}")
-        if not 0.0 <= self.recent_fraction <= 1.0:
-            problems.append(f"recent_fraction must be in [0, 1], got {self.recent_fraction}")
-        if self.summary_order not in ("query", "recency"):
-            problems.append(
-                f"summary_order must be 'query' or 'recency', got {self.summary_order!r}"
-            )
-        if problems:
-            raise ConfigError("periodic_summary: " + "; ".join(problems))
+    config_name = "periodic_summary"
+    parameter_constraints: ClassVar[Constraints] = {
+        "chunk_size": Interval(int, 1, None),
+        "recent_fraction": Interval(float, 0, 1),
+        "summary_order": Options(("query", "recency")),
+        "fill_leftover": Boolean(),
+    }
 
 
 def central_steps(embeddings: FloatMatrix, chunk_ids: IntArray) -> tuple[IntArray, FloatMatrix]:
@@ -60,7 +55,7 @@ def central_steps(embeddings: FloatMatrix, chunk_ids: IntArray) -> tuple[IntArra
     return group_argmax(to_own, chunk_ids, members.shape[0]), centroids
 
 
-class PeriodicSummary(Retriever):
+class PeriodicSummary(Retriever[PeriodicSummaryConfig]):
     """Periodic Summary: the recent window (half the budget) first, then one summary
     step per older chunk of ``chunk_size`` steps (its most central step), then, with
     ``fill_leftover``, more recent steps; all through the shared first-fit packer."""
@@ -69,7 +64,7 @@ class PeriodicSummary(Retriever):
     Config = PeriodicSummaryConfig
 
     def _build(self, view: MemoryView) -> None:
-        size = self.config.chunk_size  # type: ignore[attr-defined]
+        size = self.config.chunk_size
         n_full = view.n // size
         chunk_ids = np.arange(n_full * size, dtype=np.int64) // size
         self.summary_, self.chunk_centroids_ = central_steps(
@@ -80,7 +75,7 @@ class PeriodicSummary(Retriever):
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
         assert self.view_ is not None
-        cfg: PeriodicSummaryConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         costs = self.view_.costs
         # Recent window: the longest suffix of visible steps fitting the recent budget.
         recent_budget = math.floor(cfg.recent_fraction * budget)

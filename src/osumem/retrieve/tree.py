@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
-from osumem.errors import ConfigError
+from osumem.frozen import Boolean, Constraints, Interval
 from osumem.retrieve.base import Retriever, RetrieverConfig, pack_first_fit
 from osumem.retrieve.groups import (
     budget_prefix,
@@ -41,16 +42,13 @@ class TreeConfig(RetrieverConfig):
     coarse_ratio: float = 2.0
     fill_leftover: bool = True
 
-    def __post_init__(self) -> None:
-        problems = []
-        if self.branching < 2:
-            problems.append(f"branching must be >= 2, got {self.branching}")
-        if self.kmeans_n_init < 1:
-            problems.append(f"kmeans_n_init must be >= 1, got {self.kmeans_n_init}")
-        if not self.coarse_ratio > 0:
-            problems.append(f"coarse_ratio must be > 0, got {self.coarse_ratio}")
-        if problems:
-            raise ConfigError("tree: " + "; ".join(problems))
+    config_name = "tree"
+    parameter_constraints: ClassVar[Constraints] = {
+        "branching": Interval(int, 2, None),
+        "kmeans_n_init": Interval(int, 1, None),
+        "coarse_ratio": Interval(float, 0, None, closed="neither"),
+        "fill_leftover": Boolean(),
+    }
 
 
 def build_tree(
@@ -80,7 +78,7 @@ def build_tree(
     return vectors, parents
 
 
-class TreeAbstraction(Retriever):
+class TreeAbstraction(Retriever[TreeConfig]):
     """Tree Abstraction: a k-means tree over step embeddings whose internal nodes are
     mean embeddings of their children; retrieval descends from the top level, keeping
     at each level the best children (by cosine) of the kept nodes until their leaf
@@ -91,7 +89,7 @@ class TreeAbstraction(Retriever):
     Config = TreeConfig
 
     def _build(self, view: MemoryView) -> None:
-        cfg: TreeConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         self.nodes_, self.parents_ = build_tree(
             view.embeddings, branching=cfg.branching, n_init=cfg.kmeans_n_init, seed=self.seed
         )
@@ -105,7 +103,7 @@ class TreeAbstraction(Retriever):
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
         assert self.view_ is not None
-        cfg: TreeConfig = self.config  # type: ignore[assignment]
+        cfg = self.config
         costs = self.view_.costs
         cos = self._cosines(q, limit)
         vis = costs[:limit].astype(np.float64)
