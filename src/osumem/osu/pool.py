@@ -481,12 +481,24 @@ class OSUPool:
         pool = cls(config, seed)
         pool.view_ = view
         pool._reset_slots(view.dim)
-        bounds = np.r_[0, np.cumsum(sizes)].tolist()
-        for g in range(G):
-            name = VIEWS[int(g_view[g])]
-            if name not in config.view_priority:
-                raise ValueError(f"pool state: view {name!r} is not configured")
-            pool._new_slot(name, keys[g], flat[bounds[g] : bounds[g + 1]].tolist())
+        names = [VIEWS[int(v)] for v in np.unique(g_view).tolist()]
+        missing = [v for v in names if v not in config.view_priority]
+        if missing:
+            raise ValueError(f"pool state: views {missing} are not configured")
+        lut = np.array(
+            [config.view_priority.index(v) if v in config.view_priority else 0 for v in VIEWS],
+            dtype=np.int8,
+        )
+        bounds = np.r_[0, np.cumsum(sizes)]
+        every = flat.tolist()
+        pool._g_key = list(keys)
+        cuts = bounds.tolist()
+        pool._g_members = [every[a:b] for a, b in itertools.pairwise(cuts)]
+        for grow in (pool._g_view, pool._g_rank, pool._g_first, pool._live_row):
+            grow.resize(G)
+        pool._g_view.a[:G] = g_view
+        pool._g_rank.a[:G] = lut[g_view.astype(np.int64)]
+        pool._g_first.a[:G] = flat[bounds[:-1]]
         last = arr("last", (int(state["last"].shape[0]),), 0, G)
         pool._last = {(VIEWS[int(g_view[g])], keys[g]): int(g) for g in last.tolist()}
         pool._similarity_upto = sim_upto
