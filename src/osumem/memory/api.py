@@ -13,7 +13,9 @@ written, and then brings the namespace's retriever up to date through
 ``Retriever.update`` (OSU-Mem adds the new steps to its pool without a rebuild). The
 retriever is built lazily at the first retrieval of a namespace by replaying the
 store's add-batch boundaries (``fit`` on the first batch, ``update`` on each next
-one), so a reopened store answers exactly as the session that wrote it did.
+one), so a reopened store answers exactly as the session that wrote it did; a stored
+snapshot of the structure (written at close and as the memory grows, see
+:mod:`osumem.memory.snapshot`) lets it replay only the batches after the snapshot.
 """
 
 from __future__ import annotations
