@@ -70,3 +70,34 @@ def test_similarity_view_refreshes_geometrically_and_then_equals_a_batch_build()
         assert upto <= refreshed_at[-1] if refreshed_at else upto == 0
     # due = max(4, 1.0 × covered): refreshes at 4, 8, 16, 32, 64
     assert refreshed_at == [4, 8, 16, 32, 64]
+
+
+def test_methods_sharing_pool_settings_give_the_rows_they_give_alone() -> None:
+    from osumem.evaluate.runner import evaluate_episode
+
+    runs = parse_method_runs(
+        [
+            "osumem",
+            "osumem_no_novelty",
+            "osumem_gf",
+            "osumem[max_memberships=1]",
+            "osumem_disjoint",
+            "flat",
+        ]
+    )
+    timing = ("latency_s", "build_share_s", "build_s")
+    for ep in generate(SyntheticConfig(n_episodes=2), 1001):
+        together = evaluate_episode(ep, runs, [64, 512], benchmark="s", seed=1001)
+        alone = [
+            row
+            for r in runs
+            for row in evaluate_episode(ep, [r], [64, 512], benchmark="s", seed=1001)
+        ]
+        strip = [
+            [{k: v for k, v in row.items() if k not in timing} for row in rows]
+            for rows in (together, alone)
+        ]
+        assert strip[0] == strip[1]
+        # a shared build reports the time of the build it shares
+        by = {(r["method"], r["t"]): r["build_s"] for r in together}
+        assert all(by[("osumem", t)] == by[("osumem_gf", t)] for (m, t) in by if m == "osumem")

@@ -13,14 +13,16 @@ written, and then brings the namespace's retriever up to date through
 ``Retriever.update`` (OSU-Mem adds the new steps to its pool without a rebuild). The
 retriever is built lazily at the first retrieval of a namespace by replaying the
 store's add-batch boundaries (``fit`` on the first batch, ``update`` on each next
-one), so a reopened store answers exactly as the session that wrote it did.
+one), so a reopened store answers exactly as the session that wrote it did; a stored
+snapshot of the structure (written at close and as the memory grows, see
+:mod:`osumem.memory.snapshot`) lets it replay only the batches after the snapshot.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Self
@@ -37,7 +39,9 @@ from osumem.errors import (
     DuplicateInputError,
     InvalidInputError,
     NonFiniteError,
+    StoreError,
 )
+from osumem.memory import snapshot
 from osumem.memory.buffer import NamespaceBuffer
 from osumem.memory.encoders import EXTERNAL_PREFIX, resolve_encoder
 from osumem.memory.retrieved import Retrieved, RetrievedStep, osu_handles
@@ -132,6 +136,7 @@ class Memory:
         self._data: dict[str, NamespaceBuffer] = {}
         self._counts: dict[str, tuple[int, int]] = {}  # namespace -> (steps, user steps)
         self._retrievers: dict[str, tuple[Retriever, int]] = {}
+        self._snapshots: dict[str, int] = {}  # namespace -> steps its stored snapshot covers
         self._causal_cache: tuple[tuple[str, int, int], Retriever] | None = None
         self._version = store.data_version()
 
@@ -249,10 +254,12 @@ class Memory:
             self._data.clear()
             self._counts.clear()
             self._retrievers.clear()
+            self._snapshots.clear()
         else:
             self._data.pop(namespace, None)
             self._counts.pop(namespace, None)
             self._retrievers.pop(namespace, None)
+            self._snapshots.pop(namespace, None)
         self._causal_cache = None
 
     @contextmanager
@@ -348,9 +355,54 @@ class Memory:
         if data.view.n == 0:
             return None
         retriever, fitted = self._retrievers.get(namespace, (None, 0))
+        if retriever is None:
+            retriever, fitted = self._restore(namespace, data)
         retriever, fitted = self._replay(namespace, data, data.view.n, retriever, fitted)
         self._retrievers[namespace] = (retriever, fitted)
+        if not self.store.in_transaction:
+            self._save_snapshot(namespace, force=False)
         return retriever
+
+    def _snapshots_on(self) -> bool:
+        """Snapshots are kept for a file store replayed along its add batches."""
+        return self.store.path is not None and self.config.replay_batches
+
+    def _restore(self, namespace: str, data: NamespaceData) -> tuple[Retriever | None, int]:
+        """A retriever loaded from the namespace's stored snapshot and the steps it
+        covers, or ``(None, 0)`` when there is none that matches (see
+        :mod:`osumem.memory.snapshot`)."""
+        from osumem.retrieve.registry import create
+
+        self._snapshots[namespace] = 0
+        if not self._snapshots_on():
+            return None, 0
+        row = self.store.snapshot(namespace)
+        if row is None or not 0 < row.steps <= data.view.n:
+            return None, 0
+        retriever = create(self.config.method, self.config.params, seed=self.config.seed)
+        n = row.steps
+        view = data.view.prefix(n) if n == data.view.n else self._data[namespace].prefix_view(n)
+        if not snapshot.restore(retriever, row, data, view):
+            return None, 0
+        self._snapshots[namespace] = n
+        return retriever, n
+
+    def _save_snapshot(self, namespace: str, *, force: bool) -> None:
+        """Store a snapshot of the namespace's retriever when one is due (``force``:
+        whenever it covers more than the stored one); a busy or read-only store skips
+        it."""
+        if not self._snapshots_on() or self.store.read_only:
+            return
+        retriever, fitted = self._retrievers.get(namespace, (None, 0))
+        buf = self._data.get(namespace)
+        if retriever is None or buf is None or buf.n < fitted or not snapshot.supports(retriever):
+            return
+        last = self._snapshots.get(namespace, 0)
+        if fitted <= last or not (force or snapshot.due(fitted, last)):
+            return
+        row = snapshot.encode(retriever, buf.data(), fitted)
+        if self.store.save_snapshot(namespace, row):
+            self._snapshots[namespace] = fitted
 
     def _replay(
         self,
@@ -789,7 +841,14 @@ class Memory:
 
     def close(self) -> None:
         """Checkpoint and close the store and, if this memory opened it, the encoder's
-        cache."""
+        cache. Before closing, the retrievers built in this session are stored as
+        snapshots (when they cover more than the stored ones), so the next open need
+        not replay every add."""
+        if self.store.is_open and not self.store.in_transaction:
+            for namespace in list(self._retrievers):
+                # a snapshot is a cache: never fail a close for it
+                with suppress(StoreError, ValueError, OSError, MemoryError):
+                    self._save_snapshot(namespace, force=True)
         self.store.close()
         close = getattr(self._encoder, "close", None)
         if self._owns_encoder and callable(close):

@@ -23,6 +23,12 @@ What is stored (schema version :data:`SCHEMA_VERSION`):
 - ``digests``: the content hash (or caller-given id) of every log added, per
   namespace, so adding the same log twice can be recognised. Added after the first
   release; a store without it is still read (and gets it at its next write).
+- ``snapshots``: per namespace, a cache of the retriever's incremental structure after
+  some add-batch (arrays in NumPy's ``.npz`` format, no pickle) with the step count it
+  covers, a key of the method's settings, a fingerprint of the steps it was built from
+  and a SHA-256 of the payload. A reopened memory loads it and replays only the later
+  batches; one that does not match in every respect is ignored. Not part of
+  :meth:`MemoryStore.content_hash` (a cache, not content).
 
 Failures are typed (all :class:`~osumem.errors.StoreError`): busy (another process held
 the lock past the timeout), read-only, I/O, corrupt, foreign (not a memory store),
@@ -127,6 +133,14 @@ _TABLES: dict[str, str] = {
     digest TEXT NOT NULL,
     end_pos INTEGER NOT NULL,
     PRIMARY KEY (ns, digest)
+)""",
+    "snapshots": """CREATE TABLE IF NOT EXISTS snapshots (
+    ns TEXT PRIMARY KEY,
+    steps INTEGER NOT NULL,
+    config TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    checksum TEXT NOT NULL,
+    payload BLOB NOT NULL
 )""",
 }
 _REQUIRED = ("meta", "steps", "batches", "pending")
@@ -238,6 +252,7 @@ class MemoryStore:
         self._depth = 0
         self._commits = 0
         self._has_digests = False
+        self._has_snapshots = False
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise StoreError(f"synchronous: expected OFF|NORMAL|FULL|EXTRA, got {synchronous!r}")
         self.read_only = bool(read_only)
@@ -381,6 +396,11 @@ class MemoryStore:
                 self._conn.execute(_TABLES["digests"])
             tables.add("digests")
         self._has_digests = "digests" in tables
+        if "snapshots" not in tables and not self.read_only:
+            with self.transaction():
+                self._conn.execute(_TABLES["snapshots"])
+            tables.add("snapshots")
+        self._has_snapshots = "snapshots" in tables
 
     def _create(self) -> None:
         assert self._conn is not None
@@ -501,6 +521,11 @@ class MemoryStore:
             self._commits += 1
             if self._commits % CHECKPOINT_EVERY == 0:
                 self.checkpoint(truncate=False)
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the connection is open (``close`` not called yet)."""
+        return self._conn is not None
 
     @property
     def in_transaction(self) -> bool:
@@ -819,9 +844,59 @@ class MemoryStore:
         with self.transaction():
             n = self.n_steps(namespace)
             tables = ("steps", "batches", "pending") + (("digests",) if self._has_digests else ())
+            tables += ("snapshots",) if self._has_snapshots else ()
             for table in tables:
                 self._conn.execute(f"DELETE FROM {table} WHERE ns = ?", (namespace,))
         return n
+
+    # --- snapshots (a cache of the retriever's structure) ---------------------------
+
+    @_guard
+    def snapshot(self, namespace: str) -> SnapshotRow | None:
+        """The stored snapshot of ``namespace`` (unchecked), or ``None``."""
+        assert self._conn is not None
+        if not self._has_snapshots:
+            return None
+        row = self._conn.execute(
+            "SELECT steps, config, fingerprint, checksum, payload FROM snapshots WHERE ns = ?",
+            (namespace,),
+        ).fetchone()
+        if row is None:
+            return None
+        steps, config, fingerprint, checksum, payload = row
+        if not (
+            isinstance(steps, int)
+            and all(isinstance(x, str) for x in (config, fingerprint, checksum))
+            and isinstance(payload, bytes)
+        ):
+            return None
+        return SnapshotRow(steps, config, fingerprint, checksum, payload)
+
+    def save_snapshot(self, namespace: str, row: SnapshotRow) -> bool:
+        """Store ``row`` as the snapshot of ``namespace`` (one transaction), without
+        waiting for another writer's lock; ``False`` when it was not written (busy,
+        read-only, an older store opened read-only, I/O error): a snapshot is a cache."""
+        if self._conn is None or self.read_only or not self._has_snapshots:
+            return False
+        conn = self._conn
+        outer = self._depth == 0
+        try:
+            if outer:
+                conn.execute("PRAGMA busy_timeout = 0")
+            with self.transaction():
+                conn.execute(
+                    "INSERT OR REPLACE INTO snapshots "
+                    "(ns, steps, config, fingerprint, checksum, payload) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (namespace, row.steps, row.config, row.fingerprint, row.checksum, row.payload),
+                )
+        except (StoreError, sqlite3.Error):
+            return False
+        finally:
+            if outer:
+                with suppress(sqlite3.Error):
+                    conn.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+        return True
 
     # --- checks ----------------------------------------------------------------------
 
@@ -886,6 +961,19 @@ class MemoryStore:
         with suppress(sqlite3.Error):
             self._conn.close()
         self._conn = None
+
+
+@dataclass(frozen=True)
+class SnapshotRow:
+    """One row of the ``snapshots`` table: the steps the snapshot covers, the key of
+    the retriever settings, the fingerprint of the steps, the payload's SHA-256 and the
+    payload itself."""
+
+    steps: int
+    config: str
+    fingerprint: str
+    checksum: str
+    payload: bytes
 
 
 def remove_store_files(path: Path) -> None:

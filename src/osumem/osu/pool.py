@@ -18,6 +18,7 @@ canonical order (view priority, first member, key) and are assembled on first re
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,9 @@ ANNOTATION_VIEWS: tuple[str, ...] = ("entity", "tool", "subgoal")
 #: Process-wide counter of full derivations (so an epoch is never reused).
 _EPOCHS = itertools.count()
 SIMILARITY_CODE = VIEWS.index("similarity")
+
+#: Version of :meth:`OSUPool.state`'s layout.
+POOL_STATE_FORMAT = 1
 
 #: Groups summed at a time by :func:`member_stats` (bounds its float64 scratch).
 STATS_CHUNK = 2048
@@ -142,6 +146,10 @@ class OSUPool:
         self.view_: MemoryView | None = None
         self._similarity_upto = 0
         self._knn: KnnIndex | None = None
+        # a restored pool rebuilds its HNSW index of the first ``_knn_pending`` scope
+        # steps at the next refresh (one insertion run gives the same graph as the
+        # batches that built it: insertion is single-threaded and in label order)
+        self._knn_pending = 0
         self._partition: IntArray | None = None
         self._reset_slots(0)
         self._public: dict[str, Any] | None = None
@@ -361,10 +369,14 @@ class OSUPool:
         scope = similarity_scope(view, cfg)
         if scope.size <= EXACT_KNN_MAX or cfg.community != "leiden" or not hnsw_available():
             self._knn = None
+            self._knn_pending = 0
             self._partition = None
             return similarity_groups(view, cfg, self.seed)
         if self._knn is None:
             self._knn = KnnIndex(view.dim, seed=self.seed)
+            if self._knn_pending:
+                self._knn.add(view.embeddings[scope[: self._knn_pending]])
+                self._knn_pending = 0
         known = self._knn.size
         self._knn.add(view.embeddings[scope[known:]])
         src, dst = self._knn.edges(cfg.knn_k)
@@ -378,6 +390,148 @@ class OSUPool:
             partition[members] = c
         self._partition = partition
         return community_groups(scope, comms, cfg)
+
+    # -- snapshot (persisted state, so a reopened memory need not replay every add) ----
+
+    def state(self) -> dict[str, NDArray[Any]]:
+        """Everything this pool derived incrementally, as plain arrays (for
+        :meth:`from_state`): raw groups, slot and per-step state, the similarity
+        partition and the size of its HNSW index. Not included: the view (the caller
+        has it) and the centroids (recomputed exactly from the kept members)."""
+        view = self.view_
+        n = 0 if view is None else view.n
+        knn = self._knn.size if self._knn is not None else self._knn_pending
+        part = self._partition
+        sizes = np.fromiter((len(m) for m in self._g_members), np.int64, self.n_slots)
+        return {
+            "meta": np.array(
+                [
+                    POOL_STATE_FORMAT,
+                    n,
+                    self.n_slots,
+                    self._similarity_upto,
+                    knn,
+                    -1 if part is None else part.shape[0],
+                ],
+                dtype=np.int64,
+            ),
+            "g_view": self._g_view.v.copy(),
+            "g_keys": np.frombuffer(json.dumps(self._g_key).encode(), dtype=np.uint8),
+            "g_sizes": sizes,
+            "g_members": np.fromiter(
+                (p for m in self._g_members for p in m), np.int64, int(sizes.sum())
+            ),
+            "last": np.fromiter(self._last.values(), np.int64, len(self._last)),
+            "coh_raw": self._coh_raw.v.copy(),
+            "k_size": self._k_size.v.copy(),
+            "k_cost": self._k_cost.v.copy(),
+            "k_coh": self._k_coh.v.copy(),
+            "k_span": self._k_span.v.copy(),
+            "row_ptr": self._row_ptr.v.copy(),
+            "row_slots": self._row_slots.v.copy(),
+            "sim_slot": self._sim_slot.v.copy(),
+            "kept": self._kept.v.copy(),
+            "live_slot": self._live_slot.v.copy(),
+            "partition": np.zeros(0, np.int64) if part is None else part.copy(),
+        }
+
+    @classmethod
+    def from_state(
+        cls, view: MemoryView, config: OSUConfig, seed: int, state: dict[str, NDArray[Any]]
+    ) -> OSUPool:
+        """The pool :meth:`state` described, over ``view`` (the steps it covered).
+
+        The arrays are checked for consistency first; anything that does not fit
+        (another format, sizes, out-of-range slot or step numbers) raises
+        ``ValueError`` so the caller can rebuild instead.
+        """
+        meta = np.asarray(state["meta"], dtype=np.int64)
+        if meta.shape != (6,) or int(meta[0]) != POOL_STATE_FORMAT:
+            raise ValueError("pool state: unknown format")
+        n, G, sim_upto, knn, n_part = (int(x) for x in meta[1:])
+        if n != view.n or not 0 <= sim_upto <= n or knn < 0:
+            raise ValueError(f"pool state: covers {n} steps, the view has {view.n}")
+        m_max = config.max_memberships
+
+        def arr(name: str, shape: tuple[int, ...], lo: int, hi: int) -> NDArray[Any]:
+            a = np.asarray(state[name])
+            if a.shape != shape:
+                raise ValueError(f"pool state: {name} has shape {a.shape}, expected {shape}")
+            if a.size and a.dtype.kind in "iu" and (a.min() < lo or a.max() >= hi):
+                raise ValueError(f"pool state: {name} out of range")
+            return a
+
+        keys = json.loads(bytes(np.asarray(state["g_keys"], dtype=np.uint8)).decode())
+        if (
+            not isinstance(keys, list)
+            or len(keys) != G
+            or not all(isinstance(k, str) for k in keys)
+        ):
+            raise ValueError("pool state: keys do not match the slots")
+        sizes = arr("g_sizes", (G,), 1, n + 1)
+        flat = arr("g_members", (int(sizes.sum()),), 0, n)
+        g_view = arr("g_view", (G,), 0, len(VIEWS))
+        row_ptr = arr("row_ptr", (n + 1,), 0, 2**62)
+        n_rows = int(row_ptr[-1])
+        if np.any(np.diff(row_ptr) < 0) or int(row_ptr[0]) != 0:
+            raise ValueError("pool state: row pointers are not increasing")
+        live_slot = arr("live_slot", (int(state["live_slot"].shape[0]),), 0, G)
+        if np.unique(live_slot).shape[0] != live_slot.shape[0]:
+            raise ValueError("pool state: a live slot is listed twice")
+        pool = cls(config, seed)
+        pool.view_ = view
+        pool._reset_slots(view.dim)
+        names = [VIEWS[int(v)] for v in np.unique(g_view).tolist()]
+        missing = [v for v in names if v not in config.view_priority]
+        if missing:
+            raise ValueError(f"pool state: views {missing} are not configured")
+        lut = np.array(
+            [config.view_priority.index(v) if v in config.view_priority else 0 for v in VIEWS],
+            dtype=np.int8,
+        )
+        bounds = np.r_[0, np.cumsum(sizes)]
+        every = flat.tolist()
+        pool._g_key = list(keys)
+        cuts = bounds.tolist()
+        pool._g_members = [every[a:b] for a, b in itertools.pairwise(cuts)]
+        for grow in (pool._g_view, pool._g_rank, pool._g_first, pool._live_row):
+            grow.resize(G)
+        pool._g_view.a[:G] = g_view
+        pool._g_rank.a[:G] = lut[g_view.astype(np.int64)]
+        pool._g_first.a[:G] = flat[bounds[:-1]]
+        last = arr("last", (int(state["last"].shape[0]),), 0, G)
+        pool._last = {(VIEWS[int(g_view[g])], keys[g]): int(g) for g in last.tolist()}
+        pool._similarity_upto = sim_upto
+        pool._knn_pending = knn
+        pool._partition = None if n_part < 0 else arr("partition", (n_part,), 0, 2**62)
+        for grow, name, shape, lo, hi in (
+            (pool._coh_raw, "coh_raw", (G,), 0, 1),
+            (pool._k_size, "k_size", (G,), 0, n + 1),
+            (pool._k_cost, "k_cost", (G,), 0, 2**62),
+            (pool._k_coh, "k_coh", (G,), 0, 1),
+            (pool._k_span, "k_span", (G, 2), 0, max(n, 1)),
+            (pool._row_ptr, "row_ptr", (n + 1,), 0, 2**62),
+            (pool._row_slots, "row_slots", (n_rows,), 0, G),
+            (pool._sim_slot, "sim_slot", (n,), -1, G),
+            (pool._kept, "kept", (n, m_max), -1, G),
+        ):
+            a = arr(name, shape, lo, hi)
+            grow.resize(shape[0])
+            grow.a[: shape[0]] = a
+        live = live_slot.astype(np.int64)
+        pool._live_slot.resize(live.shape[0])
+        pool._live_slot.a[: live.shape[0]] = live
+        pool._live_row.a[live] = np.arange(live.shape[0])
+        pool._live_cent.resize(live.shape[0])
+        if live.size:
+            kept = pool._kept.v
+            step_idx, col = np.nonzero(kept >= 0)
+            mat = sp.csc_matrix(
+                (np.ones(step_idx.shape[0], dtype=np.float32), (step_idx, kept[step_idx, col])),
+                shape=(n, G),
+            )
+            pool._live_cent.a[: live.shape[0]] = member_stats(mat, view.embeddings, live)[0]
+        return pool
 
     # -- derivation ------------------------------------------------------------------
 

@@ -201,6 +201,15 @@ class _PoolRetriever(Retriever[PoolConfigT]):
         self.view_ = view
         return self
 
+    def restore(self, view: MemoryView, pool: OSUPool) -> Self:
+        """Take ``pool`` (this method's pool over ``view``, e.g. loaded from a stored
+        snapshot) as the fitted structure, as ``fit``/``update`` would have left it."""
+        self.view_ = view
+        self._step_index = None
+        self._centroid_index = None
+        self.pool_ = pool
+        return self
+
     def _visible(self, limit: int) -> tuple[sp.csc_matrix, NDArray[np.float32], IntArray]:
         """Membership, centroids and costs restricted to steps < ``limit``: later members
         are dropped and centroids/costs recomputed from the visible ones (OSUs left

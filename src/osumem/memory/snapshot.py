@@ -1,0 +1,146 @@
+"""Snapshots of a namespace's retriever, so a reopened memory need not replay every add.
+
+OSU-Mem's pool depends on the add-batch boundaries (its similarity view refreshes in
+batches), so a reopened memory rebuilds it by replaying every stored batch: seconds at
+10k steps. A snapshot stores the pool's state after some batch (the arrays of
+:meth:`~osumem.osu.pool.OSUPool.state`, NumPy ``.npz``, compressed, no pickle) in the
+store's ``snapshots`` table; a reopened memory loads it and replays only the batches
+after it, which gives the same state bit for bit (tests compare every array and the
+answers).
+
+A snapshot is used only when everything matches: the retriever settings and library
+version (:func:`settings_key`), the steps it was built from (:func:`fingerprint`: step
+ids, batch ends, costs and embeddings of the steps it covers), the step count is an
+add-batch end, and the SHA-256 of the payload; anything else (a torn write, another
+method, a namespace deleted and written again, a damaged blob) is ignored and the
+memory replays, as without a snapshot.
+
+When: at :meth:`Memory.close` and, while the memory is used, whenever the retriever has
+grown by :data:`SNAPSHOT_MIN_STEPS` steps and :data:`SNAPSHOT_RATIO` of the last
+snapshot (so the writes cost O(1) amortised per step and a crash replays a bounded
+tail). Writes never wait for another writer's lock; a busy store skips one.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import io
+import json
+import zipfile
+from typing import Any
+
+import numpy as np
+
+from osumem.memory.store import NamespaceData, SnapshotRow
+from osumem.retrieve.base import Retriever
+from osumem.types import MemoryView
+
+#: Version of the snapshot layout (payload arrays, key, fingerprint).
+SNAPSHOT_FORMAT = 1
+#: A new snapshot is written once the retriever has grown by at least this many steps
+#: and :data:`SNAPSHOT_RATIO` times the steps of the last one.
+SNAPSHOT_MIN_STEPS = 1000
+SNAPSHOT_RATIO = 0.25
+
+#: What a damaged or foreign payload can raise while it is read.
+_UNREADABLE = (
+    ValueError,
+    KeyError,
+    IndexError,
+    TypeError,
+    OSError,
+    EOFError,
+    zipfile.BadZipFile,
+    MemoryError,
+)
+
+
+def supports(retriever: Retriever) -> bool:
+    """Whether ``retriever`` keeps an incremental pool that a snapshot can restore."""
+    from osumem.retrieve.osumem import _PoolRetriever
+
+    return isinstance(retriever, _PoolRetriever)
+
+
+def settings_key(retriever: Retriever) -> str:
+    """SHA-256 of everything besides the steps that shapes the retriever's state: the
+    snapshot format, library version, method, full configuration, seed and the
+    similarity view's construction switches."""
+    from osumem import __version__
+    from osumem.osu import pool as pool_mod
+    from osumem.osu.views import hnsw_available
+
+    parts = [
+        SNAPSHOT_FORMAT,
+        pool_mod.POOL_STATE_FORMAT,
+        __version__,
+        retriever.name,
+        repr(retriever.config),
+        int(retriever.seed),
+        hnsw_available(),
+        pool_mod.EXACT_KNN_MAX,
+    ]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+def fingerprint(data: NamespaceData, steps: int) -> str:
+    """SHA-256 over the first ``steps`` steps as the retriever saw them: their step
+    ids, the add-batch ends up to ``steps``, costs and embeddings."""
+    view = data.view
+    h = hashlib.sha256()
+    h.update(np.int64(steps).tobytes())
+    ends = np.asarray([e for e in data.batch_ends if e <= steps], dtype=np.int64)
+    for arr in (data.step_ids[:steps], ends, view.costs[:steps], view.embeddings[:steps]):
+        h.update(np.ascontiguousarray(arr).data)
+    return h.hexdigest()
+
+
+def encode(retriever: Retriever, data: NamespaceData, steps: int) -> SnapshotRow:
+    """The snapshot row of ``retriever``, fitted on the first ``steps`` steps of ``data``."""
+    pool = retriever.pool_  # type: ignore[attr-defined]
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **pool.state())
+    payload = buf.getvalue()
+    return SnapshotRow(
+        steps=steps,
+        config=settings_key(retriever),
+        fingerprint=fingerprint(data, steps),
+        checksum=hashlib.sha256(payload).hexdigest(),
+        payload=payload,
+    )
+
+
+def restore(retriever: Retriever, row: SnapshotRow, data: NamespaceData, view: MemoryView) -> bool:
+    """Load ``row`` into ``retriever`` (fresh, unfitted) over ``view`` (the first
+    ``row.steps`` steps of ``data``); ``False`` (and ``retriever`` untouched) when the
+    snapshot does not match or cannot be read."""
+    from osumem.osu import OSUPool
+
+    n = row.steps
+    if not supports(retriever) or not 0 < n <= data.view.n or view.n != n:
+        return False
+    i = bisect.bisect_left(data.batch_ends, n)
+    if i == len(data.batch_ends) or data.batch_ends[i] != n:
+        return False
+    if row.config != settings_key(retriever):
+        return False
+    if hashlib.sha256(row.payload).hexdigest() != row.checksum:
+        return False
+    if row.fingerprint != fingerprint(data, n):
+        return False
+    try:
+        with np.load(io.BytesIO(row.payload), allow_pickle=False) as npz:
+            state: dict[str, Any] = {k: npz[k] for k in npz.files}
+        cfg = retriever.config.osu_config()  # type: ignore[attr-defined]
+        pool = OSUPool.from_state(view, cfg, retriever.seed, state)
+    except _UNREADABLE:
+        return False
+    retriever.restore(view, pool)  # type: ignore[attr-defined]
+    return True
+
+
+def due(steps: int, last: int) -> bool:
+    """Whether a retriever over ``steps`` steps is worth a new snapshot, the last one
+    covering ``last``."""
+    return steps - last >= max(SNAPSHOT_MIN_STEPS, SNAPSHOT_RATIO * last)
