@@ -15,18 +15,9 @@ from osumem.evaluate.defaults import N_PERMUTATIONS
 
 def default_methods() -> str:
     """All registered non-oracle methods whose modules import."""
-    from osumem.errors import UnknownMethodError
-    from osumem.retrieve.registry import available, get_class
+    from osumem.evaluate.runner import all_methods
 
-    names = []
-    for name in available():
-        try:
-            cls = get_class(name)
-        except (UnknownMethodError, ImportError):
-            continue
-        if not cls.is_oracle:
-            names.append(name)
-    return ",".join(names)
+    return ",".join(all_methods())
 
 
 def encoder_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -186,21 +177,12 @@ def register(main: click.Group, bench: click.Group) -> None:
         steps are the calls alone), the weaker single-step queries, the query-noise
         scaling check, Stage D, prefix off and tool responses kept to 200 characters;
         rows taubench*.parquet, then report.md with the paper's numbers beside ours."""
-        from osumem.bench.taubench_report import build_taubench, reproduce
+        from osumem.bench.taubench_report import build_taubench
+        from osumem.report.reproduce import load_spec, reproduce
 
-        methods = [*default_methods().split(","), "osumem_gf"]
-        info = reproduce(
-            data,
-            out,
-            all_methods=list(dict.fromkeys(methods)),
-            episodes=episodes,
-            seeds=_int_list(seeds, "--seeds"),
-            jobs=jobs,
-            encoder=encoder,
-            cache=cache,
-            n_permutations=permutations,
-            progress=not quiet,
-        )
+        spec = load_spec("taubench", seeds=tuple(_int_list(seeds, "--seeds")), episodes=episodes,
+                         encoder=encoder, cache=cache, n_permutations=permutations)  # fmt: skip
+        info = reproduce(spec, data=data, out=out, jobs=jobs, progress=not quiet)
         if llm:
             info["llm"] = reproduce_llm(llm, data=data, out=out, seeds=_int_list(seeds, "--seeds"),
                 episodes=episodes, build=build_taubench, encoder=encoder, cache=cache,
