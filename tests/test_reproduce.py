@@ -46,7 +46,7 @@ def _same_metadata_shape(out: Path) -> None:
     keys = {
         tuple(json.loads(p.read_text()))
         for p in out.glob("*.json")
-        if p.stem not in ("experiments", "timings")
+        if p.stem not in ("experiments", "timings", "spec")
     }
     assert len(keys) == 1, keys  # one shape for every row file
     assert "method_table" in next(iter(keys))
@@ -187,6 +187,8 @@ def test_reproduce_toolbench_rows_and_summary_are_the_recorded_ones(tmp_path: Pa
     summary = (out / "toolbench_summary.md").read_text()
     assert summary == (GOLDEN / "golden_toolbench_summary.md").read_text()
     assert "SENSITIVITY (not used to pick defaults)" in summary
+    recorded = json.loads((out / "spec.json").read_text())
+    assert recorded["seeds"] == [1, 2] and recorded["sweep_episodes"] == 2
     assert "+6.2" in summary and "(2.16)" in summary  # the paper's numbers beside ours
     assert (out / "report.md").read_text().rstrip().endswith(summary.rstrip())
     _same_metadata_shape(out)

@@ -15,7 +15,7 @@ every benchmark:
    table, budgets, version and seconds;
 3. the analyses an experiment asks for (reachability and evidence-OSU membership;
    membership under its method parameters), efficiency at each dimension;
-4. ``experiments.json``, ``report.md`` (:func:`~osumem.report.build.build_report`) with
+4. ``experiments.json``, ``spec.json`` (the run-wide choices), ``report.md`` (:func:`~osumem.report.build.build_report`) with
    the benchmark's summary appended (ours beside the paper's), and ``timings.json``.
 
 ``osumem reproduce synthetic|taubench|toolbench`` are :func:`load_spec` then
@@ -81,6 +81,18 @@ def load_spec(benchmark: str, configs: Sequence[Path | Traversable] = (), **opti
     if not any(e.kind != "efficiency" for e in exps):
         raise ConfigError(f"no {benchmark} quality experiment among {[str(c) for c in paths]}")
     return Spec(benchmark=benchmark, experiments=tuple(exps), **options)
+
+
+def spec_dict(spec: Spec, *, data: Path | None = None) -> dict[str, Any]:
+    """The run-wide choices of ``spec`` (and the data file's name), JSON-ready: what
+    ``spec.json`` records beside the results (the experiments go to
+    ``experiments.json``)."""
+    d = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+    d.pop("experiments")
+    d["benchmark_params"] = dict(spec.benchmark_params)
+    d["seeds"] = list(spec.seeds) if spec.seeds is not None else None
+    d["data"] = Path(data).name if data is not None else None
+    return d
 
 
 # -- benchmarks: configuration and episodes -------------------------------------------
@@ -386,6 +398,9 @@ def reproduce(
         timings["efficiency_s"] = round(time.perf_counter() - t0, 1)
     (out / "experiments.json").write_text(
         json.dumps([e.to_dict() for e in spec.experiments], indent=2, default=str) + "\n"
+    )
+    (out / "spec.json").write_text(
+        json.dumps(spec_dict(spec, data=data), indent=2, default=str) + "\n"
     )
     t0 = time.perf_counter()
     report = build_report(out, settings=ReportSettings(n_permutations=spec.n_permutations))
