@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from click.testing import CliRunner
 
+from osumem.cli import main
 from osumem.embed import HashingEncoder
 from osumem.errors import ConfigError
 from osumem.evaluate.runner import parse_method_runs, with_params
 from osumem.report.experiment import load_experiments
 from osumem.report.reproduce import BENCHMARKS, load_spec, reproduce
+from osumem.report.results_md import headings, results_markdown
 from test_taubench import _tiny_file
 from test_toolbench import _record
 
@@ -124,24 +128,30 @@ grid = { beta = [] }
         load_spec("synthetic", [Path(main.source)])
 
 
-@pytest.mark.slow  # every synthetic method, 2 episodes, analysis, efficiency, report
-def test_reproduce_synthetic_rows_are_the_recorded_ones(tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    info = reproduce(load_spec("synthetic", episodes=2), out=out, jobs=1, progress=False)
-    pd.testing.assert_frame_equal(_rows(out, ["synthetic"]), _golden("synthetic"))
-    for kind in ("reach", "membership"):
-        got = _csv(pd.read_parquet(out / "analysis" / f"synthetic_{kind}.parquet"))
-        pd.testing.assert_frame_equal(got, _golden(f"synthetic_{kind}"))
-    assert (out / "efficiency.csv").exists()
-    assert info["report"] == str(out / "report.md")
-    assert "Table 2" in (out / "report.md").read_text()
-    _same_metadata_shape(out)
+def _toolbench_data(root: Path) -> Path:
+    recs = []
+    for r in range(40):
+        calls = [(f"f{j}_for_api{r % 7}", f'{{"city": "c{r % 5}", "day": {j}}}') for j in range(4)]
+        recs.append({"query": f"query about topic {r % 3} item {r}", "calls": calls})
+    data = root / "toolbench_data"
+    data.mkdir()
+    payload = {str(i): _record(x["query"], x["calls"], []) for i, x in enumerate(recs)}
+    (data / "G1_tool.json").write_text(json.dumps(payload))
+    return data
 
 
-@pytest.mark.slow  # six tau-bench runs of every method and the report
-def test_reproduce_taubench_rows_and_summary_are_the_recorded_ones(tmp_path: Path) -> None:
-    data = _tiny_file(tmp_path)
-    spec = load_spec(
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The three benchmarks reproduced small (the sizes the recorded rows were made
+    at), once for the tests of this module."""
+    root = tmp_path_factory.mktemp("reproduce")
+    out = {b: root / b for b in BENCHMARKS}
+    out["synthetic_info"] = Path(
+        reproduce(load_spec("synthetic", episodes=2), out=out["synthetic"], jobs=1, progress=False)[
+            "report"
+        ]
+    )
+    tau = load_spec(
         "taubench",
         encoder="hashing",
         n_permutations=99,
@@ -152,8 +162,42 @@ def test_reproduce_taubench_rows_and_summary_are_the_recorded_ones(tmp_path: Pat
             "min_query_distance": 30,
         },
     )
-    out = tmp_path / "out"
-    reproduce(spec, data=data, out=out, jobs=1, progress=False)
+    (root / "tau_data").mkdir()
+    reproduce(tau, data=_tiny_file(root / "tau_data"), out=out["taubench"], jobs=1, progress=False)
+    tool = load_spec(
+        "toolbench",
+        seeds=(1, 2),
+        episodes=3,
+        sweep_episodes=2,
+        benchmark_params={"background_size": 40, "n_neighbors": 5},
+    )
+    reproduce(
+        tool,
+        data=_toolbench_data(root),
+        out=out["toolbench"],
+        jobs=1,
+        progress=False,
+        encoder=HashingEncoder(32),
+    )
+    return out
+
+
+@pytest.mark.slow  # the three small reproductions (module fixture)
+def test_reproduce_synthetic_rows_are_the_recorded_ones(runs: dict[str, Path]) -> None:
+    out = runs["synthetic"]
+    pd.testing.assert_frame_equal(_rows(out, ["synthetic"]), _golden("synthetic"))
+    for kind in ("reach", "membership"):
+        got = _csv(pd.read_parquet(out / "analysis" / f"synthetic_{kind}.parquet"))
+        pd.testing.assert_frame_equal(got, _golden(f"synthetic_{kind}"))
+    assert (out / "efficiency.csv").exists()
+    assert runs["synthetic_info"] == out / "report.md"
+    assert "Table 2" in (out / "report.md").read_text()
+    _same_metadata_shape(out)
+
+
+@pytest.mark.slow
+def test_reproduce_taubench_rows_and_summary_are_the_recorded_ones(runs: dict[str, Path]) -> None:
+    out = runs["taubench"]
     names = list(dict.fromkeys(_golden("taubench")["file"]))
     pd.testing.assert_frame_equal(_rows(out, names), _golden("taubench"))
     summary = (out / "taubench_summary.md").read_text()
@@ -162,25 +206,9 @@ def test_reproduce_taubench_rows_and_summary_are_the_recorded_ones(tmp_path: Pat
     _same_metadata_shape(out)
 
 
-@pytest.mark.slow  # main table, sweeps, sensitivity runs and the report
-def test_reproduce_toolbench_rows_and_summary_are_the_recorded_ones(tmp_path: Path) -> None:
-    recs = []
-    for r in range(40):
-        calls = [(f"f{j}_for_api{r % 7}", f'{{"city": "c{r % 5}", "day": {j}}}') for j in range(4)]
-        recs.append({"query": f"query about topic {r % 3} item {r}", "calls": calls})
-    data = tmp_path / "data"
-    data.mkdir()
-    payload = {str(i): _record(x["query"], x["calls"], []) for i, x in enumerate(recs)}
-    (data / "G1_tool.json").write_text(json.dumps(payload))
-    spec = load_spec(
-        "toolbench",
-        seeds=(1, 2),
-        episodes=3,
-        sweep_episodes=2,
-        benchmark_params={"background_size": 40, "n_neighbors": 5},
-    )
-    out = tmp_path / "out"
-    reproduce(spec, data=data, out=out, jobs=1, progress=False, encoder=HashingEncoder(32))
+@pytest.mark.slow
+def test_reproduce_toolbench_rows_and_summary_are_the_recorded_ones(runs: dict[str, Path]) -> None:
+    out = runs["toolbench"]
     names = list(dict.fromkeys(_golden("toolbench")["file"]))
     assert sorted(p.stem for p in out.glob("toolbench*.parquet")) == names
     pd.testing.assert_frame_equal(_rows(out, names), _golden("toolbench"))
@@ -192,3 +220,34 @@ def test_reproduce_toolbench_rows_and_summary_are_the_recorded_ones(tmp_path: Pa
     assert "+6.2" in summary and "(2.16)" in summary  # the paper's numbers beside ours
     assert (out / "report.md").read_text().rstrip().endswith(summary.rstrip())
     _same_metadata_shape(out)
+
+
+def _structure(md: str) -> list[str]:
+    """Headings with numbers blanked (sizes differ between a small and a full run)."""
+    return [re.sub(r"\d+", "N", h) for h in headings(md)]
+
+
+@pytest.mark.slow
+def test_results_page_is_generated_from_the_runs(runs: dict[str, Path], tmp_path: Path) -> None:
+    dirs = [runs[b] for b in ("toolbench", "synthetic", "taubench")]  # any order
+    page = results_markdown(dirs)
+    heads = headings(page)
+    assert heads[:2] == ["# Results: ours beside the paper's", "## Synthetic"]
+    assert heads.index("## Synthetic") < heads.index("## tau-bench") < heads.index("## ToolBench")
+    assert "### Table 2 — synthetic benchmark, every method at the primary budget" in heads
+    assert "`osumem reproduce toolbench --data toolbench_data --out runs/toolbench" in page
+    assert "![" not in page  # figures stay beside each report
+    # the numbers are the runs' own: the ToolBench summary's gap table is in the page
+    summary = (runs["toolbench"] / "toolbench_summary.md").read_text()
+    gap_row = next(line for line in summary.splitlines() if line.startswith("| 200 |"))
+    assert gap_row in page
+    # the shipped page has the structure the generator writes
+    docs = Path(__file__).resolve().parents[1] / "docs" / "results.md"
+    assert _structure(docs.read_text()) == _structure(page)
+    # the command writes the same page, and refuses a directory it did not write
+    target = tmp_path / "results.md"
+    res = CliRunner().invoke(main, ["results", *map(str, dirs), "--out", str(target)])
+    assert res.exit_code == 0, res.output
+    assert target.read_text() == page
+    res = CliRunner().invoke(main, ["results", str(tmp_path)])
+    assert res.exit_code == 2 and "spec.json" in res.output

@@ -1,5 +1,5 @@
-"""CLI plugin: ``osumem report DIR``, ``osumem reproduce synthetic`` and
-``osumem bench efficiency``.
+"""CLI plugin: ``osumem report DIR``, ``osumem results DIR...``, ``osumem reproduce
+synthetic`` and ``osumem bench efficiency``.
 
 ``reproduce`` is a click group so other benchmarks can add subcommands
 (``reproduce taubench``, ``reproduce toolbench``) through their own plugins: look it up
@@ -72,6 +72,33 @@ def register(main: click.Group, bench: click.Group) -> None:
         )
         path = build_report(results, settings=settings, out=out)
         click.echo(f"report written to {path}")
+
+    @main.command("results")
+    @click.argument(
+        "runs", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=Path)
+    )
+    @click.option(
+        "--out",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Write the page here (e.g. docs/results.md; default: print it).",
+    )
+    @handle_errors
+    def results_cmd(runs: tuple[Path, ...], out: Path | None) -> None:
+        """The results page (ours beside the paper's) from `osumem reproduce` results
+        directories, one per benchmark: the command of each run and its report's
+        tables."""
+        from osumem.report.results_md import results_markdown
+
+        text = results_markdown(list(runs))
+        if out is None:
+            click.echo(text, nl=False)
+            return
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(out)
+        click.echo(f"written {out}", err=True)
 
     @main.group("reproduce")
     def reproduce() -> None:
