@@ -16,12 +16,12 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from osumem.bench.reproduce import BENCHMARKS, load_spec, reproduce
 from osumem.cli import main
 from osumem.embed import HashingEncoder
 from osumem.errors import ConfigError
 from osumem.evaluate.runner import parse_method_runs, with_params
 from osumem.report.experiment import load_experiments
-from osumem.report.reproduce import BENCHMARKS, load_spec, reproduce
 from osumem.report.results_md import headings, results_markdown
 from test_taubench import _tiny_file
 from test_toolbench import _record

@@ -293,8 +293,8 @@ def test_prefixing_removes_cross_source_sharing(tmp_path) -> None:
 
 
 def test_calls_alone_is_the_default_and_200_chars_the_sensitivity_variant(tmp_path) -> None:
+    from osumem.bench.reproduce import load_spec
     from osumem.bench.taubench_report import build_taubench
-    from osumem.report.reproduce import load_spec
 
     data = _tiny_file(tmp_path)
     small = {"n_episodes": 2, "min_steps": 60, "max_steps": 100, "min_query_distance": 30}
@@ -316,7 +316,7 @@ def test_calls_alone_is_the_default_and_200_chars_the_sensitivity_variant(tmp_pa
 def test_reproduce_taubench_happy_path(tmp_path) -> None:
     import pandas as pd
 
-    from osumem.report.reproduce import load_spec, reproduce
+    from osumem.bench.reproduce import load_spec, reproduce
 
     out = tmp_path / "out"
     small = {"n_episodes": 2, "min_steps": 60, "max_steps": 100, "min_query_distance": 30}

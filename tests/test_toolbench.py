@@ -260,8 +260,8 @@ def test_beta_override_reaches_the_disjoint_variant() -> None:
 
 
 def test_reproduce_writes_rows_summary_and_report(tmp_path) -> None:
+    from osumem.bench.reproduce import load_spec, reproduce
     from osumem.report.experiment import Experiment
-    from osumem.report.reproduce import load_spec, reproduce
 
     recs = []
     for r in range(40):

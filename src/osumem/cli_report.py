@@ -139,7 +139,7 @@ def register(main: click.Group, bench: click.Group) -> None:
     ) -> None:
         """The paper's synthetic configuration: all methods, four budgets, ablations,
         the M_max sweep and efficiency at 64-d and 384-d, then report.md."""
-        from osumem.report.reproduce import load_spec, reproduce
+        from osumem.bench.reproduce import load_spec, reproduce
 
         spec = load_spec("synthetic", config_paths, episodes=episodes)
         info = reproduce(spec, out=out, jobs=jobs, progress=not quiet)
@@ -168,9 +168,9 @@ def register(main: click.Group, bench: click.Group) -> None:
     ) -> None:
         """Retrieve-only latency, amortised latency and storage of methods on synthetic
         episodes at each dimension, with ratios to the reference in the same run."""
+        from osumem.bench.reproduce import run_efficiency
         from osumem.evaluate.runner import split_methods
         from osumem.report.experiment import Experiment
-        from osumem.report.reproduce import run_efficiency
 
         names = split_methods(methods)
         if reference not in names:

@@ -177,8 +177,8 @@ def register(main: click.Group, bench: click.Group) -> None:
         steps are the calls alone), the weaker single-step queries, the query-noise
         scaling check, Stage D, prefix off and tool responses kept to 200 characters;
         rows taubench*.parquet, then report.md with the paper's numbers beside ours."""
+        from osumem.bench.reproduce import load_spec, reproduce
         from osumem.bench.taubench_report import build_taubench
-        from osumem.report.reproduce import load_spec, reproduce
 
         spec = load_spec("taubench", seeds=tuple(_int_list(seeds, "--seeds")), episodes=episodes,
                          encoder=encoder, cache=cache, n_permutations=permutations)  # fmt: skip

@@ -169,7 +169,7 @@ def reproduce_toolbench(
     evidence-size sweep (100 episodes per seed unless --full), membership/eviction,
     coarse-routing recall and labelled sensitivity runs, beside the paper's numbers.
     Writes toolbench*.parquet, toolbench_summary.md and report.md under --out."""
-    from osumem.report.reproduce import load_spec, reproduce
+    from osumem.bench.reproduce import load_spec, reproduce
 
     spec = load_spec("toolbench", seeds=tuple(_int_list(seeds, "--seeds")), episodes=episodes,
                      sweep_episodes=sweep_episodes, full_sweeps=full)  # fmt: skip

@@ -143,6 +143,15 @@ def routing_line(reach: pd.DataFrame) -> str:
     return f"Default coarse-to-fine OSU-Mem coarse-routing recall (paper < .17): {vals}"
 
 
+def params_membership_path(results: Path, rows: str) -> Path:
+    """Where the evidence-OSU membership of a sensitivity run under its method
+    parameters is written (not a file :func:`~osumem.report.build.build_report` reads:
+    :func:`summary_markdown` presents it)."""
+    from osumem.evaluate.osu_analysis import ANALYSIS_DIR
+
+    return Path(results) / ANALYSIS_DIR / f"{rows}_params_membership.parquet"
+
+
 def _read(results: Path, name: str) -> tuple[pd.DataFrame, dict[str, Any]]:
     """The rows and metadata of row file ``name`` in ``results``."""
     return (
@@ -153,12 +162,11 @@ def _read(results: Path, name: str) -> tuple[pd.DataFrame, dict[str, Any]]:
 
 def summary_markdown(results: Path, spec: Any) -> str:
     """The ToolBench summary (ours beside the paper's) from a results directory written
-    by :func:`osumem.report.reproduce.reproduce` for ``spec``: the main table
+    by :func:`osumem.bench.reproduce.reproduce` for ``spec``: the main table
     (experiment role ``main``), the β sweep (``beta_sweep``, its ``grid``), the
     evidence-size sweep (``evidence_sweep``, one row file per k) and the labelled
     sensitivity runs (``sensitivity``, titled by their label)."""
     from osumem.evaluate.osu_analysis import analysis_paths
-    from osumem.report.reproduce import params_membership_path
 
     results = Path(results)
     by_role: dict[str, list[Any]] = {}

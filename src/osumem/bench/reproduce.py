@@ -15,8 +15,9 @@ every benchmark:
    table, budgets, version and seconds;
 3. the analyses an experiment asks for (reachability and evidence-OSU membership;
    membership under its method parameters), efficiency at each dimension;
-4. ``experiments.json``, ``spec.json`` (the run-wide choices), ``report.md`` (:func:`~osumem.report.build.build_report`) with
-   the benchmark's summary appended (ours beside the paper's), and ``timings.json``.
+4. ``experiments.json``, ``spec.json`` (the run-wide choices), ``report.md``
+   (:func:`~osumem.report.build.build_report`) with the benchmark's summary appended
+   (ours beside the paper's), and ``timings.json``.
 
 ``osumem reproduce synthetic|taubench|toolbench`` are :func:`load_spec` then
 :func:`reproduce`.
@@ -259,14 +260,6 @@ def _membership(
     return pd.concat(parts, ignore_index=True)
 
 
-def params_membership_path(results: Path, rows: str) -> Path:
-    """Where the membership under an experiment's method parameters is written (not a
-    file :func:`~osumem.report.build.build_report` reads: the summary presents it)."""
-    from osumem.evaluate.osu_analysis import ANALYSIS_DIR
-
-    return Path(results) / ANALYSIS_DIR / f"{rows}_params_membership.parquet"
-
-
 def run_efficiency(exp: Experiment, *, episodes_cap: int | None, progress: bool) -> tuple[Any, Any]:
     """Measure an efficiency experiment (synthetic episodes) at each of its dims;
     returns the raw measurements and the table."""
@@ -333,6 +326,7 @@ def reproduce(
     import pandas as pd
 
     from osumem import __version__
+    from osumem.bench.toolbench_report import params_membership_path
     from osumem.evaluate.methods import TABLE_KEY, method_table
     from osumem.evaluate.osu_analysis import write_osu_analysis
     from osumem.evaluate.runner import parse_method_runs, run, write_results
@@ -381,7 +375,7 @@ def reproduce(
                 _say(progress, f"{g.rows}: reachability and evidence-OSU membership")
                 write_osu_analysis(out, g.rows, eps, list(g.budgets), jobs=jobs)
             else:
-                path = params_membership_path(out, g.rows)
+                path = params_membership_path(out, g.rows)  # read by the summary
                 path.parent.mkdir(parents=True, exist_ok=True)
                 _membership(eps, e.method_params, jobs).to_parquet(path, index=False)
             timings[f"{g.rows}_{e.analysis}_s"] = round(time.perf_counter() - t0, 1)
