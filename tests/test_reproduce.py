@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from osumem.bench.reproduce import BENCHMARKS, load_spec, reproduce
 from osumem.cli import main
 from osumem.embed import HashingEncoder
-from osumem.errors import ConfigError
+from osumem.errors import ConfigError, DataFileError
 from osumem.evaluate.runner import parse_method_runs, with_params
 from osumem.report.experiment import load_experiments
 from osumem.report.results_md import headings, results_markdown
@@ -123,6 +123,10 @@ grid = { beta = [] }
     with pytest.raises(ConfigError, match="disagree on seeds"):
         reproduce(spec, out=tmp_path / "o", jobs=1, progress=False)
     assert not (tmp_path / "o").exists()
+    for bench in ("taubench", "toolbench"):  # no data: nothing written
+        with pytest.raises(DataFileError, match="data not found"):
+            reproduce(load_spec(bench), data=tmp_path / "nope", out=tmp_path / "o2")
+        assert not (tmp_path / "o2").exists()
     main = next(e for e in load_spec("toolbench").experiments if e.role == "main")
     with pytest.raises(ConfigError, match="toolbench"):
         load_spec("synthetic", [Path(main.source)])

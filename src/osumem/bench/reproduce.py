@@ -34,7 +34,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-from osumem.errors import ConfigError
+from osumem.errors import ConfigError, DataFileError
 from osumem.evaluate.defaults import N_PERMUTATIONS
 from osumem.report.experiment import Experiment, load_experiments, shipped_experiments
 
@@ -141,8 +141,7 @@ class _Builder:
 
             eps = [(s, ep) for s in seeds for ep in synthetic.generate(cfg, s)]
             return eps, synthetic.construction_stats([ep for _, ep in eps])
-        if self.data is None:
-            raise ConfigError(f"reproduce {bench} needs its data (--data)")
+        assert self.data is not None  # checked by reproduce before anything runs
         if bench == "taubench":
             from osumem.bench.taubench_report import build_taubench
 
@@ -335,6 +334,8 @@ def reproduce(
     started = time.perf_counter()
     groups = _groups(spec)  # every configuration problem before anything runs
     runs_by_group = {g.rows: parse_method_runs(list(g.methods)) for g in groups}
+    if spec.benchmark != "synthetic" and (data is None or not Path(data).exists()):
+        raise DataFileError(f"reproduce {spec.benchmark}: data not found: {data}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     build = _Builder(spec, Path(data) if data is not None else None, encoder)
