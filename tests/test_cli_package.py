@@ -45,6 +45,7 @@ def test_every_command_is_registered() -> None:
         "methods",
         "query",
         "report",
+        "results",
         "reproduce",
         "reproduce synthetic",
         "reproduce taubench",

@@ -293,47 +293,49 @@ def test_prefixing_removes_cross_source_sharing(tmp_path) -> None:
 
 
 def test_calls_alone_is_the_default_and_200_chars_the_sensitivity_variant(tmp_path) -> None:
-    from osumem.bench.taubench_report import build_taubench, default_variants
+    from osumem.bench.reproduce import load_spec
+    from osumem.bench.taubench_report import build_taubench
 
     data = _tiny_file(tmp_path)
     small = {"n_episodes": 2, "min_steps": 60, "max_steps": 100, "min_query_distance": 30}
     texts = {}
-    for v in default_variants(["flat"]):
-        if v.name not in ("taubench", "taubench_obs200"):
+    for e in load_spec("taubench").experiments:
+        if e.row_file not in ("taubench", "taubench_obs200"):
             continue
-        cfg = TauBenchConfig(**small).replace(**dict(v.changes))
+        cfg = TauBenchConfig(**small).replace(**dict(e.benchmark_params))
         eps, _ = build_taubench(data, cfg, [0], encoder="hashing")
         view = eps[0][1].view
-        texts[v.name] = [t for t, r in zip(view.texts, view.roles, strict=True) if r == "tool"]
+        texts[e.row_file] = [t for t, r in zip(view.texts, view.roles, strict=True) if r == "tool"]
     # the default keeps the call and none of the response (only the cut marker)
     assert texts["taubench"]
     assert all(t.startswith("call: cancel(") and "ok" not in t for t in texts["taubench"])
     assert all(t.endswith("result: ok") for t in texts["taubench_obs200"])
 
 
-@pytest.mark.slow  # six variants and the report
+@pytest.mark.slow  # six runs and the report
 def test_reproduce_taubench_happy_path(tmp_path) -> None:
     import pandas as pd
 
-    from osumem.bench.taubench_report import default_variants, reproduce
+    from osumem.bench.reproduce import load_spec, reproduce
 
     out = tmp_path / "out"
-    cfg = TauBenchConfig(n_episodes=2, min_steps=60, max_steps=100, min_query_distance=30)
-    info = reproduce(
-        _tiny_file(tmp_path),
-        out,
-        all_methods=["flat", "osumem", "osumem_disjoint"],
-        jobs=1,
-        encoder="hashing",
-        n_permutations=99,
-        progress=False,
-        config=cfg,
+    small = {"n_episodes": 2, "min_steps": 60, "max_steps": 100, "min_query_distance": 30}
+    spec = load_spec("taubench", encoder="hashing", n_permutations=99, benchmark_params=small)
+    main = next(e for e in spec.experiments if e.role == "main")
+    from dataclasses import replace
+
+    spec = spec.replace(
+        experiments=tuple(
+            replace(e, methods=("flat", "osumem", "osumem_disjoint")) if e is main else e
+            for e in spec.experiments
+        )
     )
-    for v in default_variants(["flat", "osumem", "osumem_disjoint"]):
-        rows = pd.read_parquet(out / f"{v.name}.parquet")
-        assert list(dict.fromkeys(rows["method"])) == list(v.methods)
-        meta = json.loads((out / f"{v.name}.json").read_text())
-        assert [m["label"] for m in meta["method_table"]] == list(v.methods)
+    info = reproduce(spec, data=_tiny_file(tmp_path), out=out, jobs=1, progress=False)
+    for e in spec.experiments:
+        rows = pd.read_parquet(out / f"{e.row_file}.parquet")
+        assert list(dict.fromkeys(rows["method"])) == list(e.run_methods())
+        meta = json.loads((out / f"{e.row_file}.json").read_text())
+        assert [m["label"] for m in meta["method_table"]] == list(e.run_methods())
         assert meta["config"]["n_episodes"] == 2
     summary = (out / "taubench_summary.md").read_text()
     assert "| episodes | 2 | 125 |" in summary  # ours beside the paper's

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -258,7 +260,8 @@ def test_beta_override_reaches_the_disjoint_variant() -> None:
 
 
 def test_reproduce_writes_rows_summary_and_report(tmp_path) -> None:
-    from osumem.bench.toolbench_report import Sensitivity, reproduce
+    from osumem.bench.reproduce import load_spec, reproduce
+    from osumem.report.experiment import Experiment
 
     recs = []
     for r in range(40):
@@ -271,38 +274,52 @@ def test_reproduce_writes_rows_summary_and_report(tmp_path) -> None:
     payload = {str(i): _record(x["query"], x["calls"], []) for i, x in enumerate(recs)}
     (data / "G1_tool.json").write_text(json.dumps(payload))
     out = tmp_path / "out"
-    text = reproduce(
-        data,
-        out,
+    spec = load_spec(
+        "toolbench",
         seeds=(1, 2),
         episodes=3,
         sweep_episodes=2,
-        betas=(0.12,),
-        evidence_sizes=(3,),
-        sensitivity=(  # two parameters: the label must use the spec grammar's ';'
-            Sensitivity(
-                name="toolbench_sens_x",
-                label="x",
-                method_params={"gap": 16, "similarity_scope": "all"},
-            ),
-        ),
-        jobs=1,
-        progress=False,
-        encoder=HashingEncoder(32),
-        config=ToolBenchConfig(background_size=40, n_neighbors=5),
+        benchmark_params={"background_size": 40, "n_neighbors": 5},
     )
+    keep = []
+    for e in spec.experiments:
+        if e.role == "beta_sweep":
+            e = replace(e, grid={"beta": (0.12,)})
+        if e.role == "evidence_sweep" and e.benchmark_params["evidence_size"] != 3:
+            continue
+        if e.role != "sensitivity":
+            keep.append(e)
+    sens = Experiment(  # two parameters: the label must use the spec grammar's ';'
+        name="toolbench_sens_x",
+        title="x",
+        kind="rows",
+        benchmark="toolbench",
+        rows="toolbench_sens_x",
+        seeds=(42,),
+        budgets=(200, 400, 800, 1600),
+        primary_budget=400,
+        reference="osumem_coverage",
+        methods=("osumem_coverage", "osumem_coverage_disjoint"),
+        method_params={"gap": 16, "similarity_scope": "all"},
+        role="sensitivity",
+        analysis="membership",
+    )
+    spec = spec.replace(experiments=(*keep, sens))
+    reproduce(spec, data=data, out=out, jobs=1, progress=False, encoder=HashingEncoder(32))
+    text = (out / "toolbench_summary.md").read_text()
     for name in ("toolbench", "toolbench_beta", "toolbench_k3", "toolbench_sens_x"):
         assert (out / f"{name}.parquet").exists()
     import pandas as pd
 
-    sens = pd.read_parquet(out / "toolbench_sens_x.parquet")
-    assert set(sens["method"]) == {
+    sens_rows = pd.read_parquet(out / "toolbench_sens_x.parquet")
+    assert set(sens_rows["method"]) == {
         "osumem_coverage[gap=16;similarity_scope=all]",
         "osumem_coverage_disjoint[gap=16;similarity_scope=all]",
     }
+    assert set(sens_rows["seed"]) == {1, 2}  # the spec's seeds replace the experiment's
     assert (out / "analysis" / "toolbench_membership.parquet").exists()
-    assert (out / "toolbench_summary.md").read_text() == text
     assert "SENSITIVITY (not used to pick defaults): x" in text
+    assert "β=0.12" in text and "k=3" in text and "k=2" not in text
     assert "+6.2" in text and "(2.16)" in text  # the paper's numbers beside ours
     report = (out / "report.md").read_text()
     assert report.rstrip().endswith(text.rstrip())

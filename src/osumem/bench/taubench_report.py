@@ -1,7 +1,7 @@
-"""``osumem reproduce taubench``: every tau-bench variant into one results directory,
-then the report, with a summary that puts the paper's numbers beside ours.
-
-Variants (one row file each, ``<name>.parquet``):
+"""tau-bench for ``osumem reproduce taubench``: building the episodes
+(:func:`build_taubench`) and the summary that puts the paper's numbers beside ours
+(:func:`summary_markdown`). The runs are declared in the shipped experiment files
+``taubench_*.toml`` (one row file each, ``<name>.parquet``):
 
 * ``taubench``: the main construction (prefix on, noisy-mean queries), all methods;
 * ``taubench_weak``: the weaker single-step query construction;
@@ -17,9 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,58 +30,6 @@ from osumem.report.paper import paper_cell, paper_value
 
 BUDGETS: tuple[int, ...] = PAPER_BUDGETS["taubench"]
 PRIMARY = primary_budget("taubench")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Variant:
-    """One tau-bench run of ``osumem reproduce taubench``."""
-
-    name: str
-    methods: tuple[str, ...]
-    changes: tuple[tuple[str, Any], ...] = ()
-    stage_d: bool = False
-
-
-def default_variants(all_methods: Sequence[str]) -> list[Variant]:
-    """The runs of ``osumem reproduce taubench`` (``all_methods``: the main run's)."""
-    return [
-        Variant(name="taubench", methods=tuple(all_methods)),
-        Variant(
-            name="taubench_weak",
-            methods=("osumem", "flat", "flat_mmr", "osumem_disjoint"),
-            changes=(("query_mode", "single_step"),),
-        ),
-        Variant(
-            name="taubench_noisenorm",
-            methods=("osumem", "flat", "flat_mmr"),
-            changes=(("query_noise_mode", "norm"),),
-        ),
-        Variant(
-            name="taubench_stage_d",
-            methods=(
-                "osumem",
-                "flat",
-                "osumem_disjoint",
-                "osumem_sim_only",
-                "flat_mmr",
-                "coverage",
-                "disjoint_hierarchy",
-                "tree",
-                "osumem_gf",
-            ),
-            stage_d=True,
-        ),
-        Variant(
-            name="taubench_noprefix",
-            methods=("osumem", "flat", "osumem_disjoint"),
-            changes=(("prefix_namespace", False),),
-        ),
-        Variant(
-            name="taubench_obs200",
-            methods=("osumem", "flat", "flat_mmr", "osumem_disjoint"),
-            changes=(("max_observation_chars", 200),),
-        ),
-    ]
 
 
 def _signed(v: float) -> str:
@@ -161,8 +106,10 @@ def summary_markdown(results: Path, *, n_permutations: int = N_PERMUTATIONS) -> 
             r = ct[(ct["cell"] == "T+E+") & (ct["budget"] == PRIMARY)]
             ours = (
                 f"{_signed(r['diff'].iloc[0])} (p {format_p(r['p'].iloc[0])}, n {r['n'].iloc[0]})"
+                if len(r)
+                else "–"
             )
-            md.append(f"- {name}: ours {ours if len(r) else '–'}; paper +{paper}")
+            md.append(f"- {name}: ours {ours}; paper +{paper}")
         md.append("")
     norm = data.get("taubench_noisenorm")
     if norm is not None and main is not None:
@@ -363,77 +310,3 @@ def build_taubench(
         **construction_stats([e for _, e in eps]),
     }
     return eps, stats
-
-
-def reproduce(
-    data: Path,
-    out: Path,
-    *,
-    all_methods: Sequence[str],
-    episodes: int | None = None,
-    seeds: Sequence[int] = (0,),
-    jobs: int = -1,
-    encoder: str = "sbert",
-    cache: Path | None = None,
-    n_permutations: int = N_PERMUTATIONS,
-    progress: bool = True,
-    build: Callable[..., Any] | None = None,
-    config: Any = None,
-) -> dict[str, Any]:
-    """Run every :func:`default_variants` run into ``out``, write ``report.md`` (with the
-    tau-bench summary appended) and ``taubench_summary.md``; returns timings.
-
-    ``build`` is the episode builder (default :func:`build_taubench`); ``config`` the
-    base :class:`~osumem.bench.taubench.TauBenchConfig` each variant changes (default:
-    the paper's construction).
-    """
-    from osumem import __version__
-    from osumem.bench.taubench import TauBenchConfig
-    from osumem.evaluate.methods import TABLE_KEY, method_table
-    from osumem.evaluate.runner import parse_method_runs, run, write_results
-    from osumem.report.build import ReportSettings, build_report
-
-    if build is None:
-        build = build_taubench
-    started = time.perf_counter()
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    timings: dict[str, Any] = {}
-    for v in default_variants(all_methods):
-        t0 = time.perf_counter()
-        cfg = (config if config is not None else TauBenchConfig()).replace(**dict(v.changes))
-        if episodes is not None:
-            cfg = cfg.replace(n_episodes=episodes)
-        runs = parse_method_runs(list(v.methods))
-        eps, stats = build(data, cfg, list(seeds), stage_d=v.stage_d, encoder=encoder, cache=cache)
-        rows = run(eps, runs, list(BUDGETS), benchmark=v.name, jobs=jobs, progress=progress)
-        seconds = round(time.perf_counter() - t0, 1)
-        write_results(
-            out,
-            rows,
-            {
-                "benchmark": v.name,
-                "seeds": list(seeds),
-                "config": cfg.to_dict(),
-                "stage_d": v.stage_d,
-                "encoder": encoder,
-                "construction": stats,
-                "methods": list(v.methods),
-                TABLE_KEY: method_table(runs),
-                "budgets": list(BUDGETS),
-                "version": __version__,
-                "seconds": seconds,
-            },
-            name=v.name,
-        )
-        timings[f"{v.name}_s"] = seconds
-    t0 = time.perf_counter()
-    report = build_report(out, settings=ReportSettings(n_permutations=n_permutations))
-    summary = summary_markdown(out, n_permutations=n_permutations)
-    (out / "taubench_summary.md").write_text(summary)
-    with report.open("a", encoding="utf-8") as fh:
-        fh.write("\n" + summary)
-    timings["report_s"] = round(time.perf_counter() - t0, 1)
-    timings["total_s"] = round(time.perf_counter() - started, 1)
-    (out / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
-    return {"report": str(report), **timings}

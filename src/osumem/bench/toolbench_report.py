@@ -11,19 +11,14 @@ so ``osumem report`` shows them too.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from osumem.evaluate.defaults import BUDGETS, TOOLBENCH_METHODS, TOOLBENCH_SEEDS
-
 OVERLAP = "osumem_coverage"
 DISJOINT = "osumem_coverage_disjoint"
-MAIN_METHODS: tuple[str, ...] = TOOLBENCH_METHODS
 
 
 def _paper(item: str, budget: int | None, metric: str) -> float | None:
@@ -31,49 +26,6 @@ def _paper(item: str, budget: int | None, metric: str) -> float | None:
     from osumem.report.paper import paper_value
 
     return paper_value("toolbench", item, budget, metric)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Sensitivity:
-    """A labelled sensitivity run of overlap vs disjoint: ``bench_changes`` go to
-    :class:`~osumem.bench.toolbench.ToolBenchConfig`, ``method_params`` to both
-    coverage-guided methods (and to the OSU construction of the membership table)."""
-
-    name: str
-    label: str
-    bench_changes: Mapping[str, Any] = field(default_factory=dict)
-    method_params: Mapping[str, Any] = field(default_factory=dict)
-
-
-#: Sensitivity runs (never used to pick defaults): the tau-bench prefixing rule
-#: applied to ToolBench, the similarity view over every step (so no evidence step can be
-#: left without an OSU under overlap, as the paper reports), and Δ_gap = 16 (Δ_ent = 128 ≥ the ~126-step evidence spacing,
-#: Δ_tool = 32, Δ_sg = 16), which lets entity OSUs link evidence steps.
-DEFAULT_SENSITIVITY: tuple[Sensitivity, ...] = (
-    Sensitivity(
-        name="toolbench_sens_prefix_on",
-        label="namespace prefix on (the tau-bench concatenation rule)",
-        bench_changes={"namespace_prefix": True},
-    ),
-    Sensitivity(
-        name="toolbench_sens_similarity_all",
-        label="similarity view over every step (similarity_scope = all)",
-        method_params={"similarity_scope": "all"},
-    ),
-    Sensitivity(
-        name="toolbench_sens_gap16",
-        label="Δ_gap = 16 (Δ_ent 128, Δ_tool 32, Δ_sg 16)",
-        method_params={"gap": 16},
-    ),
-)
-
-
-def _label(method: str, params: Mapping[str, Any]) -> str:
-    """The inline method spec ``method[k=v;k=v]`` that
-    :func:`~osumem.evaluate.runner.parse_method_runs` reads back."""
-    if not params:
-        return method
-    return f"{method}[{';'.join(f'{k}={v}' for k, v in params.items())}]"
 
 
 def _fisher(rows: pd.DataFrame, a: str, b: str, metric: str, budget: int) -> tuple[float, str]:
@@ -191,106 +143,47 @@ def routing_line(reach: pd.DataFrame) -> str:
     return f"Default coarse-to-fine OSU-Mem coarse-routing recall (paper < .17): {vals}"
 
 
-def _membership(
-    episodes: Sequence[tuple[int, Any]], modes: Mapping[str, Mapping[str, Any]], jobs: int
-) -> pd.DataFrame:
-    """Evidence-membership rows (no reach) for ``(seed, episode)`` pairs, in parallel."""
-    from joblib import Parallel, delayed
+def params_membership_path(results: Path, rows: str) -> Path:
+    """Where the evidence-OSU membership of a sensitivity run under its method
+    parameters is written (not a file :func:`~osumem.report.build.build_report` reads:
+    :func:`summary_markdown` presents it)."""
+    from osumem.evaluate.osu_analysis import ANALYSIS_DIR
 
-    from osumem.evaluate.membership import membership_rows
+    return Path(results) / ANALYSIS_DIR / f"{rows}_params_membership.parquet"
 
-    parts = Parallel(n_jobs=jobs)(
-        delayed(membership_rows)([ep], modes, seed=s) for s, ep in episodes
+
+def _read(results: Path, name: str) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The rows and metadata of row file ``name`` in ``results``."""
+    return (
+        pd.read_parquet(results / f"{name}.parquet"),
+        json.loads((results / f"{name}.json").read_text()),
     )
-    return pd.concat(parts, ignore_index=True)
 
 
-def reproduce(
-    data: Path,
-    out: Path,
-    *,
-    seeds: Sequence[int] = TOOLBENCH_SEEDS,
-    episodes: int | None = None,
-    sweep_episodes: int | None = 100,
-    budgets: Sequence[int] = BUDGETS["toolbench"],
-    betas: Sequence[float] = (0.04, 0.08, 0.12, 0.16, 0.20),
-    evidence_sizes: Sequence[int] = (2, 3, 4),
-    sensitivity: Sequence[Sensitivity] = DEFAULT_SENSITIVITY,
-    jobs: int = -1,
-    progress: bool = True,
-    encoder: Any = None,
-    report: bool = True,
-    config: Any = None,
-) -> str:
-    """Run the main table (k = 3, β = .12, ``episodes`` per seed, default 200), the β
-    and evidence-size sweeps (``sweep_episodes`` per seed, default 100; ``None`` = the
-    main size) and the ``sensitivity`` runs (main size); write the row files
-    ``toolbench*.parquet``, the membership/reach analysis, ``toolbench_summary.md``,
-    ``toolbench_timings.json`` and (``report``) ``report.md`` with the summary appended.
-    ``config`` is the base :class:`~osumem.bench.toolbench.ToolBenchConfig` (default:
-    the paper's probe). Returns the summary Markdown."""
-    from osumem.bench.toolbench import ToolBenchConfig, build_corpus, construction_stats, generate
-    from osumem.embed import load_encoder
-    from osumem.evaluate.membership import DEFAULT_MODES
-    from osumem.evaluate.methods import TABLE_KEY, method_table
-    from osumem.evaluate.osu_analysis import write_osu_analysis
-    from osumem.evaluate.runner import parse_method_runs, run, write_results
-    from osumem.ingest.toolbench import read_toolbench
+def summary_markdown(results: Path, spec: Any) -> str:
+    """The ToolBench summary (ours beside the paper's) from a results directory written
+    by :func:`osumem.bench.reproduce.reproduce` for ``spec``: the main table
+    (experiment role ``main``), the β sweep (``beta_sweep``, its ``grid``), the
+    evidence-size sweep (``evidence_sweep``, one row file per k) and the labelled
+    sensitivity runs (``sensitivity``, titled by their label)."""
+    from osumem.evaluate.osu_analysis import analysis_paths
 
-    started = time.perf_counter()
-    timings: dict[str, float] = {}
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    cfg = config if config is not None else ToolBenchConfig()
-    if episodes is not None:
-        cfg = cfg.replace(n_episodes=episodes)
-    sweep_cfg = cfg.replace(n_episodes=sweep_episodes or cfg.n_episodes)
-    enc = encoder if encoder is not None else load_encoder()
-    records = read_toolbench(data, signature_level=cfg.signature_level)
-    corpus = build_corpus(records, enc, step_roles=cfg.step_roles, n_neighbors=cfg.n_neighbors)
-
-    def episodes_for(c: ToolBenchConfig) -> list:
-        return [(s, ep) for s in seeds for ep in generate(corpus, c, s)]
-
-    def go(eps: list, methods: Sequence[str], name: str, meta: dict[str, Any]) -> pd.DataFrame:
-        t0 = time.perf_counter()
-        runs = parse_method_runs(list(methods))
-        rows = run(
-            eps,
-            runs,
-            list(budgets),
-            benchmark=name,
-            jobs=jobs,
-            progress=progress,
-        )
-        timings[f"{name}_s"] = round(time.perf_counter() - t0, 1)
-        write_results(
-            out,
-            rows,
-            {
-                **meta,
-                "seeds": list(seeds),
-                "methods": list(methods),
-                TABLE_KEY: method_table(runs),
-            },
-            name=name,
-        )
-        return rows
-
-    main_eps = episodes_for(cfg)
-    stats = construction_stats([ep for _, ep in main_eps])
-    main = go(main_eps, MAIN_METHODS, "toolbench", {"config": cfg.to_dict(), "construction": stats})
-    t0 = time.perf_counter()
-    write_osu_analysis(out, "toolbench", main_eps, budgets, jobs=jobs)
-    timings["toolbench_analysis_s"] = round(time.perf_counter() - t0, 1)
-    member = pd.read_parquet(out / "analysis" / "toolbench_membership.parquet")
-    reach = pd.read_parquet(out / "analysis" / "toolbench_reach.parquet")
+    results = Path(results)
+    by_role: dict[str, list[Any]] = {}
+    for e in spec.experiments:
+        by_role.setdefault(e.role, []).append(e)
+    main_exp = by_role["main"][0]
+    budgets = list(main_exp.budgets)
+    main, meta = _read(results, main_exp.row_file)
+    cfg, stats, seeds = meta["config"], meta["construction"], meta["seeds"]
+    rpath, mpath = analysis_paths(results, main_exp.row_file)
+    member, reach = pd.read_parquet(mpath), pd.read_parquet(rpath)
     flat = main[main["method"] == "flat"].groupby("budget")["recall"].mean()
     parts = [
         "# ToolBench planted-evidence probe: ours beside the paper",
         "",
-        f"Seeds {list(seeds)}, {cfg.n_episodes} episodes each, k = {cfg.evidence_size}, "
-        f"β = .12, namespace_prefix = {cfg.namespace_prefix}. Construction: "
+        f"Seeds {list(seeds)}, {cfg['n_episodes']} episodes each, k = {cfg['evidence_size']}, "
+        f"β = .12, namespace_prefix = {cfg['namespace_prefix']}. Construction: "
         + ", ".join(f"{k} {v:.3g}" for k, v in stats.items()),
         "",
         "## Overlap − disjoint (coverage-guided, β = .12), beside the paper",
@@ -315,60 +208,47 @@ def reproduce(
         routing_line(reach),
         "",
     ]
-    sweep_eps = main_eps if sweep_cfg == cfg else episodes_for(sweep_cfg)
-    beta_methods = [f"{m}[beta={b}]" for b in betas for m in (OVERLAP, DISJOINT)]
-    beta_rows = go(sweep_eps, beta_methods, "toolbench_beta", {"betas": list(betas)})
-    parts += [
-        f"## β sweep ({sweep_cfg.n_episodes} episodes per seed; overlap − disjoint)",
-        "",
-        sweep_table(
-            beta_rows,
-            [(f"β={b}", f"{OVERLAP}[beta={b}]", f"{DISJOINT}[beta={b}]") for b in betas],
-            budgets,
-        ),
-        "",
-    ]
-    ev_frames = []
-    for k in evidence_sizes:
-        k_eps = episodes_for(sweep_cfg.replace(evidence_size=k))
-        rows = go(k_eps, ["flat", OVERLAP, DISJOINT], f"toolbench_k{k}", {"k": k})
-        ev_frames.append(rows.assign(method=rows["method"] + f"@k{k}"))
-    ev_rows = pd.concat(ev_frames, ignore_index=True)
-    parts += [
-        f"## Evidence-size sweep ({sweep_cfg.n_episodes} episodes per seed; overlap − disjoint)",
-        "",
-        sweep_table(
-            ev_rows,
-            [(f"k={k}", f"{OVERLAP}@k{k}", f"{DISJOINT}@k{k}") for k in evidence_sizes],
-            budgets,
-        ),
-        "",
-    ]
-    for sens in sensitivity:
-        s_cfg = cfg.replace(**dict(sens.bench_changes))
-        s_eps = main_eps if s_cfg == cfg else episodes_for(s_cfg)
-        a, b = _label(OVERLAP, sens.method_params), _label(DISJOINT, sens.method_params)
-        rows = go(s_eps, [a, b], sens.name, {"sensitivity": sens.label, "config": s_cfg.to_dict()})
-        modes = {m: {**ch, **sens.method_params} for m, ch in DEFAULT_MODES.items()}
-        s_member = _membership(s_eps, modes, jobs)
+    for e in by_role.get("beta_sweep", []):
+        rows, meta = _read(results, e.row_file)
+        betas = e.grid["beta"]
         parts += [
-            f"## SENSITIVITY (not used to pick defaults): {sens.label}",
+            f"## β sweep ({meta['config']['n_episodes']} episodes per seed; overlap − disjoint)",
+            "",
+            sweep_table(
+                rows,
+                [(f"β={b}", f"{OVERLAP}[beta={b}]", f"{DISJOINT}[beta={b}]") for b in betas],
+                budgets,
+            ),
+            "",
+        ]
+    ev = by_role.get("evidence_sweep", [])
+    if ev:
+        frames, sizes, n = [], [], 0
+        for e in ev:
+            rows, meta = _read(results, e.row_file)
+            k, n = meta["config"]["evidence_size"], meta["config"]["n_episodes"]
+            sizes.append(k)
+            frames.append(rows.assign(method=rows["method"] + f"@k{k}"))
+        parts += [
+            f"## Evidence-size sweep ({n} episodes per seed; overlap − disjoint)",
+            "",
+            sweep_table(
+                pd.concat(frames, ignore_index=True),
+                [(f"k={k}", f"{OVERLAP}@k{k}", f"{DISJOINT}@k{k}") for k in sizes],
+                budgets,
+            ),
+            "",
+        ]
+    for e in by_role.get("sensitivity", []):
+        rows, meta = _read(results, e.row_file)
+        a, b = meta["methods"]
+        s_member = pd.read_parquet(params_membership_path(results, e.row_file))
+        parts += [
+            f"## SENSITIVITY (not used to pick defaults): {e.title}",
             "",
             gap_table(rows, a, b, paper=False),
             "",
             *membership_lines(s_member, paper=False),
             "",
         ]
-    summary = "\n".join(parts) + "\n"
-    (out / "toolbench_summary.md").write_text(summary)
-    if report:
-        from osumem.report.build import ReportSettings, build_report
-
-        t0 = time.perf_counter()
-        path = build_report(out, settings=ReportSettings())
-        with path.open("a", encoding="utf-8") as fh:
-            fh.write("\n" + summary)
-        timings["report_s"] = round(time.perf_counter() - t0, 1)
-    timings["total_s"] = round(time.perf_counter() - started, 1)
-    (out / "toolbench_timings.json").write_text(json.dumps(timings, indent=2) + "\n")
-    return summary
+    return "\n".join(parts) + "\n"

@@ -46,6 +46,7 @@ main.add_command(memory.check_cmd)
 main.add_command(serve.serve_cmd)
 main.add_command(bench_commands.methods_cmd)
 main.add_command(report.report_cmd)
+main.add_command(report.results_cmd)
 
 bench.add_command(bench_commands.bench_synthetic)
 bench.add_command(taubench.bench_taubench)

@@ -1,11 +1,8 @@
-"""``osumem report DIR``, ``osumem reproduce synthetic`` and ``osumem bench efficiency``."""
+"""``osumem report DIR``, ``osumem results DIR...``, ``osumem reproduce synthetic`` and ``osumem bench efficiency``."""
 
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Sequence
-from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -43,139 +40,6 @@ def _report_options(fn: Any) -> Any:
     return fn
 
 
-def synthetic_config(
-    params: dict[str, Any], *, episodes: int | None = None, dim: int | None = None
-) -> Any:
-    """A ``SyntheticConfig`` from an experiment's ``benchmark_params`` (validated)."""
-    from osumem.bench.synthetic import SyntheticConfig
-
-    cfg = SyntheticConfig()
-    if params:
-        cfg = cfg.with_strings({k: str(v) for k, v in params.items()}, "synthetic")
-    if episodes is not None:
-        cfg = cfg.replace(n_episodes=episodes)
-    if dim is not None:
-        cfg = cfg.replace(dim=dim)
-    return cfg
-
-
-def run_efficiency(exp: Any, *, episodes_cap: int | None, progress: bool) -> Any:
-    """Measure an efficiency experiment at each of its dims; returns the table."""
-    import pandas as pd
-
-    from osumem.bench.synthetic import generate
-    from osumem.evaluate.efficiency import efficiency_table, measure
-    from osumem.evaluate.runner import parse_method_runs
-
-    runs = parse_method_runs(list(exp.methods))
-    n = exp.episodes if exp.episodes is not None else None
-    if episodes_cap is not None:
-        n = min(n, episodes_cap) if n is not None else episodes_cap
-    frames = []
-    for dim in exp.dims:
-        cfg = synthetic_config(dict(exp.benchmark_params), episodes=n, dim=dim)
-        eps = [ep for seed in exp.seeds for ep in generate(cfg, seed)]
-        if progress:
-            click.echo(
-                f"efficiency: {len(runs)} methods × {len(eps)} episodes at {dim}-d", err=True
-            )
-        frames.append(measure(eps, runs, budget=exp.primary_budget, dim_label=str(dim)))
-    raw = pd.concat(frames, ignore_index=True)
-    return raw, efficiency_table(raw, reference=exp.reference)
-
-
-def reproduce_synthetic_into(
-    out: Path,
-    *,
-    configs: Sequence[Path | Traversable],
-    jobs: int,
-    episodes: int | None,
-    progress: bool,
-) -> dict[str, Any]:
-    """Run every synthetic experiment in ``configs`` into ``out`` and write the report.
-
-    All configs are validated first (every problem reported at once). The quality
-    experiments share one run: the union of their methods and budgets over the same
-    episodes, written to ``synthetic.parquet``. Reachability and evidence-OSU membership
-    (overlap vs disjoint, every budget, the same episodes) go to ``analysis/``.
-    """
-    from osumem import __version__
-    from osumem.bench.synthetic import construction_stats, generate
-    from osumem.errors import ConfigError
-    from osumem.evaluate.methods import TABLE_KEY, method_table
-    from osumem.evaluate.runner import parse_method_runs, run, write_results
-    from osumem.report.build import build_report
-    from osumem.report.experiment import load_experiments
-
-    started = time.perf_counter()
-    exps = load_experiments(configs)
-    quality = [e for e in exps if e.kind != "efficiency"]
-    eff = [e for e in exps if e.kind == "efficiency"]
-    if not quality:
-        raise ConfigError(f"no synthetic quality experiment among {[str(c) for c in configs]}")
-    keys = {(e.seeds, tuple(sorted(e.benchmark_params.items()))) for e in quality}
-    if len(keys) > 1:
-        raise ConfigError(
-            "synthetic experiments disagree on seeds or benchmark_params: "
-            + "; ".join(f"{e.source}: seeds {e.seeds}, {dict(e.benchmark_params)}" for e in quality)
-        )
-    methods = list(dict.fromkeys(m for e in quality for m in e.methods))
-    budgets = sorted({b for e in quality for b in e.budgets})
-    runs = parse_method_runs(methods)
-    cfg = synthetic_config(dict(quality[0].benchmark_params), episodes=episodes)
-    seeds = list(quality[0].seeds)
-    eps = [(s, ep) for s in seeds for ep in generate(cfg, s)]
-    stats = construction_stats([ep for _, ep in eps])
-    out.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    rows = run(eps, runs, budgets, benchmark="synthetic", jobs=jobs, progress=progress)
-    quality_s = time.perf_counter() - t0
-    write_results(
-        out,
-        rows,
-        {
-            "benchmark": "synthetic",
-            "seeds": seeds,
-            "config": cfg.to_dict(),
-            "construction": stats,
-            "methods": methods,
-            TABLE_KEY: method_table(runs),
-            "budgets": budgets,
-            "version": __version__,
-            "seconds": round(quality_s, 1),
-        },
-        name="synthetic",
-    )
-    timings = {"quality_s": round(quality_s, 1)}
-    from osumem.evaluate.osu_analysis import write_osu_analysis
-
-    if progress:
-        click.echo("reachability and evidence-OSU membership (overlap vs disjoint)", err=True)
-    analysis = write_osu_analysis(out, "synthetic", eps, budgets, jobs=jobs)
-    timings["reach_membership_s"] = analysis["seconds"]
-    if eff:
-        import pandas as pd
-
-        t0 = time.perf_counter()
-        raws, tables = [], []
-        for e in eff:
-            raw, table = run_efficiency(e, episodes_cap=episodes, progress=progress)
-            raws.append(raw)
-            tables.append(table)
-        pd.concat(tables).to_csv(out / "efficiency.csv", index=False)
-        pd.concat(raws).to_csv(out / "efficiency_raw.csv.gz", index=False)
-        timings["efficiency_s"] = round(time.perf_counter() - t0, 1)
-    (out / "experiments.json").write_text(
-        json.dumps([e.to_dict() for e in exps], indent=2, default=str) + "\n"
-    )
-    t0 = time.perf_counter()
-    report = build_report(out)
-    timings["report_s"] = round(time.perf_counter() - t0, 1)
-    timings["total_s"] = round(time.perf_counter() - started, 1)
-    (out / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
-    return {"report": str(report), **timings}
-
-
 @click.command("report")
 @click.argument("results", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option(
@@ -197,6 +61,32 @@ def report_cmd(
     settings = ReportSettings(reference=reference, baseline=baseline, n_permutations=permutations)
     path = build_report(results, settings=settings, out=out)
     click.echo(f"report written to {path}")
+
+
+@click.command("results")
+@click.argument("runs", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the page here (e.g. docs/results.md; default: print it).",
+)
+@handle_errors
+def results_cmd(runs: tuple[Path, ...], out: Path | None) -> None:
+    """The results page (ours beside the paper's) from `osumem reproduce` results
+    directories, one per benchmark: the command of each run and its report's
+    tables."""
+    from osumem.report.results_md import results_markdown
+
+    text = results_markdown(list(runs))
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(out)
+    click.echo(f"written {out}", err=True)
 
 
 @click.command("synthetic")
@@ -233,12 +123,10 @@ def reproduce_synthetic(
 ) -> None:
     """The paper's synthetic configuration: all methods, four budgets, ablations,
     the M_max sweep and efficiency at 64-d and 384-d, then report.md."""
-    from osumem.report.experiment import shipped_experiments
+    from osumem.bench.reproduce import load_spec, reproduce
 
-    paths = list(config_paths) or shipped_experiments("synthetic")
-    info = reproduce_synthetic_into(
-        out, configs=paths, jobs=jobs, episodes=episodes, progress=not quiet
-    )
+    spec = load_spec("synthetic", config_paths, episodes=episodes)
+    info = reproduce(spec, out=out, jobs=jobs, progress=not quiet)
     click.echo(json.dumps(info, indent=2))
 
 
@@ -265,6 +153,7 @@ def bench_efficiency(
 ) -> None:
     """Retrieve-only latency, amortised latency and storage of methods on synthetic
     episodes at each dimension, with ratios to the reference in the same run."""
+    from osumem.bench.reproduce import run_efficiency
     from osumem.evaluate.runner import split_methods
     from osumem.report.experiment import Experiment
 

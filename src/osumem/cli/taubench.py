@@ -173,21 +173,18 @@ def reproduce_taubench(
     steps are the calls alone), the weaker single-step queries, the query-noise
     scaling check, Stage D, prefix off and tool responses kept to 200 characters;
     rows taubench*.parquet, then report.md with the paper's numbers beside ours."""
-    from osumem.bench.taubench_report import build_taubench, reproduce
+    from osumem.bench.reproduce import load_spec, reproduce
+    from osumem.bench.taubench_report import build_taubench
 
-    methods = [*default_methods().split(","), "osumem_gf"]
-    info = reproduce(
-        data,
-        out,
-        all_methods=list(dict.fromkeys(methods)),
+    spec = load_spec(
+        "taubench",
+        seeds=tuple(int_list(seeds, "--seeds")),
         episodes=episodes,
-        seeds=int_list(seeds, "--seeds"),
-        jobs=jobs,
         encoder=encoder,
         cache=cache,
         n_permutations=permutations,
-        progress=not quiet,
     )
+    info = reproduce(spec, data=data, out=out, jobs=jobs, progress=not quiet)
     if llm:
         info["llm"] = reproduce_llm(llm, data=data, out=out, seeds=int_list(seeds, "--seeds"),
             episodes=episodes, build=build_taubench, encoder=encoder, cache=cache,

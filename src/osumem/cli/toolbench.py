@@ -112,9 +112,8 @@ def bench_toolbench(
 @click.option(
     "--sweep-episodes",
     type=int,
-    default=100,
-    show_default=True,
-    help="Episodes per seed for the β and evidence-size sweeps.",
+    default=None,
+    help="Episodes per seed for the β and evidence-size sweeps (default 100).",
 )
 @click.option(
     "--full",
@@ -134,7 +133,7 @@ def reproduce_toolbench(
     out: Path,
     seeds: str,
     episodes: int | None,
-    sweep_episodes: int,
+    sweep_episodes: int | None,
     full: bool,
     no_sensitivity: bool,
     jobs: int,
@@ -144,18 +143,19 @@ def reproduce_toolbench(
     evidence-size sweep (100 episodes per seed unless --full), membership/eviction,
     coarse-routing recall and labelled sensitivity runs, beside the paper's numbers.
     Writes toolbench*.parquet, toolbench_summary.md and report.md under --out."""
-    from osumem.bench.toolbench_report import DEFAULT_SENSITIVITY, reproduce
+    from osumem.bench.reproduce import load_spec, reproduce
 
-    seed_list = int_list(seeds, "--seeds")
-    text = reproduce(
-        data,
-        out,
-        seeds=seed_list,
+    spec = load_spec(
+        "toolbench",
+        seeds=tuple(int_list(seeds, "--seeds")),
         episodes=episodes,
-        sweep_episodes=None if full else sweep_episodes,
-        sensitivity=() if no_sensitivity else DEFAULT_SENSITIVITY,
-        jobs=jobs,
-        progress=not quiet,
+        sweep_episodes=sweep_episodes,
+        full_sweeps=full,
     )
-    click.echo(text)
-    click.echo(json.dumps({"written": str(Path(out) / "toolbench_summary.md")}), err=True)
+    if no_sensitivity:
+        spec = spec.replace(
+            experiments=tuple(e for e in spec.experiments if e.role != "sensitivity")
+        )
+    info = reproduce(spec, data=data, out=out, jobs=jobs, progress=not quiet)
+    click.echo((Path(out) / "toolbench_summary.md").read_text())
+    click.echo(json.dumps(info, indent=2), err=True)

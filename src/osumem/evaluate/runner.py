@@ -89,6 +89,19 @@ def split_methods(text: str) -> list[str]:
     return [m for m in out if m]
 
 
+def with_params(spec: str, params: Mapping[str, Any]) -> str:
+    """The method spec ``spec`` with ``params`` added inline (``name[k=v;k=v]``, the
+    grammar :func:`parse_method_runs` reads); ``spec`` itself when there are none."""
+    if not params:
+        return spec
+    m = _SPEC_RE.match(spec.strip())
+    if not m:
+        raise ConfigError(f"cannot parse method spec {spec!r}")
+    parts = [p for p in (m.group("params") or "").split(";") if p]
+    parts += [f"{k}={v}" for k, v in params.items()]
+    return f"{m.group('name')}[{';'.join(parts)}]"
+
+
 def parse_method_runs(
     methods: Iterable[str], overrides: Mapping[str, Mapping[str, str]] | None = None
 ) -> list[MethodRun]:

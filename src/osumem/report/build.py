@@ -24,7 +24,7 @@ from osumem.evaluate.heuristic import verdict_from_cells
 from osumem.evaluate.methods import read_method_table
 from osumem.evaluate.metrics import summarise
 from osumem.report import figures
-from osumem.report.experiment import KINDS, Experiment
+from osumem.report.experiment import KINDS, SECTION_KINDS, Experiment
 from osumem.report.osu_sections import membership_section, reach_section, read_analysis
 from osumem.report.paper import paper_cell, paper_value
 from osumem.report.sections import (
@@ -93,7 +93,7 @@ def build_report(
             return None if alias is None else paper_value(key, alias, budget, metric)
 
         mine = sorted(
-            (e for e in exps if e.benchmark == bench and e.kind != "efficiency"),
+            (e for e in exps if e.benchmark == bench and e.kind in SECTION_KINDS),
             key=lambda e: (KINDS.index(e.kind), e.name),
         )
         n_q = rows.drop_duplicates(["seed", "episode", "query"]).shape[0]

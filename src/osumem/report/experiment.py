@@ -20,8 +20,25 @@ Format (TOML, read with :mod:`tomllib`)::
     episodes = 20                   # optional: cap episodes per seed (efficiency)
     dims = [64, 384]                # efficiency only: embedding dimensions
     paper_note = "..."              # optional: what the paper says, printed under the title
+    rows = "synthetic"              # optional: the row file (default: the benchmark);
+                                    # experiments sharing one run their methods together
+    stage_d = false                 # optional: Stage D augmentation (tau-bench)
+    sweep = false                   # optional: run at the sweep size (ToolBench β / k)
+    role = "main"                   # optional: the part of the benchmark's summary it feeds
+    analysis = "osu"                # optional: "osu" (reach + membership rows) or
+                                    # "membership" (evidence-OSU membership with method_params)
     [experiment.benchmark_params]   # optional: benchmark config overrides
     noise_scale = 0.875
+    [experiment.method_params]      # optional: parameters given to every method
+    gap = 16
+    [experiment.grid]               # optional: every method once per value
+    beta = [0.04, 0.12]
+
+Kinds ``comparison``, ``sweep`` and ``ablation`` are report sections of their own;
+``rows`` experiments only produce rows (the benchmark's summary presents them);
+``efficiency`` measures time and storage. A file holds one ``[experiment]`` table or
+several ``[[experiment]]`` tables. ``methods = ["ALL"]`` means every registered
+non-oracle method whose module imports.
 
 :func:`load_experiments` validates every file and reports every problem at once in a
 single :class:`~osumem.errors.ConfigError` (unknown keys, wrong types, methods that are
@@ -41,7 +58,10 @@ from typing import Any
 from osumem.errors import ConfigError, OSUMemError
 from osumem.evaluate.metrics import METRICS as ALL_METRICS
 
-KINDS: tuple[str, ...] = ("comparison", "sweep", "ablation", "efficiency")
+KINDS: tuple[str, ...] = ("comparison", "sweep", "ablation", "rows", "efficiency")
+#: The kinds with a report section of their own (configured tables).
+SECTION_KINDS: tuple[str, ...] = ("comparison", "sweep", "ablation")
+ANALYSES: tuple[str, ...] = ("", "osu", "membership")
 METRICS: tuple[str, ...] = tuple(ALL_METRICS)
 _KEYS: dict[str, type | tuple[type, ...]] = {
     "name": str,
@@ -58,6 +78,13 @@ _KEYS: dict[str, type | tuple[type, ...]] = {
     "dims": list,
     "benchmark_params": dict,
     "paper_note": str,
+    "rows": str,
+    "stage_d": bool,
+    "sweep": bool,
+    "role": str,
+    "analysis": str,
+    "method_params": dict,
+    "grid": dict,
 }
 _REQUIRED = ("name", "kind", "benchmark", "budgets", "methods")
 
@@ -80,12 +107,42 @@ class Experiment:
     dims: tuple[int, ...] = ()
     benchmark_params: Mapping[str, Any] = field(default_factory=dict)
     paper_note: str = ""
+    rows: str = ""
+    stage_d: bool = False
+    sweep: bool = False
+    role: str = ""
+    analysis: str = ""
+    method_params: Mapping[str, Any] = field(default_factory=dict)
+    grid: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
     source: str = ""
+
+    @property
+    def row_file(self) -> str:
+        """The row file this experiment's methods are written to (without suffix)."""
+        return self.rows or self.benchmark
+
+    def run_methods(self) -> tuple[str, ...]:
+        """The method specs actually run: ``ALL`` expanded, every :attr:`grid` value
+        (one spec per value and method, values outermost) and :attr:`method_params`
+        written inline (``method[k=v;k=v]``)."""
+        from osumem.evaluate.methods import runnable_methods
+        from osumem.evaluate.runner import with_params
+
+        names: list[str] = []
+        for m in self.methods:
+            names += runnable_methods() if m == "ALL" else [m]
+        names = list(dict.fromkeys(names))
+        combos: list[dict[str, Any]] = [{}]
+        for key, values in self.grid.items():
+            combos = [{**c, key: v} for c in combos for v in values]
+        return tuple(with_params(m, {**c, **self.method_params}) for c in combos for m in names)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (written beside the results so the report can read it)."""
         d = asdict(self)
         d["benchmark_params"] = dict(self.benchmark_params)
+        d["method_params"] = dict(self.method_params)
+        d["grid"] = {k: list(v) for k, v in self.grid.items()}
         return d
 
     @classmethod
@@ -94,6 +151,7 @@ class Experiment:
         d = dict(data)
         for k in ("seeds", "budgets", "metrics", "methods", "dims"):
             d[k] = tuple(d.get(k, ()))
+        d["grid"] = {k: tuple(v) for k, v in d.get("grid", {}).items()}
         return cls(**d)
 
 
@@ -106,15 +164,29 @@ def _check_ints(value: Any, key: str, where: str, problems: list[str]) -> tuple[
     return tuple(value)
 
 
-def parse_experiment(data: Mapping[str, Any], where: str, problems: list[str]) -> Experiment | None:
-    """Validate one ``[experiment]`` table; append every problem to ``problems``."""
+def parse_experiments(data: Mapping[str, Any], where: str, problems: list[str]) -> list[Experiment]:
+    """Validate a file's ``[experiment]`` table or ``[[experiment]]`` tables; append
+    every problem to ``problems``."""
+    tables = data.get("experiment")
+    if isinstance(tables, dict):
+        tables = [tables]
+    if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
+        problems.append(f"{where}: missing [experiment] table")
+        return []
+    out = []
+    for i, table in enumerate(tables):
+        here = where if len(tables) == 1 else f"{where} (experiment {i + 1})"
+        exp = parse_experiment(table, here, problems)
+        if exp is not None:
+            out.append(exp)
+    return out
+
+
+def parse_experiment(exp: Mapping[str, Any], where: str, problems: list[str]) -> Experiment | None:
+    """Validate one experiment table; append every problem to ``problems``."""
     from osumem.evaluate.runner import parse_method_runs
 
     before = len(problems)
-    exp = data.get("experiment")
-    if not isinstance(exp, dict):
-        problems.append(f"{where}: missing [experiment] table")
-        return None
     for key in sorted(set(exp) - set(_KEYS)):
         problems.append(f"{where}: unknown key {key!r}; known: {sorted(_KEYS)}")
     for key in _REQUIRED:
@@ -139,16 +211,35 @@ def parse_experiment(data: Mapping[str, Any], where: str, problems: list[str]) -
     if budgets and primary not in budgets:
         problems.append(f"{where}: primary_budget {primary} is not one of budgets {budgets}")
     methods = exp["methods"]
+    analysis = exp.get("analysis", "")
+    if analysis not in ANALYSES:
+        problems.append(f"{where}: analysis must be one of {ANALYSES}, got {analysis!r}")
+    grid = exp.get("grid", {})
+    bad_grid = [k for k, v in grid.items() if not isinstance(v, list) or not v]
+    for key in bad_grid:
+        problems.append(f"{where}: grid.{key} must be a non-empty list, got {grid[key]!r}")
     if not all(isinstance(m, str) for m in methods) or not methods:
         problems.append(f"{where}: methods must be a non-empty list of method specs")
         methods = []
-    else:
+    elif not bad_grid:
+        draft = Experiment(
+            name="",
+            title="",
+            kind=kind,
+            benchmark="",
+            budgets=(),
+            primary_budget=0,
+            reference="",
+            methods=tuple(methods),
+            method_params=dict(exp.get("method_params", {})),
+            grid={k: tuple(v) for k, v in grid.items()},
+        )
         try:
-            parse_method_runs(methods)
+            parse_method_runs(list(draft.run_methods()))
         except OSUMemError as exc:  # every unknown / unavailable method at once
             problems.append(f"{where}: {exc}")
     reference = exp.get("reference", methods[0] if methods else "")
-    if methods and reference not in methods:
+    if methods and reference not in methods and "ALL" not in methods:
         problems.append(f"{where}: reference {reference!r} is not among the methods")
     metrics = exp.get("metrics", ["recall", "hit2"])
     bad = [m for m in metrics if m not in METRICS]
@@ -174,6 +265,13 @@ def parse_experiment(data: Mapping[str, Any], where: str, problems: list[str]) -
         dims=dims,
         benchmark_params=dict(exp.get("benchmark_params", {})),
         paper_note=exp.get("paper_note", ""),
+        rows=exp.get("rows", ""),
+        stage_d=exp.get("stage_d", False),
+        sweep=exp.get("sweep", False),
+        role=exp.get("role", ""),
+        analysis=analysis,
+        method_params=dict(exp.get("method_params", {})),
+        grid={k: tuple(v) for k, v in grid.items()},
         source=where,
     )
 
@@ -193,9 +291,7 @@ def load_experiments(paths: Iterable[Path | Traversable]) -> list[Experiment]:
         except tomllib.TOMLDecodeError as exc:
             problems.append(f"{where}: not valid TOML: {exc}")
             continue
-        exp = parse_experiment(data, where, problems)
-        if exp is not None:
-            out.append(exp)
+        out += parse_experiments(data, where, problems)
     names = [e.name for e in out]
     for dup in sorted({n for n in names if names.count(n) > 1}):
         problems.append(f"experiment name {dup!r} is used by more than one file")
