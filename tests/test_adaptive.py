@@ -108,6 +108,12 @@ def test_orphans_flat_would_take_are_protected():
     off = create("osumem_adaptive", {**params, "protect_orphans": "false"}).fit(view2)
     assert 5 in on.retrieve(q, 20).positions.tolist()
     assert 5 not in off.retrieve(q, 20).positions.tolist()
+    # Flat at B = 20 takes {2, decoy}: half of its selection is orphans. The protection
+    # needs orphan_share of it (default .25); at .75 the decoy competes and loses.
+    few = create("osumem_adaptive", {**params, "orphan_share": "0.75"}).fit(view2)
+    assert 5 not in few.retrieve(q, 20).positions.tolist()
+    v1 = create("osumem_adaptive_v1", params).fit(view2)
+    assert 5 in v1.retrieve(q, 20).positions.tolist()
 
 
 @pytest.mark.parametrize(
@@ -121,6 +127,7 @@ def test_orphans_flat_would_take_are_protected():
         {"min_head_coverage": -0.1},
         {"expand_from": "nowhere"},
         {"head_ratio": -1.0},
+        {"orphan_share": 1.5},
     ],
 )
 def test_bad_config_is_a_config_error(bad):

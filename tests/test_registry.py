@@ -59,3 +59,15 @@ def test_every_variant_has_a_base_of_its_class(name: str) -> None:
         assert base is not None and get_spec(base).target == get_spec(name).target
     else:
         assert base is None
+
+
+def test_osumem_paper_pins_the_paper_configuration() -> None:
+    paper = make_config("osumem_paper")
+    assert (paper.max_memberships, paper.coarse_ratio, paper.novelty_weight) == (5, 2.0, 0.2)
+    assert (paper.novelty, paper.novelty_min_budget, paper.coarse_k_rule) == (
+        True,
+        192,
+        "mean_cost",
+    )
+    # osumem keeps the paper's parameters (docs/decisions.md, round 2, step 1)
+    assert make_config("osumem") == paper

@@ -13,13 +13,16 @@ query, from what a retriever can see (never the evidence):
 2. **No binding: Flat.** The selection is exactly Flat Vector's, so on unbound queries
    the method cannot differ from Flat.
 3. **Binding: coarse-to-fine inside the flat head.** Selected first: the top
-   ``keep_head`` flat steps (none by default), then the steps Flat itself would select that lie in no
-   binding OSU (``protect_orphans``: structure cannot rank them, so expansion must not
-   displace them), then the members of the OSUs the OSU-Mem coarse stage keeps
+   ``keep_head`` flat steps (none by default), then, when at least ``orphan_share`` of
+   the steps Flat itself would select lie in no binding OSU, those steps
+   (``protect_orphans``: structure cannot rank them, so expansion must not displace
+   them), then the members of the OSUs the OSU-Mem coarse stage keeps
    (K = ceil(ρ·B / mean OSU cost)) that also lie in the head of the flat ranking holding
    ``head_ratio``·B tokens, by cosine (at most ``expand_share``·B tokens); the rest of
    the budget is filled from the flat ranking. ``expand_from="seeds"`` expands the OSUs
    that hold ``min_shared`` head steps instead of the coarse stage's.
+
+The first version (``osumem_adaptive_v1``) protected every orphan (``orphan_share = 0``).
 
 The pool is built like OSU-Mem's (same construction code and incremental ``update``)
 but disjoint by default (``max_memberships = 1``), which measured better on the
@@ -71,6 +74,10 @@ class AdaptiveConfig(OSUMemConfig):
         protect_orphans: when expanding, the steps Flat itself would select that lie in
             no binding OSU are kept first (structure says nothing about them, so
             expansion must not displace them).
+        orphan_share: the protection applies only when at least this share of the steps
+            Flat would select lie in no binding OSU (0 = always, the first version's
+            rule): a few stray orphans are left to compete with the expansion, a flat
+            selection made largely of orphans (ToolBench-like memories) is kept.
     """
 
     max_memberships: int = 1
@@ -85,6 +92,7 @@ class AdaptiveConfig(OSUMemConfig):
     gate: str = "coverage"
     min_head_coverage: float = 0.75
     protect_orphans: bool = True
+    orphan_share: float = 0.25
 
     config_name = "osumem_adaptive"
     parameter_constraints: ClassVar[Constraints] = {
@@ -99,6 +107,7 @@ class AdaptiveConfig(OSUMemConfig):
         "gate": Options(("shared", "coverage", "both", "none")),
         "min_head_coverage": Interval(float, 0, 1),
         "protect_orphans": Boolean(),
+        "orphan_share": Interval(float, 0, 1),
     }
 
     def _cross_check(self) -> list[str]:
@@ -207,7 +216,8 @@ class AdaptiveOSUMem(OSUMem[AdaptiveConfig]):
         if cfg.protect_orphans:
             own = pack_first_fit(flat, costs, budget)
             orphans = own[~self._in_binding_osu(limit)[own]]
-            head = np.concatenate([head, orphans[~np.isin(orphans, head)]])
+            if own.size and orphans.size >= cfg.orphan_share * own.size:
+                head = np.concatenate([head, orphans[~np.isin(orphans, head)]])
         first = pack_first_fit(head, costs, budget)
         taken = np.zeros(limit, dtype=bool)
         taken[first] = True

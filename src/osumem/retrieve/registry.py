@@ -50,6 +50,17 @@ register("disjoint_hierarchy", f"{_B}.hierarchy:DisjointHierarchy", "Disjoint su
 register("tree", f"{_B}.tree:TreeAbstraction", "RAPTOR-style tree, coarse-to-fine")
 register("osumem", f"{_B}.osumem:OSUMem", "OSU-Mem (overlap, M_max = 5)")
 register(
+    "osumem_paper",
+    f"{_B}.osumem:OSUMem",
+    "OSU-Mem with the paper's parameters pinned",
+    max_memberships=5,
+    coarse_ratio=2.0,
+    novelty=True,
+    novelty_weight=0.2,
+    novelty_min_budget=192,
+    coarse_k_rule="mean_cost",
+)
+register(
     "osumem_disjoint", f"{_B}.osumem:OSUMem", "OSU-Mem, disjoint (M_max = 1)", max_memberships=1
 )
 register(
@@ -62,6 +73,12 @@ register(
     "osumem_no_novelty", f"{_B}.osumem:OSUMem", "OSU-Mem without novelty penalty", novelty=False
 )
 register("osumem_adaptive", f"{_B}.adaptive:AdaptiveOSUMem", "Flat; OSUs when the head binds")
+register(
+    "osumem_adaptive_v1",
+    f"{_B}.adaptive:AdaptiveOSUMem",
+    "osumem_adaptive's first frozen version (every orphan protected)",
+    orphan_share=0.0,
+)
 register("osumem_gf", f"{_B}.osumem:OSUMemGF", "OSU-Mem + GF (ground-truth filtering ORACLE)")
 register(
     "osumem_coverage", f"{_B}.osumem:OSUMemCoverage", "OSU-Mem coverage-guided greedy (overlap)"
