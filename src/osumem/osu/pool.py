@@ -250,6 +250,19 @@ class OSUPool:
         kept = self._kept.a
         return [p for p in self._g_members[slot] if (kept[p] == slot).any()]
 
+    def kept_union(self, slots: IntArray) -> IntArray:
+        """The distinct positions that any of ``slots`` keeps, increasing: the union of
+        :meth:`slot_members` in one vectorised pass."""
+        live = [s for s in slots.tolist() if self._k_size.a[s] > 0]
+        lists = [self._g_members[s] for s in live]
+        lens = [len(m) for m in lists]
+        if not lens:
+            return np.empty(0, dtype=np.int64)
+        steps = np.fromiter(itertools.chain.from_iterable(lists), np.int64, sum(lens))
+        owner = np.repeat(np.asarray(live, dtype=np.int64), lens)
+        keep = (self._kept.a[steps] == owner[:, None]).any(axis=1)
+        return np.unique(steps[keep])
+
     def canonical_key(self, slot: int) -> tuple[int, int, str]:
         """``(view priority, first member, key)``: the canonical order of OSUs."""
         return (int(self._g_rank.a[slot]), int(self._g_first.a[slot]), self._g_key[slot])

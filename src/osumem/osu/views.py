@@ -149,6 +149,17 @@ class KnnIndex:
             max_elements=1024, M=HNSW_M, ef_construction=ef_construction, random_seed=seed
         )
         self.size = 0
+        self._ef = -1
+        self._threads = -2
+
+    def _set(self, ef: int, threads: int) -> None:
+        """Set the query beam and thread count only when they change."""
+        if ef != self._ef:
+            self._index.set_ef(ef)
+            self._ef = ef
+        if threads != self._threads:
+            self._index.set_num_threads(threads)
+            self._threads = threads
 
     def add(self, vectors: NDArray[np.float32]) -> None:
         """Insert ``vectors`` (unit rows) as the next labels."""
@@ -160,7 +171,7 @@ class KnnIndex:
         if need > cap:
             self._index.resize_index(max(need, 2 * cap))
         labels = np.arange(self.size, need, dtype=np.int64)
-        self._index.set_num_threads(1)
+        self._set(self._ef, 1)
         self._index.add_items(np.ascontiguousarray(vectors, dtype=np.float32), labels)
         self.size = need
 
@@ -170,8 +181,7 @@ class KnnIndex:
         k = min(k, self.size)
         if k < 1:
             return np.empty(0, dtype=np.int64)
-        self._index.set_ef(max(HNSW_EF_SEARCH, 2 * k))
-        self._index.set_num_threads(1)
+        self._set(max(HNSW_EF_SEARCH, 2 * k), 1)
         labels, _ = self._index.knn_query(q[None, :], k=k)
         return labels[0].astype(np.int64)
 
@@ -181,8 +191,7 @@ class KnnIndex:
         k = min(k, n - 1)
         if k < 1:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-        self._index.set_ef(max(HNSW_EF_SEARCH, 2 * (k + 1)))
-        self._index.set_num_threads(-1)
+        self._set(max(HNSW_EF_SEARCH, 2 * (k + 1)), -1)
         dst = np.empty((n, k), dtype=np.int64)
         for lo in range(0, n, batch):
             hi = min(n, lo + batch)
