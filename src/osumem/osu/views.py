@@ -139,14 +139,22 @@ class KnnIndex:
     """
 
     def __init__(
-        self, dim: int, seed: int = 0, *, ef_construction: int = HNSW_EF_CONSTRUCTION
+        self,
+        dim: int,
+        seed: int = 0,
+        *,
+        ef_construction: int = HNSW_EF_CONSTRUCTION,
+        capacity: int = 1024,
     ) -> None:
         import hnswlib
 
         self.dim = int(dim)
         self._index = hnswlib.Index(space="ip", dim=self.dim)
         self._index.init_index(
-            max_elements=1024, M=HNSW_M, ef_construction=ef_construction, random_seed=seed
+            max_elements=max(1024, int(capacity)),
+            M=HNSW_M,
+            ef_construction=ef_construction,
+            random_seed=seed,
         )
         self.size = 0
         self._ef = -1

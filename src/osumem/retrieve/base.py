@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -234,17 +235,56 @@ class Retriever(ABC):
 
     def _ann_top(self, q: NDArray[np.float32], k: int) -> IntArray:
         """About the ``k`` most similar steps, best first, from the step index (built
-        at the first query, extended with the steps added since)."""
+        at fit or at the first query, extended with the steps added since)."""
         assert self.view_ is not None
         view = self.view_
         if self._step_index is None:
-            self._step_index = KnnIndex(
-                view.dim, seed=self.seed, ef_construction=STEP_INDEX_EF_CONSTRUCTION
-            )
+            self._step_index = self._new_step_index(view.n)
         index = self._step_index
         if index.size < view.n:
             index.add(view.embeddings[index.size : view.n])
         return index.query(q, k)
+
+    def _new_step_index(self, capacity: int) -> KnnIndex:
+        """An empty step index with room for ``capacity`` steps."""
+        assert self.view_ is not None
+        return KnnIndex(
+            self.view_.dim,
+            seed=self.seed,
+            ef_construction=STEP_INDEX_EF_CONSTRUCTION,
+            capacity=capacity,
+        )
+
+    def _start_step_index(self, view: MemoryView) -> Callable[[], None] | None:
+        """Start building the step index over ``view`` in a background thread when
+        queries over it will use one (:meth:`_use_ann`); returns the call that waits
+        for it (``None`` when nothing was started).
+
+        hnswlib releases the GIL while it inserts, so the build runs on a second core
+        while the caller builds its own structure. Insertion stays on one thread, so
+        the graph is the one a sequential build makes.
+        """
+        if not (view.n >= ANN_MIN_STEPS and hnsw_available()):
+            return None
+        index = self._new_step_index(view.n)
+        failed: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                index.add(view.embeddings)
+            except BaseException as exc:  # re-raised in the caller's thread
+                failed.append(exc)
+
+        thread = threading.Thread(target=work, name="osumem-step-index", daemon=True)
+        thread.start()
+
+        def wait() -> None:
+            thread.join()
+            if failed:
+                raise failed[0]
+            self._step_index = index
+
+        return wait
 
     def _flat_head(
         self, q: NDArray[np.float32], limit: int, tokens: float, min_count: int = 1

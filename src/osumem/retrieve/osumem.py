@@ -209,7 +209,18 @@ class _PoolRetriever(Retriever):
     _mean_cost = 0.0
 
     def _build(self, view: MemoryView) -> None:
-        self.pool_ = OSUPool.build(view, self.config.osu_config(), self.seed)  # type: ignore[attr-defined]
+        """Build the pool; for a memory whose queries use the HNSW indexes, also the
+        step index (on a second thread, while the pool builds) and the centroid index
+        (while the step index finishes), so the first query builds nothing."""
+        wait = self._start_step_index(view)
+        try:
+            self.pool_ = OSUPool.build(view, self.config.osu_config(), self.seed)  # type: ignore[attr-defined]
+            if wait is not None:
+                self._centroid_index = CentroidIndex(self.pool_, self.seed)
+                self._centroid_index.sync()
+        finally:
+            if wait is not None:
+                wait()
 
     def update(self, view: MemoryView) -> Self:
         """Add the new tail steps of ``view`` to the OSU pool incrementally."""
