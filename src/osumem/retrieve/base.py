@@ -157,7 +157,7 @@ class Retriever(ABC):
         self.view_: MemoryView | None = None
         self._step_index: KnnIndex | None = None
         self._cost_view: MemoryView | None = None
-        self._cost_stats_ = (1.0, 0, 0)
+        self._cost_cache = (1.0, 0, 0)
 
     def fit(self, view: MemoryView) -> Self:
         """Build this method's structure over ``view`` (the causal prefix it may see)."""
@@ -370,13 +370,13 @@ class Retriever(ABC):
         if self._cost_view is not view:
             costs = view.costs
             low = int(costs.min())
-            self._cost_stats_ = (
+            self._cost_cache = (
                 float(costs.mean()),
                 low,
                 int(np.count_nonzero(costs == low)),
             )
             self._cost_view = view
-        return self._cost_stats_
+        return self._cost_cache
 
 
 #: Smallest head (in candidates) that :func:`flat_first_fit` sorts first.
