@@ -207,6 +207,53 @@ def test_ann_paths_stay_within_budget_and_near_the_exact_answer(monkeypatch):
         assert (r.retrieve(data.queries[0], 256, before=500).positions < 500).all()
 
 
+def test_fit_builds_the_step_index_as_the_first_query_would(monkeypatch):
+    """The step index built on a second thread during fit is the one a first query
+    builds (single-threaded insertion): the same answers, query for query."""
+    import osumem.retrieve.base as base
+
+    monkeypatch.setattr(base, "ANN_MIN_STEPS", 1000)
+    data = _big_view()
+    eager = create("osumem", seed=0).fit(data.view)
+    assert eager._step_index is not None and eager._step_index.size == data.view.n
+    assert eager._centroid_index is not None
+    lazy = create("osumem", seed=0).fit(data.view)
+    lazy._step_index = None  # as before: built by the first query
+    lazy._centroid_index = None
+    for q in data.queries:
+        assert eager.retrieve(q, 256).positions.tolist() == lazy.retrieve(q, 256).positions.tolist()
+        np.testing.assert_array_equal(eager._ann_top(q, 40), lazy._ann_top(q, 40))
+
+
+def test_ann_fill_skips_excluded_steps_as_the_cost_trick_did(monkeypatch):
+    """The index fill drops excluded steps from the head; the result equals first fit
+    over the head with those steps priced out of the budget."""
+    import osumem.retrieve.base as base
+    from osumem.retrieve.base import pack_first_fit
+
+    monkeypatch.setattr(base, "ANN_MIN_STEPS", 1000)
+    data = _big_view()
+    r = create("flat", seed=0).fit(data.view)
+    costs = data.view.costs
+    cheapest = np.flatnonzero(costs == costs.min())
+    for i, q in enumerate(data.queries):
+        budget = 100 + 40 * i
+        exclude = r._ann_top(q, 30)[i % 3 :: 3]
+        if i % 4 == 0:
+            exclude = np.concatenate([exclude, cheapest])  # every cheapest step excluded
+        got = r._flat_pack(q, data.view.n, budget, exclude=exclude)
+        priced = costs.copy()
+        priced[exclude] = budget + 1
+        k = max(32, 4 * int(np.ceil(budget / float(costs.mean()))))
+        while True:  # the former loop: a growing head, stopped when nothing can fit
+            want = pack_first_fit(r._ann_top(q, k), priced, budget)
+            if k >= data.view.n or budget - int(priced[want].sum()) < int(priced.min()):
+                break
+            k = min(data.view.n, 4 * k)
+        assert got.tolist() == want.tolist()
+        assert not set(got.tolist()) & set(exclude.tolist())
+
+
 def test_centroid_index_follows_the_pool_through_adds(monkeypatch):
     import osumem.retrieve.base as base
 

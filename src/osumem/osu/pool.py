@@ -51,24 +51,27 @@ SIMILARITY_CODE = VIEWS.index("similarity")
 POOL_STATE_FORMAT = 1
 
 #: Groups summed at a time by :func:`member_stats` (bounds its float64 scratch).
-STATS_CHUNK = 2048
+STATS_CHUNK = 256
 
 
 def member_stats(
-    members: sp.spmatrix, embeddings: NDArray[np.float32], groups: IntArray
-) -> tuple[NDArray[np.float32], NDArray[np.float64]]:
-    """Normalised member sums (centroids, float32) and the norms of the float64 sums
-    of the columns ``groups`` of ``members``.
+    members: sp.spmatrix,
+    embeddings: NDArray[np.float32],
+    groups: IntArray,
+    out: NDArray[np.float32] | None = None,
+) -> NDArray[np.float64]:
+    """The norms of the float64 member sums of the columns ``groups`` of ``members``;
+    with ``out`` (``(len(groups), d)``), also the normalised sums (centroids, float32)
+    written into it.
 
     Each group's members are added one after another in increasing position order
     (the order :func:`_row_sum` uses, so batch and incremental state agree bit for
     bit), :data:`STATS_CHUNK` groups at a time over just the rows they use, so the
-    float64 scratch stays small whatever the memory size.
+    float64 scratch stays small whatever the memory size, and no centroid is held
+    that the caller does not keep.
     """
     mt = sp.csr_matrix(members.T)[groups]
     mt.sort_indices()
-    d = embeddings.shape[1]
-    cents = np.empty((groups.shape[0], d), dtype=np.float32)
     norms = np.empty(groups.shape[0], dtype=np.float64)
     for lo in range(0, groups.shape[0], STATS_CHUNK):
         sub = mt[lo : lo + STATS_CHUNK]
@@ -79,8 +82,9 @@ def member_stats(
         sums = np.asarray(sub @ embeddings[rows].astype(np.float64))
         nrm = row_norms(sums)
         norms[lo : lo + sub.shape[0]] = nrm
-        cents[lo : lo + sub.shape[0]] = sums / np.where(nrm > 0, nrm, 1.0)[:, None]
-    return cents, norms
+        if out is not None:
+            out[lo : lo + sub.shape[0]] = sums / np.where(nrm > 0, nrm, 1.0)[:, None]
+    return norms
 
 
 def row_norms(sums: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -258,6 +262,19 @@ class OSUPool:
         kept = self._kept.a
         return [p for p in self._g_members[slot] if (kept[p] == slot).any()]
 
+    def kept_union(self, slots: IntArray) -> IntArray:
+        """The distinct positions that any of ``slots`` keeps, increasing: the union of
+        :meth:`slot_members` in one vectorised pass."""
+        live = [s for s in slots.tolist() if self._k_size.a[s] > 0]
+        lists = [self._g_members[s] for s in live]
+        lens = [len(m) for m in lists]
+        if not lens:
+            return np.empty(0, dtype=np.int64)
+        steps = np.fromiter(itertools.chain.from_iterable(lists), np.int64, sum(lens))
+        owner = np.repeat(np.asarray(live, dtype=np.int64), lens)
+        keep = (self._kept.a[steps] == owner[:, None]).any(axis=1)
+        return np.unique(steps[keep])
+
     def canonical_key(self, slot: int) -> tuple[int, int, str]:
         """``(view priority, first member, key)``: the canonical order of OSUs."""
         return (int(self._g_rank.a[slot]), int(self._g_first.a[slot]), self._g_key[slot])
@@ -379,7 +396,7 @@ class OSUPool:
                 self._knn_pending = 0
         known = self._knn.size
         self._knn.add(view.embeddings[scope[known:]])
-        src, dst = self._knn.edges(cfg.knn_k)
+        src, dst = self._knn.edges(cfg.knn_k, lambda lo, hi: view.embeddings[scope[lo:hi]])
         initial = None
         if self._partition is not None:
             fresh = np.arange(scope.size - known, dtype=np.int64) + int(self._partition.max()) + 1
@@ -582,7 +599,7 @@ class OSUPool:
         raw = sp.csc_matrix((np.ones(e_steps.shape[0]), (e_steps, e_gids)), shape=(n, G))
         coh = np.zeros(G, dtype=np.float64)
         e_idx = np.flatnonzero(eligible)
-        coh[e_idx] = member_stats(raw, view.embeddings, e_idx)[1] / sizes[e_idx]
+        coh[e_idx] = member_stats(raw, view.embeddings, e_idx) / sizes[e_idx]
         self._coh_raw.v[:] = coh
         # M_max cap: per step, keep the best memberships by (priority, coherence, canon)
         canon = self._canonical_rank(np.arange(G))
@@ -631,7 +648,10 @@ class OSUPool:
         mat = sp.csc_matrix(
             (np.ones(steps.shape[0], dtype=np.float32), (steps, gids)), shape=(n, G)
         )
-        cents, norms = member_stats(mat, view.embeddings, live)
+        # the dense live arrays start empty after a reset (the only caller is _rebuild);
+        # the centroids are written straight into them
+        self._live_cent.resize(live.shape[0])
+        norms = member_stats(mat, view.embeddings, live, out=self._live_cent.a[: live.shape[0]])
         size = kept_sizes[live]
         self._k_size.a[live] = size
         self._k_coh.a[live] = (norms / size).astype(np.float32)
@@ -644,11 +664,8 @@ class OSUPool:
         np.maximum.at(hi, gids, steps)
         self._k_span.a[live, 0] = lo[live]
         self._k_span.a[live, 1] = hi[live]
-        # the dense live arrays start empty after a reset (the only caller is _rebuild)
         self._live_slot.resize(live.shape[0])
-        self._live_cent.resize(live.shape[0])
         self._live_slot.a[: live.shape[0]] = live
-        self._live_cent.a[: live.shape[0]] = cents
         self._live_row.a[live] = np.arange(live.shape[0])
 
     def _step_candidates(self, p: int) -> list[int]:

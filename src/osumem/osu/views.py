@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -115,9 +115,9 @@ def knn_edges(embeddings: NDArray[np.float32], k: int) -> tuple[IntArray, IntArr
     if k < 1:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
     if n > EXACT_KNN_MAX and hnsw_available():
-        index = KnnIndex(embeddings.shape[1])
+        index = KnnIndex(embeddings.shape[1], capacity=n)
         index.add(embeddings)
-        return index.edges(k)
+        return index.edges(k, lambda lo, hi: embeddings[lo:hi])
     nn = np.empty((n, k), dtype=np.int64)
     for lo in range(0, n, EXACT_KNN_MAX):
         # one block of rows at a time: O(block × n) memory (a single block up to
@@ -139,16 +139,35 @@ class KnnIndex:
     """
 
     def __init__(
-        self, dim: int, seed: int = 0, *, ef_construction: int = HNSW_EF_CONSTRUCTION
+        self,
+        dim: int,
+        seed: int = 0,
+        *,
+        ef_construction: int = HNSW_EF_CONSTRUCTION,
+        capacity: int = 1024,
     ) -> None:
         import hnswlib
 
         self.dim = int(dim)
         self._index = hnswlib.Index(space="ip", dim=self.dim)
         self._index.init_index(
-            max_elements=1024, M=HNSW_M, ef_construction=ef_construction, random_seed=seed
+            max_elements=max(1024, int(capacity)),
+            M=HNSW_M,
+            ef_construction=ef_construction,
+            random_seed=seed,
         )
         self.size = 0
+        self._ef = -1
+        self._threads = -2
+
+    def _set(self, ef: int, threads: int) -> None:
+        """Set the query beam and thread count only when they change."""
+        if ef != self._ef:
+            self._index.set_ef(ef)
+            self._ef = ef
+        if threads != self._threads:
+            self._index.set_num_threads(threads)
+            self._threads = threads
 
     def add(self, vectors: NDArray[np.float32]) -> None:
         """Insert ``vectors`` (unit rows) as the next labels."""
@@ -160,7 +179,7 @@ class KnnIndex:
         if need > cap:
             self._index.resize_index(max(need, 2 * cap))
         labels = np.arange(self.size, need, dtype=np.int64)
-        self._index.set_num_threads(1)
+        self._set(self._ef, 1)
         self._index.add_items(np.ascontiguousarray(vectors, dtype=np.float32), labels)
         self.size = need
 
@@ -170,27 +189,38 @@ class KnnIndex:
         k = min(k, self.size)
         if k < 1:
             return np.empty(0, dtype=np.int64)
-        self._index.set_ef(max(HNSW_EF_SEARCH, 2 * k))
-        self._index.set_num_threads(1)
+        self._set(max(HNSW_EF_SEARCH, 2 * k), 1)
         labels, _ = self._index.knn_query(q[None, :], k=k)
         return labels[0].astype(np.int64)
 
-    def edges(self, k: int, batch: int = 65536) -> tuple[IntArray, IntArray]:
-        """Each indexed node to its (approximately) ``k`` most similar other nodes."""
+    def edges(
+        self,
+        k: int,
+        rows: Callable[[int, int], NDArray[np.float32]] | None = None,
+        batch: int = 16384,
+    ) -> tuple[IntArray, IntArray]:
+        """Each indexed node to its (approximately) ``k`` most similar other nodes.
+
+        ``rows(lo, hi)`` returns the vectors of labels ``lo..hi-1`` (the rows that were
+        inserted); without it they are read back from the index, which hnswlib does
+        through Python lists (about 8× the vectors' size in transient memory).
+        """
         n = self.size
         k = min(k, n - 1)
         if k < 1:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-        self._index.set_ef(max(HNSW_EF_SEARCH, 2 * (k + 1)))
-        self._index.set_num_threads(-1)
+        self._set(max(HNSW_EF_SEARCH, 2 * (k + 1)), -1)
         dst = np.empty((n, k), dtype=np.int64)
         for lo in range(0, n, batch):
             hi = min(n, lo + batch)
-            vecs = self._index.get_items(np.arange(lo, hi), return_type="numpy")
+            if rows is None:
+                vecs = self._index.get_items(np.arange(lo, hi), return_type="numpy")
+            else:
+                vecs = np.ascontiguousarray(rows(lo, hi), dtype=np.float32)
             labels, _ = self._index.knn_query(vecs, k=k + 1)
-            rows = np.arange(lo, hi, dtype=np.int64)[:, None]
+            own = np.arange(lo, hi, dtype=np.int64)[:, None]
             # drop each node itself (or, when it is absent, the last neighbour)
-            not_self = labels != rows
+            not_self = labels != own
             drop = np.where(not_self.all(axis=1), k, np.argmin(not_self, axis=1))
             keep = np.ones_like(not_self)
             keep[np.arange(hi - lo), drop] = False

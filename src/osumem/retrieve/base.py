@@ -14,6 +14,7 @@ whose scores depend on what is already selected (MMR, novelty, coverage) use
 from __future__ import annotations
 
 import math
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -152,6 +153,8 @@ class Retriever(ABC, Generic[ConfigT]):
         self.seed = int(seed)
         self.view_: MemoryView | None = None
         self._step_index: KnnIndex | None = None
+        self._cost_view: MemoryView | None = None
+        self._cost_cache = (1.0, 0, 0)
 
     def fit(self, view: MemoryView) -> Self:
         """Build this method's structure over ``view`` (the causal prefix it may see)."""
@@ -229,17 +232,56 @@ class Retriever(ABC, Generic[ConfigT]):
 
     def _ann_top(self, q: NDArray[np.float32], k: int) -> IntArray:
         """About the ``k`` most similar steps, best first, from the step index (built
-        at the first query, extended with the steps added since)."""
+        at fit or at the first query, extended with the steps added since)."""
         assert self.view_ is not None
         view = self.view_
         if self._step_index is None:
-            self._step_index = KnnIndex(
-                view.dim, seed=self.seed, ef_construction=STEP_INDEX_EF_CONSTRUCTION
-            )
+            self._step_index = self._new_step_index(view.n)
         index = self._step_index
         if index.size < view.n:
             index.add(view.embeddings[index.size : view.n])
         return index.query(q, k)
+
+    def _new_step_index(self, capacity: int) -> KnnIndex:
+        """An empty step index with room for ``capacity`` steps."""
+        assert self.view_ is not None
+        return KnnIndex(
+            self.view_.dim,
+            seed=self.seed,
+            ef_construction=STEP_INDEX_EF_CONSTRUCTION,
+            capacity=capacity,
+        )
+
+    def _start_step_index(self, view: MemoryView) -> Callable[[], None] | None:
+        """Start building the step index over ``view`` in a background thread when
+        queries over it will use one (:meth:`_use_ann`); returns the call that waits
+        for it (``None`` when nothing was started).
+
+        hnswlib releases the GIL while it inserts, so the build runs on a second core
+        while the caller builds its own structure. Insertion stays on one thread, so
+        the graph is the one a sequential build makes.
+        """
+        if not (view.n >= ANN_MIN_STEPS and hnsw_available()):
+            return None
+        index = self._new_step_index(view.n)
+        failed: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                index.add(view.embeddings)
+            except BaseException as exc:  # re-raised in the caller's thread
+                failed.append(exc)
+
+        thread = threading.Thread(target=work, name="osumem-step-index", daemon=True)
+        thread.start()
+
+        def wait() -> None:
+            thread.join()
+            if failed:
+                raise failed[0]
+            self._step_index = index
+
+        return wait
 
     def _flat_head(
         self, q: NDArray[np.float32], limit: int, tokens: float, min_count: int = 1
@@ -278,23 +320,60 @@ class Retriever(ABC, Generic[ConfigT]):
         :data:`ANN_MIN_STEPS` steps or under a causal limit; from the HNSW step index
         above."""
         assert self.view_ is not None
+        if self._use_ann(limit):
+            return self._ann_pack(q, budget, exclude)
         costs = self.view_.costs[:limit]
         if exclude is not None and exclude.size:
             # excluded steps are made too expensive to fit: first fit then skips them
             # exactly as if they were removed from the ranking
             costs = costs.copy()
             costs[exclude] = budget + 1
-        if not self._use_ann(limit):
-            return flat_first_fit(self._cosines(q, limit), costs, budget)
-        min_cost = int(costs.min())
+        return flat_first_fit(self._cosines(q, limit), costs, budget)
+
+    def _ann_pack(self, q: NDArray[np.float32], budget: int, exclude: IntArray | None) -> IntArray:
+        """:meth:`_flat_pack` over the whole memory from the step index: heads of the
+        index's ranking, minus ``exclude``, packed first fit, grown (×4) while budget
+        is left that an unseen step could use. Reads only the head's costs."""
+        assert self.view_ is not None
+        view = self.view_
+        costs = view.costs
+        mean_cost, min_cost, n_min = self._cost_stats()
+        if exclude is not None and exclude.size:
+            exclude = np.sort(exclude)
+            if int(np.count_nonzero(costs[exclude] == min_cost)) >= n_min:
+                # every cheapest step is excluded: the smallest cost left is higher
+                rest = costs.copy()
+                rest[exclude] = np.iinfo(np.int64).max
+                min_cost = int(rest.min())
+        else:
+            exclude = None
+        n = view.n
         # ask the index for a few times the steps the budget holds on average
-        k = min(limit, max(ANN_HEAD_MIN, 4 * math.ceil(budget / float(self.view_.costs.mean()))))
+        k = min(n, max(ANN_HEAD_MIN, 4 * math.ceil(budget / mean_cost)))
         while True:
             head = self._ann_top(q, k)
+            if exclude is not None:
+                at = np.minimum(np.searchsorted(exclude, head), exclude.shape[0] - 1)
+                head = head[exclude[at] != head]
             taken = pack_first_fit(head, costs, budget)
-            if k >= limit or budget - int(costs[taken].sum()) < min_cost:
+            if k >= n or budget - int(costs[taken].sum()) < min_cost:
                 return taken
-            k = min(limit, 4 * k)
+            k = min(n, 4 * k)
+
+    def _cost_stats(self) -> tuple[float, int, int]:
+        """``(mean, min, count of the min)`` of the fitted steps' costs, cached per view."""
+        view = self.view_
+        assert view is not None
+        if self._cost_view is not view:
+            costs = view.costs
+            low = int(costs.min())
+            self._cost_cache = (
+                float(costs.mean()),
+                low,
+                int(np.count_nonzero(costs == low)),
+            )
+            self._cost_view = view
+        return self._cost_cache
 
 
 #: Smallest head (in candidates) that :func:`flat_first_fit` sorts first.

@@ -130,6 +130,7 @@ class CentroidIndex:
         self._index: Any = None
         self._deleted: set[int] = set()
         self._known: set[int] = set()
+        self._ef = -1
 
     def _rebuild(self) -> None:
         import hnswlib
@@ -143,6 +144,7 @@ class CentroidIndex:
             random_seed=self.seed,
         )
         self._index.set_num_threads(1)
+        self._ef = -1
         if slots.size:
             self._index.add_items(cents, slots)
         self._known = set(slots.tolist())
@@ -176,7 +178,10 @@ class CentroidIndex:
         """About the ``k`` best slots by centroid cosine (``None`` when the index
         cannot answer ``k``; the caller then scans)."""
         self.sync()
-        self._index.set_ef(max(HNSW_EF_SEARCH, 2 * k))
+        ef = max(HNSW_EF_SEARCH, 2 * k)
+        if ef != self._ef:
+            self._index.set_ef(ef)
+            self._ef = ef
         try:
             labels, _ = self._index.knn_query(q[None, :], k=k)
         except RuntimeError:
@@ -184,14 +189,44 @@ class CentroidIndex:
         return labels[0].astype(np.int64)
 
 
+def _top_slots(pool: OSUPool, slots: IntArray, scores: NDArray[Any], k: int) -> IntArray:
+    """The ``k`` of ``slots`` with the best ``scores``, ties by the pool's canonical
+    order (as a set: the caller takes the union of their members). Sorting by key
+    in Python happens only when scores tie at the k-th place."""
+    m = int(slots.shape[0])
+    if k >= m:
+        return slots
+    sc = np.asarray(scores, dtype=np.float64)
+    top = np.argpartition(-sc, k - 1)[:k]
+    kth = sc[top].min()
+    if int(np.count_nonzero(sc >= kth)) == k:
+        return slots[top]
+    head = np.flatnonzero(sc >= kth).tolist()
+    best = sorted(head, key=lambda i: (-sc[i], pool.canonical_key(int(slots[i]))))[:k]
+    return slots[np.asarray(best, dtype=np.int64)]
+
+
 class _PoolRetriever(Retriever[PoolConfigT]):
     """Shared fit/update over an :class:`OSUPool`."""
 
     pool_: OSUPool | None = None
     _centroid_index: CentroidIndex | None = None
+    _mean_cost_state: tuple[Any, ...] | None = None
+    _mean_cost = 0.0
 
     def _build(self, view: MemoryView) -> None:
-        self.pool_ = OSUPool.build(view, self.config.osu_config(), self.seed)
+        """Build the pool; for a memory whose queries use the HNSW indexes, also the
+        step index (on a second thread, while the pool builds) and the centroid index
+        (while the step index finishes), so the first query builds nothing."""
+        wait = self._start_step_index(view)
+        try:
+            self.pool_ = OSUPool.build(view, self.config.osu_config(), self.seed)
+            if wait is not None:
+                self._centroid_index = CentroidIndex(self.pool_, self.seed)
+                self._centroid_index.sync()
+        finally:
+            if wait is not None:
+                wait()
 
     def update(self, view: MemoryView) -> Self:
         """Add the new tail steps of ``view`` to the OSU pool incrementally."""
@@ -275,19 +310,17 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
         )
         return int(np.searchsorted(np.cumsum(gained), target, side="left")) + 1
 
-    def _coarse_slots(self, q: NDArray[np.float32], budget: int) -> list[list[int]]:
+    def _coarse_positions(self, q: NDArray[np.float32], budget: int) -> IntArray:
         """The coarse stage over the whole pool from its slot-level state: the same
         K OSUs as :meth:`coarse` (ties by canonical order), without assembling the
-        pool; returns their members."""
+        pool; returns the distinct positions they keep, increasing."""
         pool = self.pool_
         assert pool is not None
         cfg = self.config
         slots, cents = pool.live_arrays()
         if slots.size == 0:
-            return []
-        live_row, slot_costs, _ = pool.slot_arrays()
-        mean_cost = float(slot_costs[slots].sum()) / slots.size
-        k = min(math.ceil(cfg.coarse_ratio * budget / mean_cost), slots.size)
+            return np.empty(0, dtype=np.int64)
+        k = min(math.ceil(cfg.coarse_ratio * budget / self._mean_osu_cost()), slots.size)
         found = None
         if self._use_ann(pool.n_steps) and k + CENTROID_MARGIN < slots.size:
             if self._centroid_index is None or self._centroid_index.pool is not pool:
@@ -295,19 +328,22 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
             found = self._centroid_index.query(q, k + CENTROID_MARGIN)
         if found is not None:
             # approximate: the index's candidates, re-scored exactly
-            sc = (cents[live_row[found]] @ q).astype(np.float64)
-            best_slots = sorted(
-                range(found.shape[0]), key=lambda i: (-sc[i], pool.canonical_key(int(found[i])))
-            )[:k]
-            return [pool.slot_members(int(found[i])) for i in best_slots]
-        scores = (cents @ q).astype(np.float64)
-        if k < slots.size:
-            threshold = -np.partition(-scores, k - 1)[k - 1]
-            head = np.flatnonzero(scores >= threshold).tolist()
+            live_row = pool.slot_arrays()[0]
+            best = _top_slots(pool, found, cents[live_row[found]] @ q, k)
         else:
-            head = list(range(slots.size))
-        best = sorted(head, key=lambda i: (-scores[i], pool.canonical_key(int(slots[i]))))[:k]
-        return [pool.slot_members(int(slots[i])) for i in best]
+            best = _top_slots(pool, slots, cents @ q, k)
+        return pool.kept_union(best)
+
+    def _mean_osu_cost(self) -> float:
+        """Mean token cost of the live OSUs (cached until the pool changes)."""
+        pool = self.pool_
+        assert pool is not None
+        state = (pool, pool.epoch, pool.change_log_position)
+        if self._mean_cost_state != state:
+            slots, _ = pool.live_arrays()
+            self._mean_cost = float(pool.slot_arrays()[1][slots].sum()) / slots.size
+            self._mean_cost_state = state
+        return self._mean_cost
 
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
@@ -316,8 +352,7 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
         cfg = self.config
         costs = self.view_.costs
         if limit >= self.pool_.n_steps and not self.is_oracle and cfg.coarse_k_rule == "mean_cost":
-            kept = self._coarse_slots(q, budget)
-            cand = np.unique(np.fromiter((p for m in kept for p in m), dtype=np.int64))
+            cand = self._coarse_positions(q, budget)
         else:
             coarse = self.coarse(q, budget, limit, evidence)
             cand = np.unique(coarse.members[:, coarse.kept].indices).astype(np.int64)
