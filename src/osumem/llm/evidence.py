@@ -20,8 +20,9 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
-from osumem.errors import InvalidInputError
+from osumem.frozen import Constraints, FrozenConfig, Interval
 from osumem.llm.base import LLMClient, Message
 from osumem.memory.retrieved import Retrieved
 
@@ -39,7 +40,7 @@ RELEVANCE_QUESTION = "Did step {position} carry out part of this task? Reply yes
 
 
 @dataclass(frozen=True, kw_only=True)
-class PromptConfig:
+class PromptConfig(FrozenConfig):
     """How the evidence prompts are built and bounded.
 
     Attributes:
@@ -59,13 +60,23 @@ class PromptConfig:
     max_query_chars: int = 800
     max_new_tokens: int = 12
 
-    def __post_init__(self) -> None:
-        for name in ("max_step_chars", "max_query_chars", "max_new_tokens"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidInputError(f"PromptConfig.{name} must be a positive integer")
-        if "{position}" not in self.relevance_question:
-            raise InvalidInputError("PromptConfig.relevance_question must contain {position}")
+    config_name = "PromptConfig"
+    parameter_constraints: ClassVar[Constraints] = {
+        "max_step_chars": Interval(int, 1, None),
+        "max_query_chars": Interval(int, 1, None),
+        "max_new_tokens": Interval(int, 1, None),
+    }
+
+    def _cross_check(self) -> list[str]:
+        problems = super()._cross_check()
+        if not isinstance(self.relevance_question, str) or (
+            "{position}" not in self.relevance_question
+        ):
+            problems.append(
+                f"relevance_question must be text containing {{position}}, "
+                f"got {self.relevance_question!r}"
+            )
+        return problems
 
 
 def _cut(text: str, limit: int) -> str:
