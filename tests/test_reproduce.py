@@ -43,6 +43,9 @@ def _rows(out: Path, names: list[str]) -> pd.DataFrame:
 
 
 def _golden(name: str) -> pd.DataFrame:
+    """Rows recorded from the pipelines before ``reproduce(spec)``. The tau-bench rows of
+    ``osumem_adaptive`` were recorded before its second version and are kept under
+    ``osumem_adaptive_v1``, the name of those parameters now."""
     return pd.read_csv(GOLDEN / f"golden_{name}.csv.gz")
 
 
