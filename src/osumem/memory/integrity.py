@@ -21,8 +21,8 @@ from osumem.errors import (
 if TYPE_CHECKING:
     from osumem.memory.store import MemoryStore
 
-_TEXT_COLUMNS = (
-    "ns",
+#: The text columns of a stored step (the store's schema lists its columns from these).
+STEP_TEXT_COLUMNS = (
     "role",
     "text",
     "tool_action",
@@ -32,6 +32,7 @@ _TEXT_COLUMNS = (
     "subgoal",
     "source",
 )
+_TEXT_COLUMNS = ("ns", *STEP_TEXT_COLUMNS)
 
 
 def translate_error(exc: sqlite3.Error, name: str, timeout: float) -> StoreError:

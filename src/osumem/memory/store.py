@@ -66,7 +66,7 @@ from osumem.errors import (
     StoreIOError,
     StoreReadOnlyError,
 )
-from osumem.memory.integrity import collect_problems, translate_error
+from osumem.memory.integrity import STEP_TEXT_COLUMNS, collect_problems, translate_error
 from osumem.types import MemoryView
 
 __all__ = [
@@ -146,22 +146,7 @@ _TABLES: dict[str, str] = {
 _REQUIRED = ("meta", "steps", "batches", "pending")
 _COLUMNS = {
     "meta": ("key", "value"),
-    "steps": (
-        "id",
-        "ns",
-        "pos",
-        "batch",
-        "role",
-        "text",
-        "tool_action",
-        "arguments",
-        "tool_signature",
-        "entities",
-        "subgoal",
-        "source",
-        "cost",
-        "embedding",
-    ),
+    "steps": ("id", "ns", "pos", "batch", *STEP_TEXT_COLUMNS, "cost", "embedding"),
     "batches": ("id", "ns", "end_pos"),
     "pending": ("ns", "messages"),
 }
