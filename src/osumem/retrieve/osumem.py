@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 
 from osumem.frozen import Boolean, Constraints, Interval, Options, Symbols
 from osumem.osu.config import OSUConfig
-from osumem.osu.pool import OSUPool
+from osumem.osu.pool import OSUPool, release_free_memory
 from osumem.osu.views import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M
 from osumem.retrieve.base import Retriever, RetrieverConfig, greedy_pack, pack_first_fit
 from osumem.types import IntArray, MemoryView
@@ -231,6 +231,8 @@ class _PoolRetriever(Retriever[PoolConfigT]):
         finally:
             if wait is not None:
                 wait()
+        if wait is not None:
+            release_free_memory()
 
     def update(self, view: MemoryView) -> Self:
         """Add the new tail steps of ``view`` to the OSU pool incrementally."""
