@@ -17,6 +17,8 @@ canonical order (view priority, first member, key) and are assembled on first re
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import itertools
 import json
 from typing import Any
@@ -100,24 +102,53 @@ def _row_sum(embeddings: NDArray[np.float32], rows: list[int]) -> NDArray[np.flo
     return acc
 
 
+def _shared(positions: list[int], members: IntArray) -> list[int]:
+    """``members`` as a list holding the int objects of ``positions`` (one object per
+    step however many groups it joins: a fresh Python int per membership would cost
+    about as much as the rest of the pool's per-group state)."""
+    return list(map(positions.__getitem__, members.tolist()))
+
+
+_LIBC: Any = None
+
+
+def release_free_memory() -> None:
+    """Hand the heap memory freed so far back to the operating system (glibc's
+    ``malloc_trim``; nothing elsewhere). Large constructions free many mid-sized
+    temporaries that glibc would otherwise keep mapped."""
+    global _LIBC
+    if _LIBC is None:
+        try:
+            _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
+        except (OSError, AttributeError):
+            _LIBC = False
+    if _LIBC:
+        _LIBC.malloc_trim(0)
+
+
 class _Grow:
-    """A numpy array that grows along axis 0 by doubling (amortised O(1) appends)."""
+    """A numpy array that grows along axis 0 by doubling (amortised O(1) appends).
+
+    The spare capacity past the logical length is left unwritten (``np.empty``), so a
+    large buffer's untouched tail costs address space, not resident memory; entries
+    get ``fill`` when the logical length first covers them."""
 
     def __init__(self, tail: tuple[int, ...], dtype: Any, fill: Any = 0) -> None:
         self.fill = fill
-        self.a = np.full((16, *tail), fill, dtype=dtype)
+        self.a = np.empty((16, *tail), dtype=dtype)
         self.n = 0
 
     def resize(self, n: int) -> None:
         """Make the logical length ``n``; new entries hold ``fill``."""
         if n > self.a.shape[0]:
-            bigger = np.full(
-                (max(n, 2 * self.a.shape[0]), *self.a.shape[1:]), self.fill, self.a.dtype
-            )
+            bigger = np.empty((max(n, 2 * self.a.shape[0]), *self.a.shape[1:]), self.a.dtype)
             bigger[: self.n] = self.a[: self.n]
             self.a = bigger
-        elif n < self.n:
-            self.a[n : self.n] = self.fill
+        if n == self.n + 1:
+            self.a[self.n] = self.fill
+        elif n > self.n:
+            self.a[self.n : n] = self.fill
         self.n = n
 
     @property
@@ -290,13 +321,24 @@ class OSUPool:
         pool = cls(config, seed)
         pool.view_ = view
         pool._reset_slots(view.dim)
+        positions = list(range(view.n))
         for name in ANNOTATION_VIEWS:
             if name not in config.views:
                 continue
             for _, key, members in annotation_groups(view, name, config):
-                pool._last[(name, key)] = pool._new_slot(name, key, members.tolist())
+                shared = _shared(positions, members)
+                pool._last[(name, key)] = pool._new_slot(name, key, shared)
+        del positions
         sim = pool._refresh_similarity(view) if similarity else []
+        if pool._knn is not None:
+            # a built pool does not hold the similarity view's HNSW index (0.15x the
+            # raw embeddings at 100k steps): the next refresh rebuilds it from the same
+            # scope steps in one insertion run, which gives the same graph
+            pool._knn_pending = pool._knn.size
+            pool._knn = None
         pool._rebuild(view, sim)
+        if view.n > EXACT_KNN_MAX:
+            release_free_memory()
         return pool
 
     def add(self, view: MemoryView) -> OSUPool:
@@ -572,8 +614,10 @@ class OSUPool:
         self._last = last
         for name, key, members in ann:
             self._new_slot(name, key, members)
+        positions = list(range(view.n))
         for name, key, seg in similarity:
-            self._new_slot(name, key, seg.tolist())
+            self._new_slot(name, key, _shared(positions, seg))
+        del positions
         n, G = view.n, self.n_slots
         self._sim_slot.resize(n)
         self._kept.resize(n)
@@ -589,7 +633,6 @@ class OSUPool:
         self._sim_slot.a[steps[is_sim]] = gids[is_sim]
         order = np.argsort(steps[~is_sim], kind="stable")
         self._row_slots.resize(order.shape[0])
-        self._row_slots.a[:] = 0
         self._row_slots.v[:] = gids[~is_sim][order]
         self._row_ptr.a[1 : n + 1] = np.cumsum(np.bincount(steps[~is_sim], minlength=n))
         # f_min, then raw coherence of the eligible groups

@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 
 from osumem.frozen import Boolean, Constraints, Interval, Options, Symbols
 from osumem.osu.config import OSUConfig
-from osumem.osu.pool import OSUPool
+from osumem.osu.pool import OSUPool, release_free_memory
 from osumem.osu.views import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M
 from osumem.retrieve.base import Retriever, RetrieverConfig, greedy_pack, pack_first_fit
 from osumem.types import IntArray, MemoryView
@@ -137,8 +137,10 @@ class CentroidIndex:
 
         slots, cents = self.pool.live_arrays()
         self._index = hnswlib.Index(space="ip", dim=cents.shape[1])
+        # capacity for the live OSUs plus an eighth (grown by doubling in sync): hnswlib
+        # keeps a lock and a level per element of capacity, resident even when unused
         self._index.init_index(
-            max_elements=max(1024, 2 * self.pool.n_slots),
+            max_elements=max(1024, slots.size + slots.size // 8),
             M=HNSW_M,
             ef_construction=HNSW_EF_CONSTRUCTION,
             random_seed=self.seed,
@@ -159,10 +161,12 @@ class CentroidIndex:
         else:
             rows, _, sizes = pool.slot_arrays()
             _, cents = pool.live_arrays()
-            need = pool.n_slots
+            changed = list(dict.fromkeys(changes))
+            fresh = [g for g in changed if sizes[g] > 0 and g not in self._known]
+            need = len(self._known) + len(fresh)
             if need > self._index.get_max_elements():
                 self._index.resize_index(max(need, 2 * self._index.get_max_elements()))
-            for g in dict.fromkeys(changes):
+            for g in changed:
                 if sizes[g] > 0:
                     if g in self._deleted:
                         self._index.unmark_deleted(g)
@@ -227,6 +231,8 @@ class _PoolRetriever(Retriever[PoolConfigT]):
         finally:
             if wait is not None:
                 wait()
+        if wait is not None:
+            release_free_memory()
 
     def update(self, view: MemoryView) -> Self:
         """Add the new tail steps of ``view`` to the OSU pool incrementally."""
