@@ -547,7 +547,7 @@ class OSUPool:
                 (np.ones(step_idx.shape[0], dtype=np.float32), (step_idx, kept[step_idx, col])),
                 shape=(n, G),
             )
-            pool._live_cent.a[: live.shape[0]] = member_stats(mat, view.embeddings, live)[0]
+            member_stats(mat, view.embeddings, live, out=pool._live_cent.a[: live.shape[0]])
         return pool
 
     # -- derivation ------------------------------------------------------------------
