@@ -11,6 +11,13 @@ snapshot); ``adds`` times K more single adds on an existing store; ``reopen`` ti
 ``Memory.open`` + the first ``retrieve`` (CPU and wall), says whether a stored snapshot
 was used, and gives the file size (snapshot included) against the raw float32
 embeddings. Run ``adds``/``reopen`` on a copy when comparing two versions of the code.
+
+``ann`` compares, on the synthetic scale data (Retriever API, one fitted pool per size),
+the exact scan against the HNSW indexes for whole-memory queries: retrieve p50/p99 over
+100 queries (B = 256) for each, the CPU time of building the indexes (what a reopened
+memory pays at its first query when it uses them) and the overlap of the two selections:
+
+    PYTHONPATH=src python benchmarks/memory_agent_scale.py ann --sizes 20000,50000,100000 --dim 384
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import argparse
 import json
 import os
 import time
+from typing import Any
 
 import numpy as np
 
@@ -63,16 +71,73 @@ def _pct(xs: list[float]) -> dict:
     }
 
 
+def _ann(sizes: list[int], dim: int, method: str) -> None:
+    """One JSON line per size: exact vs HNSW retrieve on the same fitted retriever."""
+    from osumem.bench.scale import generate
+    from osumem.retrieve.registry import create
+
+    for n in sizes:
+        data = generate(n, dim, seed=0)
+        r = create(method, None, seed=0)
+        r.ann_min_steps = n + 1  # fit without the indexes: exact scan
+        c0 = time.process_time()
+        r.fit(data.view)
+        fit_cpu = time.process_time() - c0
+
+        def run(r: Any = r, queries: Any = data.queries) -> tuple[list[float], list[list[int]]]:
+            cpu, picks = [], []
+            for q in queries:
+                c = time.process_time()
+                sel = r.retrieve(q, 256)
+                cpu.append(time.process_time() - c)
+                picks.append(sel.positions.tolist())
+            return cpu, picks
+
+        exact_cpu, exact_picks = run()
+        r.ann_min_steps = 1  # the same retriever with the HNSW indexes
+        c0 = time.process_time()
+        r.retrieve(data.queries[0], 256)  # builds the step and centroid indexes
+        build_cpu = time.process_time() - c0
+        ann_cpu, ann_picks = run()
+        overlap = [
+            len(set(a) & set(e)) / max(1, len(e))
+            for a, e in zip(ann_picks, exact_picks, strict=True)
+        ]
+        print(
+            json.dumps(
+                {
+                    "what": "ann",
+                    "method": method,
+                    "n": n,
+                    "dim": dim,
+                    "fit_cpu_s": round(fit_cpu, 2),
+                    "exact": _pct(exact_cpu),
+                    "hnsw": _pct(ann_cpu),
+                    "index_build_cpu_s": round(build_cpu, 2),
+                    "selection_overlap_mean": round(float(np.mean(overlap)), 3),
+                }
+            ),
+            flush=True,
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["build", "adds", "reopen"])
-    ap.add_argument("--store", required=True)
+    ap.add_argument("what", choices=["build", "adds", "reopen", "ann"])
+    ap.add_argument("--store", default=None, help="the memory file (build/adds/reopen)")
+    ap.add_argument("--sizes", default="20000,50000,100000", help="ann: memory sizes")
+    ap.add_argument("--dim", type=int, default=384, help="ann: embedding dimension")
     ap.add_argument("--n", type=int, default=50_000)
     ap.add_argument("--k", type=int, default=1000)
     ap.add_argument("--method", default="osumem")
     ap.add_argument("--group", type=int, default=1, help="build: adds per commit")
     ap.add_argument("--views", default=None, help="osumem views, e.g. entity,tool,subgoal")
     args = ap.parse_args()
+    if args.what == "ann":
+        _ann([int(x) for x in args.sizes.split(",")], args.dim, args.method)
+        return
+    if args.store is None:
+        ap.error(f"{args.what} needs --store")
     out: dict = {"what": args.what, "method": args.method, "views": args.views}
     params = None if args.views is None else {"views": tuple(args.views.split(","))}
     if args.what in ("build", "adds"):

@@ -69,6 +69,10 @@ from osumem.types import MemoryView, Step, l2_normalise
 DEFAULT_NAMESPACE = "default"
 #: What an add does with a log the namespace already holds (see ``on_duplicate``).
 ON_DUPLICATE = ("append", "skip", "error")
+#: Memory size from which a memory's whole-memory queries use the HNSW indexes
+#: (``MemoryConfig.ann_min_steps``). Below it they scan exactly: answers are exact and
+#: a reopened memory builds no index before its first answer (docs/decisions.md).
+MEMORY_ANN_MIN_STEPS = 100_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +93,9 @@ class MemoryConfig:
             name (set it when one namespace holds several unrelated episodes).
         replay_batches: rebuild a reopened namespace along its add-batch boundaries
             (identical results to the writing session) rather than in one ``fit``.
+        ann_min_steps: from this many steps in a namespace on, queries over all of it
+            take their candidates from HNSW indexes (hnswlib, the ``scale`` extra),
+            built when the namespace is loaded; below it they scan exactly.
     """
 
     method: str = "osumem"
@@ -99,11 +106,18 @@ class MemoryConfig:
     boilerplate: frozenset[str] = DEFAULT_BOILERPLATE
     prefix_namespace: bool = False
     replay_batches: bool = True
+    ann_min_steps: int = MEMORY_ANN_MIN_STEPS
 
     def __post_init__(self) -> None:
         from osumem.retrieve.registry import make_config
 
         check_budget(self.budget)
+        if isinstance(self.ann_min_steps, bool) or not isinstance(self.ann_min_steps, int):
+            raise InvalidInputError(
+                f"ann_min_steps must be an integer, got {type(self.ann_min_steps).__name__}"
+            )
+        if self.ann_min_steps < 1:
+            raise InvalidInputError(f"ann_min_steps must be >= 1, got {self.ann_min_steps}")
         if isinstance(self.max_text_chars, bool) or self.max_text_chars < 1:
             raise InvalidInputError(f"max_text_chars must be >= 1, got {self.max_text_chars}")
         make_config(self.method, self.params)  # unknown method / parameter fails here
@@ -367,19 +381,25 @@ class Memory:
         """Snapshots are kept for a file store replayed along its add batches."""
         return self.store.path is not None and self.config.replay_batches
 
+    def _new_retriever(self) -> Retriever:
+        """A fresh retriever of the configured method, seed and ANN threshold."""
+        from osumem.retrieve.registry import create
+
+        retriever = create(self.config.method, self.config.params, seed=self.config.seed)
+        retriever.ann_min_steps = self.config.ann_min_steps
+        return retriever
+
     def _restore(self, namespace: str, data: NamespaceData) -> tuple[Retriever | None, int]:
         """A retriever loaded from the namespace's stored snapshot and the steps it
         covers, or ``(None, 0)`` when there is none that matches (see
         :mod:`osumem.memory.snapshot`)."""
-        from osumem.retrieve.registry import create
-
         self._snapshots[namespace] = 0
         if not self._snapshots_on():
             return None, 0
         row = self.store.snapshot(namespace)
         if row is None or not 0 < row.steps <= data.view.n:
             return None, 0
-        retriever = create(self.config.method, self.config.params, seed=self.config.seed)
+        retriever = self._new_retriever()
         n = row.steps
         view = data.view.prefix(n) if n == data.view.n else self._data[namespace].prefix_view(n)
         if not snapshot.restore(retriever, row, data, view):
@@ -414,10 +434,8 @@ class Memory:
     ) -> tuple[Retriever, int]:
         """Bring ``retriever`` (a new one when ``None``) from ``fitted`` steps up to
         ``upto`` along the stored add boundaries, as the writing session did."""
-        from osumem.retrieve.registry import create
-
         if retriever is None:
-            retriever = create(self.config.method, self.config.params, seed=self.config.seed)
+            retriever = self._new_retriever()
         ends = data.batch_ends if self.config.replay_batches or fitted else (data.view.n,)
         if type(retriever).update is Retriever.update:
             ends = ()  # its update is a fresh fit: one fit of the prefix is the same state

@@ -672,14 +672,21 @@ class MemoryStore:
             bad = int(np.flatnonzero(~np.isfinite(emb).all(axis=1))[0])
             raise StoreCorruptError(f"{where}: step id {rows[bad][0]} has a non-finite embedding")
         entities = []
+        decoded: dict[Any, frozenset[str]] = {}  # agent steps repeat few entity lists
         for r in rows:
-            try:
-                ents = json.loads(r[7])
-            except (TypeError, ValueError):
-                ents = None
-            if not isinstance(ents, list) or not all(isinstance(e, str) for e in ents):
-                raise StoreCorruptError(f"{where}: step id {r[0]}: entities are not a JSON list")
-            entities.append(frozenset(ents))
+            raw = r[7]
+            got = decoded.get(raw) if isinstance(raw, str) else None
+            if got is None:
+                try:
+                    ents = json.loads(raw)
+                except (TypeError, ValueError):
+                    ents = None
+                if not isinstance(ents, list) or not all(isinstance(e, str) for e in ents):
+                    raise StoreCorruptError(
+                        f"{where}: step id {r[0]}: entities are not a JSON list"
+                    )
+                got = decoded[raw] = frozenset(ents)
+            entities.append(got)
         cols = list(zip(*rows, strict=True)) if rows else [()] * 12
 
         def obj(values: Sequence[Any]) -> NDArray[Any]:

@@ -155,6 +155,9 @@ class Retriever(ABC, Generic[ConfigT]):
         self._step_index: KnnIndex | None = None
         self._cost_view: MemoryView | None = None
         self._cost_cache = (1.0, 0, 0)
+        #: Memory size from which whole-memory queries use the HNSW indexes (see
+        #: :data:`ANN_MIN_STEPS`); the agent memory sets :data:`MEMORY_ANN_MIN_STEPS`.
+        self.ann_min_steps = ANN_MIN_STEPS
 
     def fit(self, view: MemoryView) -> Self:
         """Build this method's structure over ``view`` (the causal prefix it may see)."""
@@ -225,10 +228,11 @@ class Retriever(ABC, Generic[ConfigT]):
 
     def _use_ann(self, limit: int) -> bool:
         """Whether the flat ranking comes from the HNSW step index: a memory of at
-        least :data:`ANN_MIN_STEPS` steps, queried over all of it, with hnswlib
-        installed (the ``scale`` extra; without it the exact scan answers)."""
+        least :attr:`ann_min_steps` steps (:data:`ANN_MIN_STEPS` unless set), queried
+        over all of it, with hnswlib installed (the ``scale`` extra; without it the
+        exact scan answers)."""
         assert self.view_ is not None
-        return self.view_.n >= ANN_MIN_STEPS and limit >= self.view_.n and hnsw_available()
+        return self.view_.n >= self.ann_min_steps and limit >= self.view_.n and hnsw_available()
 
     def _ann_top(self, q: NDArray[np.float32], k: int) -> IntArray:
         """About the ``k`` most similar steps, best first, from the step index (built
@@ -261,7 +265,7 @@ class Retriever(ABC, Generic[ConfigT]):
         while the caller builds its own structure. Insertion stays on one thread, so
         the graph is the one a sequential build makes.
         """
-        if not (view.n >= ANN_MIN_STEPS and hnsw_available()):
+        if not (view.n >= self.ann_min_steps and hnsw_available()):
             return None
         index = self._new_step_index(view.n)
         failed: list[BaseException] = []
