@@ -296,7 +296,8 @@ class OSUPool:
     def kept_union(self, slots: IntArray) -> IntArray:
         """The distinct positions that any of ``slots`` keeps, increasing: the union of
         :meth:`slot_members` in one vectorised pass."""
-        live = [s for s in slots.tolist() if self._k_size.a[s] > 0]
+        size = self._k_size.a
+        live = [s for s in slots.tolist() if size[s] > 0]
         lists = [self._g_members[s] for s in live]
         lens = [len(m) for m in lists]
         if not lens:
@@ -304,7 +305,14 @@ class OSUPool:
         steps = np.fromiter(itertools.chain.from_iterable(lists), np.int64, sum(lens))
         owner = np.repeat(np.asarray(live, dtype=np.int64), lens)
         keep = (self._kept.a[steps] == owner[:, None]).any(axis=1)
-        return np.unique(steps[keep])
+        kept = np.sort(steps[keep])
+        if kept.shape[0] < 2:
+            return kept
+        # distinct values of a sorted array (np.unique without its dispatch overhead)
+        first = np.empty(kept.shape[0], dtype=bool)
+        first[0] = True
+        np.not_equal(kept[1:], kept[:-1], out=first[1:])
+        return kept[first]
 
     def canonical_key(self, slot: int) -> tuple[int, int, str]:
         """``(view priority, first member, key)``: the canonical order of OSUs."""
