@@ -144,3 +144,25 @@ def test_coarse_positions_cover_the_exact_top_k_with_the_centroid_index():
             same.append(len(a & e) / max(1, len(e)))
     assert ann._centroid_index is not None
     assert np.mean(same) > 0.9
+
+
+@pytest.mark.parametrize("m", [3, 10, 64, 65, 300])
+def test_top_slots_take_the_best_k_with_ties_by_canonical_order(m):
+    from osumem.bench.scale import generate
+    from osumem.retrieve.osumem import _top_slots
+
+    data = generate(800, 16, 2, n_queries=1)
+    pool = create("osumem", seed=0).fit(data.view).pool_
+    rng = np.random.default_rng(m)
+    live = pool.live_arrays()[0]
+    for trial in range(20):
+        slots = rng.choice(live, size=min(m, live.size), replace=False).astype(np.int64)
+        scores = rng.integers(0, 4 if trial % 2 else 1000, size=slots.size) / 7.0
+        for k in (1, 2, slots.size // 2, slots.size - 1, slots.size):
+            if k < 1:
+                continue
+            got = set(_top_slots(pool, slots, scores.astype(np.float32), k).tolist())
+            ranked = sorted(
+                range(slots.size), key=lambda i: (-scores[i], pool.canonical_key(int(slots[i])))
+            )
+            assert got == {int(slots[i]) for i in ranked[:k]}

@@ -31,6 +31,9 @@ from osumem.types import IntArray, MemoryView
 #: Extra centroids asked of the HNSW centroid index beyond K (re-scored exactly).
 CENTROID_MARGIN = 8
 
+#: Up to this many candidate OSUs, the top K is taken by one full sort.
+SMALL_SORT = 64
+
 
 @dataclass(frozen=True, kw_only=True)
 class PoolRetrieverConfig(OSUConfig, RetrieverConfig):
@@ -207,10 +210,17 @@ def _top_slots(pool: OSUPool, slots: IntArray, scores: NDArray[Any], k: int) -> 
     if k >= m:
         return slots
     sc = np.asarray(scores, dtype=np.float64)
-    top = np.argpartition(-sc, k - 1)[:k]
-    kth = sc[top].min()
-    if int(np.count_nonzero(sc >= kth)) == k:
-        return slots[top]
+    if m <= SMALL_SORT:
+        # a few candidates (the centroid index's): one sort, the tie check on two
+        order = np.argsort(-sc)
+        if sc[order[k - 1]] > sc[order[k]]:
+            return slots[order[:k]]
+        kth = sc[order[k - 1]]
+    else:
+        top = np.argpartition(-sc, k - 1)[:k]
+        kth = sc[top].min()
+        if int(np.count_nonzero(sc >= kth)) == k:
+            return slots[top]
     head = np.flatnonzero(sc >= kth).tolist()
     best = sorted(head, key=lambda i: (-sc[i], pool.canonical_key(int(slots[i]))))[:k]
     return slots[np.asarray(best, dtype=np.int64)]
@@ -408,6 +418,7 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
         max_sim = np.zeros(cand.shape[0])
         new_max = np.empty_like(max_sim)
         remaining = int(budget)
+        top_cost = int(cost.max())
         picked: list[int] = []
         while True:
             j = int(score.argmax())
@@ -422,7 +433,8 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
             penalty *= gamma
             score -= penalty
             max_sim, new_max = new_max, max_sim
-            score[cost > remaining] = -np.inf
+            if remaining < top_cost:
+                score[cost > remaining] = -np.inf
         return cand[np.asarray(picked, dtype=np.int64)]
 
 
