@@ -295,16 +295,29 @@ class OSUPool:
 
     def kept_union(self, slots: IntArray) -> IntArray:
         """The distinct positions that any of ``slots`` keeps, increasing: the union of
-        :meth:`slot_members` in one vectorised pass."""
-        live = [s for s in slots.tolist() if self._k_size.a[s] > 0]
-        lists = [self._g_members[s] for s in live]
-        lens = [len(m) for m in lists]
-        if not lens:
-            return np.empty(0, dtype=np.int64)
-        steps = np.fromiter(itertools.chain.from_iterable(lists), np.int64, sum(lens))
-        owner = np.repeat(np.asarray(live, dtype=np.int64), lens)
-        keep = (self._kept.a[steps] == owner[:, None]).any(axis=1)
-        return np.unique(steps[keep])
+        :meth:`slot_members`. A slot that keeps as many members as its raw group has
+        keeps all of them (kept members are a subset), so only the other slots' members
+        are checked against the per-step rows."""
+        size = self._k_size.a
+        raw = self._g_members
+        whole: list[list[int]] = []
+        partial: list[int] = []
+        for s in slots.tolist():
+            n_kept = int(size[s])
+            if n_kept > 0:
+                if n_kept == len(raw[s]):
+                    whole.append(raw[s])
+                else:
+                    partial.append(s)
+        out = set(itertools.chain.from_iterable(whole))
+        if partial:
+            lists = [raw[s] for s in partial]
+            lens = [len(m) for m in lists]
+            steps = np.fromiter(itertools.chain.from_iterable(lists), np.int64, sum(lens))
+            owner = np.repeat(np.asarray(partial, dtype=np.int64), lens)
+            keep = (self._kept.a[steps] == owner[:, None]).any(axis=1)
+            out.update(steps[keep].tolist())
+        return np.array(sorted(out), dtype=np.int64)
 
     def canonical_key(self, slot: int) -> tuple[int, int, str]:
         """``(view priority, first member, key)``: the canonical order of OSUs."""

@@ -154,7 +154,8 @@ class Retriever(ABC, Generic[ConfigT]):
         self.view_: MemoryView | None = None
         self._step_index: KnnIndex | None = None
         self._cost_view: MemoryView | None = None
-        self._cost_cache = (1.0, 0, 0)
+        # (sum, count, min, count of the min) of the costs of ``_cost_view``
+        self._cost_cache = (0, 0, 0, 0)
         #: Memory size from which whole-memory queries use the HNSW indexes (see
         #: :data:`ANN_MIN_STEPS`); the agent memory sets :data:`MEMORY_ANN_MIN_STEPS`.
         self.ann_min_steps = ANN_MIN_STEPS
@@ -365,19 +366,42 @@ class Retriever(ABC, Generic[ConfigT]):
             k = min(n, 4 * k)
 
     def _cost_stats(self) -> tuple[float, int, int]:
-        """``(mean, min, count of the min)`` of the fitted steps' costs, cached per view."""
+        """``(mean, min, count of the min)`` of the fitted steps' costs, cached per view
+        (:meth:`_extend_cost_stats` carries the cache over to an extended view)."""
         view = self.view_
         assert view is not None
         if self._cost_view is not view:
             costs = view.costs
-            low = int(costs.min())
+            low = int(costs.min()) if costs.shape[0] else 0
             self._cost_cache = (
-                float(costs.mean()),
+                int(costs.sum()),
+                int(costs.shape[0]),
                 low,
                 int(np.count_nonzero(costs == low)),
             )
             self._cost_view = view
-        return self._cost_cache
+        total, n, low, n_low = self._cost_cache
+        # integer sum / count: the float64 mean NumPy gives for these integer costs
+        return total / max(n, 1), low, n_low
+
+    def _extend_cost_stats(self, old: MemoryView | None, view: MemoryView) -> None:
+        """Carry the cached cost statistics of ``old`` over to ``view``, which extends
+        it by new steps at the end (what ``update`` is given), reading only the new
+        steps' costs: an add then costs O(new steps), not O(n)."""
+        if old is None or self._cost_view is not old or view.n < old.n:
+            return
+        total, n, low, n_low = self._cost_cache
+        tail = view.costs[n : view.n]
+        if tail.shape[0]:
+            t_low = int(tail.min())
+            t_count = int(np.count_nonzero(tail == t_low))
+            if n == 0 or t_low < low:
+                low, n_low = t_low, t_count
+            elif t_low == low:
+                n_low += t_count
+            total += int(tail.sum())
+        self._cost_cache = (total, int(view.n), low, n_low)
+        self._cost_view = view
 
 
 #: Smallest head (in candidates) that :func:`flat_first_fit` sorts first.

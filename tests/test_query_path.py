@@ -1,0 +1,168 @@
+"""OSU-Mem's query path: the faster novelty greedy, the skipped fill and the cached
+cost statistics give the answers of the reference construction, exact and with the
+HNSW indexes."""
+
+import numpy as np
+import pytest
+
+from conftest import make_view
+from osumem.retrieve.base import greedy_pack
+from osumem.retrieve.registry import create
+
+
+def _greedy_reference(r, cand, relevance, budget, gamma):
+    """The novelty greedy as :func:`greedy_pack` with the penalty as its update."""
+    H = r.view_.embeddings[cand]
+    max_sim = np.zeros(cand.shape[0])
+
+    def on_pick(j):
+        nonlocal max_sim
+        new_max = np.maximum(max_sim, (H @ H[j]).astype(np.float64))
+        delta = -gamma * (new_max - max_sim)
+        max_sim = new_max
+        return delta
+
+    return greedy_pack(relevance.astype(np.float64), cand, r.view_.costs, budget, on_pick)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_novelty_pack_equals_greedy_pack_with_the_penalty(seed):
+    rng = np.random.default_rng(seed)
+    n, dim = int(rng.integers(1, 90)), 6
+    emb = rng.standard_normal((n, dim))
+    emb[1::4] = emb[0]  # duplicates: equal scores and equal penalties
+    costs = rng.integers(1, 60, size=n)
+    r = create("osumem", seed=0).fit(make_view(n, dim, embeddings=emb, costs=costs.tolist()))
+    q = r.view_.check_query(rng.standard_normal(dim))
+    for budget in (1, 40, 150, 1000):
+        for gamma in (0.0, 0.2, 1.5):
+            cand = rng.permutation(n)[: int(rng.integers(0, n + 1))].astype(np.int64)
+            rel = (r.view_.embeddings[cand] @ q).astype(np.float32)
+            rel[::3] = np.round(rel[::3], 1)  # ties in relevance
+            got = r._novelty_pack(cand, rel, budget, gamma)
+            want = _greedy_reference(r, cand, rel, budget, gamma)
+            assert got.tolist() == want.tolist()
+            assert int(costs[got].sum()) <= budget
+
+
+def _reference_select(r, q, budget):
+    """OSU-Mem's selection as constructed before the query-path changes: coarse
+    positions, the greedy reference, and the flat fill whenever budget is left."""
+    cfg = r.config
+    costs = r.view_.costs
+    cand = r._coarse_positions(q, budget)
+    ann = r._use_ann(r.view_.n)
+    cos = r.view_.embeddings[cand] @ q if ann else r._cosines(q, r.view_.n)[cand]
+    order = np.argsort(-cos, kind="stable")
+    cand, rel = cand[order], cos[order]
+    if cfg.novelty and budget >= cfg.novelty_min_budget and cand.size:
+        chosen = _greedy_reference(r, cand, rel, budget, cfg.novelty_weight)
+    else:
+        from osumem.retrieve.base import pack_first_fit
+
+        chosen = pack_first_fit(cand, costs, budget)
+    left = budget - int(costs[chosen].sum())
+    if left <= 0:
+        return chosen
+    return np.concatenate([chosen, r._flat_pack(q, r.view_.n, left, exclude=chosen)])
+
+
+@pytest.mark.parametrize("ann", [False, True])
+def test_selection_equals_the_reference_construction(ann):
+    from osumem.bench.scale import generate
+
+    data = generate(1500, 24, 0, n_queries=12)
+    r = create("osumem", seed=0)
+    if ann:
+        r.ann_min_steps = 1000
+    r.fit(data.view)
+    assert r._use_ann(data.view.n) == ann
+    skipped = 0
+    for i, q in enumerate(data.queries):
+        qn = r.view_.check_query(q)
+        for budget in (64, 200, 256, 700):
+            got = r.retrieve(q, budget).positions
+            want = _reference_select(r, qn, budget)
+            assert got.tolist() == want.tolist(), (i, budget)
+            left = budget - int(data.view.costs[got].sum())
+            skipped += 0 < left < int(data.view.costs.min())
+    assert skipped  # the skipped fill was exercised
+
+
+def test_cost_stats_carried_over_through_adds_equal_a_fresh_computation():
+    from osumem.bench.scale import generate
+
+    data = generate(400, 16, 1, n_queries=2)
+    r = create("osumem", seed=0).fit(data.view.prefix(300))
+    r.retrieve(data.queries[0], 256)
+    for t in range(301, 401, 7):
+        view = data.view.prefix(t)
+        r.update(view)
+        mean, low, n_low = r._cost_stats()
+        costs = view.costs
+        assert r._cost_view is view
+        assert mean == float(costs.mean())
+        assert low == int(costs.min())
+        assert n_low == int(np.count_nonzero(costs == costs.min()))
+    # a view that is not an extension of the cached one is recomputed, not carried
+    other = make_view(50, 16, costs=[5] * 50)
+    r.fit(other)
+    assert r._cost_stats() == (5.0, 5, 50)
+
+
+def test_kept_union_is_the_union_of_the_slots_members():
+    from osumem.bench.scale import generate
+
+    data = generate(800, 16, 2, n_queries=1)
+    r = create("osumem", seed=0).fit(data.view)
+    pool = r.pool_
+    rng = np.random.default_rng(0)
+    for size in (0, 1, 2, 5, 40):
+        slots = rng.choice(pool.n_slots, size=size, replace=False).astype(np.int64)
+        want = sorted({p for s in slots.tolist() for p in pool.slot_members(s)})
+        got = pool.kept_union(slots)
+        assert got.dtype == np.int64
+        assert got.tolist() == want
+
+
+def test_coarse_positions_cover_the_exact_top_k_with_the_centroid_index():
+    """The centroid index path keeps the same OSUs as the exact scan on a small
+    memory (its candidates are re-scored exactly)."""
+    from osumem.bench.scale import generate
+
+    data = generate(1500, 24, 0, n_queries=12)
+    ann = create("osumem", seed=0)
+    ann.ann_min_steps = 1000
+    ann.fit(data.view)
+    exact = create("osumem", seed=0).fit(data.view)
+    same = []
+    for q in data.queries:
+        qn = exact.view_.check_query(q)
+        for budget in (128, 512):
+            a = set(ann._coarse_positions(qn, budget).tolist())
+            e = set(exact._coarse_positions(qn, budget).tolist())
+            same.append(len(a & e) / max(1, len(e)))
+    assert ann._centroid_index is not None
+    assert np.mean(same) > 0.9
+
+
+@pytest.mark.parametrize("m", [3, 10, 64, 65, 300])
+def test_top_slots_take_the_best_k_with_ties_by_canonical_order(m):
+    from osumem.bench.scale import generate
+    from osumem.retrieve.osumem import _top_slots
+
+    data = generate(800, 16, 2, n_queries=1)
+    pool = create("osumem", seed=0).fit(data.view).pool_
+    rng = np.random.default_rng(m)
+    live = pool.live_arrays()[0]
+    for trial in range(20):
+        slots = rng.choice(live, size=min(m, live.size), replace=False).astype(np.int64)
+        scores = rng.integers(0, 4 if trial % 2 else 1000, size=slots.size) / 7.0
+        for k in (1, 2, slots.size // 2, slots.size - 1, slots.size):
+            if k < 1:
+                continue
+            got = set(_top_slots(pool, slots, scores.astype(np.float32), k).tolist())
+            ranked = sorted(
+                range(slots.size), key=lambda i: (-scores[i], pool.canonical_key(int(slots[i])))
+            )
+            assert got == {int(slots[i]) for i in ranked[:k]}
