@@ -12,7 +12,8 @@ import json
 import re
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -244,6 +245,34 @@ def check_jobs(jobs: Any) -> int:
     return int(jobs)
 
 
+#: Modules whose native thread pools a method's fit uses, imported before the thread
+#: limit is set: threadpoolctl limits only libraries already loaded, and the tree
+#: baseline imports scikit-learn (its OpenMP runtime) lazily, at its first fit.
+_THREADED_IMPORTS: dict[str, str] = {"osumem.retrieve.tree": "sklearn.cluster"}
+
+
+@contextmanager
+def single_threaded(runs: Sequence[MethodRun] = ()) -> Iterator[None]:
+    """Hold BLAS/OpenMP to one thread while ``runs`` are fitted and queried.
+
+    An episode's matrices are small, so more threads only spin (scikit-learn's k-means
+    in the ``tree`` baseline spent most of its CPU time that way on a busy machine);
+    parallelism comes from the episode workers, which joblib already starts with one
+    thread each. The native libraries of the methods in ``runs`` are loaded first, so
+    the limit reaches them. Results do not depend on the thread count."""
+    import importlib
+
+    from threadpoolctl import threadpool_limits
+
+    for r in runs:
+        module = get_spec(r.method).target.partition(":")[0]
+        if module in _THREADED_IMPORTS:
+            with suppress(ImportError):  # the method reports a missing extra itself
+                importlib.import_module(_THREADED_IMPORTS[module])
+    with threadpool_limits(limits=1):
+        yield
+
+
 def run(
     episodes: Sequence[tuple[int, Episode]],
     runs: Sequence[MethodRun],
@@ -260,7 +289,6 @@ def run(
     is drawn only when stderr is a terminal."""
     import pandas as pd
     from joblib import Parallel, delayed
-    from threadpoolctl import threadpool_limits
     from tqdm.auto import tqdm
 
     jobs = auto_jobs(len(episodes)) if jobs == "auto" else check_jobs(jobs)
@@ -282,11 +310,7 @@ def run(
         disable=True if not progress else None,  # None: only on a terminal
         leave=False,
     )
-    # BLAS/OpenMP held to one thread: an episode's matrices are small, so more threads
-    # only spin (scikit-learn's k-means in the `tree` baseline spent a third of a run
-    # that way on a busy machine); parallelism comes from the episode workers, which
-    # joblib already starts with one thread each. Same rows.
-    with threadpool_limits(limits=1):
+    with single_threaded(runs):
         rows = [row for chunk in results for row in chunk]
     df = pd.DataFrame(rows, columns=list(ROW_COLUMNS))
     method_order = {r.label: i for i, r in enumerate(runs)}
