@@ -184,7 +184,6 @@ def test_analysis_on_the_runs_pools_equals_its_own_builds(
 
     from osumem.evaluate.osu_analysis import combine_parts, episode_osu_analysis
     from osumem.evaluate.runner import run_episodes
-
     from osumem.osu.pool import OSUPool
 
     built = []
