@@ -249,3 +249,18 @@ def test_format_p() -> None:
     assert format_p(0.0004) == "<.001"
     assert format_p(0.0213) == ".021"
     assert format_p(1.0) == "1.000"
+
+
+def test_repeated_resampling_tests_are_remembered_not_changed() -> None:
+    d = np.random.default_rng(0).normal(0.1, 1.0, 300)
+    first = sign_flip_test(d, n_permutations=999, seed=3)
+    again = sign_flip_test(d.copy(), n_permutations=999, seed=3)
+    assert again is first  # same numbers, same settings: the remembered result
+    other = sign_flip_test(d, n_permutations=999, seed=4)
+    assert other is not first and other.statistic == first.statistic
+    d2 = d.copy()
+    d2[0] += 1e-12  # any change in the numbers is a new test
+    assert sign_flip_test(d2, n_permutations=999, seed=3) is not first
+    assert bootstrap_ci(d, n_resamples=500, seed=1) == bootstrap_ci(
+        d.copy(), n_resamples=500, seed=1
+    )
