@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+from array import array
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -64,16 +65,17 @@ def annotation_groups(view: MemoryView, name: str, config: OSUConfig) -> list[Ra
     first appearance, each key's groups in time order: :func:`split_segments` of every
     key's positions, computed for all keys at once)."""
     code_of: dict[str, int] = {}
-    pos_list: list[int] = []
-    code_list: list[int] = []
+    pos_buf, code_buf = array("q"), array("q")  # compact: no int object per pair
     for p, key in step_keys(view, name):
-        pos_list.append(p)
-        code_list.append(code_of.setdefault(key, len(code_of)))
-    if not pos_list:
+        pos_buf.append(p)
+        code_buf.append(code_of.setdefault(key, len(code_of)))
+    if not pos_buf:
         return []
-    order = np.argsort(np.asarray(code_list, dtype=np.int64), kind="stable")
-    pos = np.asarray(pos_list, dtype=np.int64)[order]
-    code = np.asarray(code_list, dtype=np.int64)[order]
+    code = np.frombuffer(code_buf, dtype=np.int64)
+    order = np.argsort(code, kind="stable")
+    pos = np.frombuffer(pos_buf, dtype=np.int64)[order]
+    code = code[order]
+    del pos_buf, code_buf
     n = pos.shape[0]
     # a segment starts at a new key or after a gap over Δ_view; a group every S_max
     # members of a segment
