@@ -172,3 +172,44 @@ def test_spec_labels_get_their_registered_alias_and_paper_numbers() -> None:
     )
     assert t["osumem_gf"].display() == "osumem_gf (oracle)"
     assert t["flat@k3"].alias == "flat@k3" and not t["flat@k3"].is_oracle
+
+
+def test_analysis_on_the_runs_pools_equals_its_own_builds(
+    episodes: list, analysis: tuple[pd.DataFrame, pd.DataFrame], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beside the run (reusing the pools of osumem and osumem_disjoint) the reach and
+    membership rows are those of the stand-alone analysis, which builds its own, and
+    the retrieval rows those of a run without the analysis."""
+    from functools import partial
+
+    from osumem.evaluate.osu_analysis import combine_parts, episode_osu_analysis
+    from osumem.evaluate.runner import run_episodes
+    from osumem.osu.pool import OSUPool
+
+    built = []
+    real_build = OSUPool.build.__func__  # type: ignore[attr-defined]
+
+    def counting_build(cls, *args, **kwargs):  # type: ignore[no-untyped-def]
+        built.append(1)
+        return real_build(cls, *args, **kwargs)
+
+    monkeypatch.setattr(OSUPool, "build", classmethod(counting_build))
+    runs = parse_method_runs(["osumem", "osumem_disjoint", "flat"])
+    budgets = [64, 256, 512]
+    rows, parts, after_s = run_episodes(
+        episodes,
+        runs,
+        budgets,
+        benchmark="synthetic",
+        after=partial(episode_osu_analysis, budgets=budgets),
+    )
+    reach, member = combine_parts(parts)
+    assert len(parts) == len(episodes) and after_s > 0
+    # two constructions per query time, built once each for the run and the analysis
+    n_times = sum(len({int(q.t) for q in ep.queries}) for _, ep in episodes)
+    assert len(built) == 2 * n_times
+    pd.testing.assert_frame_equal(reach, analysis[0])
+    pd.testing.assert_frame_equal(member, analysis[1])
+    alone = run(episodes, runs, budgets, benchmark="synthetic")
+    timing = ["latency_s", "build_share_s", "build_s"]
+    pd.testing.assert_frame_equal(rows.drop(columns=timing), alone.drop(columns=timing))

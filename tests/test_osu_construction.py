@@ -158,3 +158,32 @@ def test_pool_fields():
 def test_config_validation_reports_everything():
     with pytest.raises(ConfigError, match=r"max_memberships.*views"):
         OSUConfig(max_memberships=0, views=("bogus",))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize(("gap", "s_max"), [(1, 3), (4, 20), (2, 2)])
+def test_annotation_groups_equal_split_segments_per_key(seed, gap, s_max):
+    """All keys at once give what splitting each key's positions alone gives: the same
+    groups, keys in order of first appearance, each key's groups in time order."""
+    from collections import defaultdict
+
+    from osumem.osu.views import annotation_groups, step_keys
+
+    rng = np.random.default_rng(seed)
+    n = 300
+    ents = [set(rng.choice(list("abcdefg"), size=rng.integers(0, 4)).tolist()) for _ in range(n)]
+    tools = [str(rng.choice(["", "t1", "t2", "t3"])) for _ in range(n)]
+    subs = [str(rng.choice(["", "s1", "s2"])) for _ in range(n)]
+    view = make_view(n, 8, entities=ents, tool_signatures=tools, subgoals=subs)
+    cfg = OSUConfig(gap=gap, max_osu_size=s_max)
+    for name in ("entity", "tool", "subgoal"):
+        by_key: dict[str, list[int]] = defaultdict(list)
+        for p, key in step_keys(view, name):
+            by_key[key].append(p)
+        want = [
+            (name, key, seg.tolist())
+            for key, pos in by_key.items()
+            for seg in split_segments(np.asarray(pos), cfg.split_threshold(name), s_max)
+        ]
+        got = [(v, k, m.tolist()) for v, k, m in annotation_groups(view, name, cfg)]
+        assert got == want

@@ -193,6 +193,51 @@ def test_paired_differences_query_and_episode_level() -> None:
     assert n == 4 and p == pytest.approx(2 / 16)
 
 
+def _pandas_join(rows: pd.DataFrame, a: str, b: str, metric: str, budget: int | None):
+    """paired_differences as a plain pandas MultiIndex join (the reference)."""
+    sub = rows if budget is None else rows[rows["budget"] == budget]
+    key = ["benchmark", "seed", "episode", "query"] + (["budget"] if budget is None else [])
+    left = sub[sub["method"] == a].set_index(key)[[metric, "cell"]]
+    right = sub[sub["method"] == b].set_index(key)[[metric]].add_suffix("_b")
+    out = left.join(right, how="inner")
+    out["d"] = out[metric] - out[f"{metric}_b"]
+    return out.reset_index()
+
+
+@pytest.mark.parametrize("duplicate", [False, True])
+def test_paired_differences_equal_a_pandas_join(duplicate: bool) -> None:
+    """Rows shuffled, some queries missing for one method, several seeds, budgets and
+    (optionally) a repeated key: the same rows, in the same order, as pandas' join."""
+    rng = np.random.default_rng(3)
+    recs = [
+        {
+            "benchmark": "b",
+            "seed": s,
+            "episode": f"e{e}",
+            "query": f"q{q}",
+            "method": m,
+            "budget": bud,
+            "recall": float(rng.random()),
+            "cell": "T+E+",
+        }
+        for s in (0, 1)
+        for e in range(5)
+        for q in range(4)
+        for m in ("ref", "other")
+        for bud in (64, 256)
+        if rng.random() > 0.1
+    ]
+    rows = pd.DataFrame(recs).sample(frac=1.0, random_state=1).reset_index(drop=True)
+    if duplicate:
+        rows = pd.concat([rows, rows.iloc[:1]], ignore_index=True)
+    for budget in (256, None):
+        got = paired_differences(rows, "ref", "other", "recall", budget=budget)
+        want = _pandas_join(rows, "ref", "other", "recall", budget)
+        assert got.columns.tolist() == want.columns.tolist()
+        for col in want.columns:
+            assert got[col].tolist() == want[col].tolist(), col
+
+
 def test_compare_renders_markdown() -> None:
     cmp = compare(_rows(), reference="ref", budget=256, n_permutations=999)
     md = cmp.to_markdown()
@@ -204,3 +249,18 @@ def test_format_p() -> None:
     assert format_p(0.0004) == "<.001"
     assert format_p(0.0213) == ".021"
     assert format_p(1.0) == "1.000"
+
+
+def test_repeated_resampling_tests_are_remembered_not_changed() -> None:
+    d = np.random.default_rng(0).normal(0.1, 1.0, 300)
+    first = sign_flip_test(d, n_permutations=999, seed=3)
+    again = sign_flip_test(d.copy(), n_permutations=999, seed=3)
+    assert again is first  # same numbers, same settings: the remembered result
+    other = sign_flip_test(d, n_permutations=999, seed=4)
+    assert other is not first and other.statistic == first.statistic
+    d2 = d.copy()
+    d2[0] += 1e-12  # any change in the numbers is a new test
+    assert sign_flip_test(d2, n_permutations=999, seed=3) is not first
+    assert bootstrap_ci(d, n_resamples=500, seed=1) == bootstrap_ci(
+        d.copy(), n_resamples=500, seed=1
+    )

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from osumem.evaluate.runner import MethodRun
+from osumem.evaluate.runner import MethodRun, single_threaded
 from osumem.retrieve.base import Retriever
 from osumem.retrieve.registry import create
 from osumem.types import Episode, MemoryView
@@ -108,7 +108,8 @@ def measure(
     seed: int = 0,
     dim_label: str = "",
 ) -> pd.DataFrame:
-    """Time and size every method on every episode, serially (no parallel noise).
+    """Time and size every method on every episode, serially, on one BLAS/OpenMP thread
+    (no parallel noise).
 
     Each method is fitted once per distinct query time on the causal prefix, like the
     runner. Returns one row per retrieval: ``method``, ``episode``, ``dim``,
@@ -116,6 +117,20 @@ def measure(
     ``storage_bytes`` (learned state + embeddings + costs).
     """
     recs: list[dict[str, Any]] = []
+    with single_threaded(runs):  # like the runner: one BLAS/OpenMP thread
+        _measure(episodes, runs, budget=budget, seed=seed, dim_label=dim_label, recs=recs)
+    return pd.DataFrame(recs)
+
+
+def _measure(
+    episodes: Sequence[Episode],
+    runs: Sequence[MethodRun],
+    *,
+    budget: int,
+    seed: int,
+    dim_label: str,
+    recs: list[dict[str, Any]],
+) -> None:
     for run in runs:
         for ep in episodes:
             retriever = create(run.method, run.params, seed=seed)
@@ -145,7 +160,6 @@ def measure(
                             "storage_bytes": storage + base_bytes,
                         }
                     )
-    return pd.DataFrame(recs)
 
 
 def efficiency_table(measured: pd.DataFrame, *, reference: str = "flat") -> pd.DataFrame:

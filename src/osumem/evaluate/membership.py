@@ -45,30 +45,47 @@ def membership_rows(
     """One row per (mode, query, evidence step): the number of OSUs it belongs to
     (``n_osus``) and per view (``n_entity`` …), in the pool built on the query's
     causal prefix."""
-    base = base or OSUConfig()
     rows: list[dict[str, Any]] = []
     for episode in episodes:
-        for t, queries in queries_by_time(episode):
-            prefix = episode.view.prefix(t)
-            for mode, changes in modes.items():
-                cfg = dataclasses.replace(base, **changes)
-                pool = OSUPool.build(prefix, cfg, seed)
-                csr = pool.members.tocsr()
-                for q in queries:
-                    for e in q.evidence:
-                        osus = csr.indices[csr.indptr[e] : csr.indptr[e + 1]]
-                        per_view = np.bincount(pool.view_codes[osus], minlength=len(VIEWS))
-                        rows.append(
-                            {
-                                "mode": mode,
-                                "episode": episode.episode_id,
-                                "query": q.qid,
-                                "step": int(e),
-                                "n_osus": int(osus.size),
-                                **{f"n_{v}": int(per_view[i]) for i, v in enumerate(VIEWS)},
-                            }
-                        )
+        rows += episode_membership_rows(episode, modes, base=base, seed=seed)
     return pd.DataFrame(rows)
+
+
+def episode_membership_rows(
+    episode: Episode,
+    modes: Mapping[str, Mapping[str, Any]] = DEFAULT_MODES,
+    *,
+    base: OSUConfig | None = None,
+    seed: int = 0,
+    pools: Mapping[tuple[Any, int], tuple[Any, float]] | None = None,
+) -> list[dict[str, Any]]:
+    """:func:`membership_rows` of one episode, as records. ``pools`` maps
+    ``(construction settings, query time)`` to a pool already built on that prefix of
+    this episode with ``seed``; a pool found there is used instead of building it."""
+    base = base or OSUConfig()
+    rows: list[dict[str, Any]] = []
+    for t, queries in queries_by_time(episode):
+        prefix = episode.view.prefix(t)
+        for mode, changes in modes.items():
+            cfg = dataclasses.replace(base, **changes)
+            shared = None if pools is None else pools.get((cfg, t))
+            pool = shared[0] if shared is not None else OSUPool.build(prefix, cfg, seed)
+            csr = pool.members.tocsr()
+            for q in queries:
+                for e in q.evidence:
+                    osus = csr.indices[csr.indptr[e] : csr.indptr[e + 1]]
+                    per_view = np.bincount(pool.view_codes[osus], minlength=len(VIEWS))
+                    rows.append(
+                        {
+                            "mode": mode,
+                            "episode": episode.episode_id,
+                            "query": q.qid,
+                            "step": int(e),
+                            "n_osus": int(osus.size),
+                            **{f"n_{v}": int(per_view[i]) for i, v in enumerate(VIEWS)},
+                        }
+                    )
+    return rows
 
 
 def membership_table(member: pd.DataFrame) -> pd.DataFrame:

@@ -30,8 +30,8 @@ from typing import Any
 import pandas as pd
 
 from osumem.evaluate.defaults import N_PERMUTATIONS
-from osumem.evaluate.membership import DEFAULT_MODES, membership_rows
-from osumem.evaluate.reach import reach_rows
+from osumem.evaluate.membership import DEFAULT_MODES, episode_membership_rows
+from osumem.evaluate.reach import episode_reach_rows
 from osumem.types import Episode
 
 #: Sub-folder of a results directory holding derived analysis tables.
@@ -55,8 +55,28 @@ def _one_episode(
     modes: Mapping[str, Mapping[str, Any]],
     method: str,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    reach = reach_rows([episode], budgets, modes, method=method, seed=seed)
-    member = membership_rows([episode], modes, seed=seed)
+    return episode_osu_analysis(seed, episode, budgets=budgets, modes=modes, method=method)
+
+
+def episode_osu_analysis(
+    seed: int,
+    episode: Episode,
+    pools: Mapping[tuple[Any, int], tuple[Any, float]] | None = None,
+    *,
+    budgets: Sequence[int],
+    modes: Mapping[str, Mapping[str, Any]] = DEFAULT_MODES,
+    method: str = "osumem",
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Reach rows and membership rows of one episode (what :func:`osu_analysis_rows`
+    computes for it). ``pools``: the pools the retrieval runner built on this
+    episode's prefixes with ``seed`` (``(construction settings, t) -> (pool,
+    seconds)``), used instead of building the same pools again; this function has the
+    signature of :func:`osumem.evaluate.runner.run_episodes`'s ``after`` hook."""
+    budgets = [int(b) for b in budgets]
+    reach = pd.DataFrame(
+        episode_reach_rows(episode, budgets, modes, method=method, seed=seed, pools=pools)
+    )
+    member = pd.DataFrame(episode_membership_rows(episode, modes, seed=seed, pools=pools))
     reach.insert(0, "seed", seed)
     member.insert(0, "seed", seed)
     return reach, member
@@ -81,6 +101,13 @@ def osu_analysis_rows(
     parts = Parallel(n_jobs=jobs)(
         delayed(_one_episode)(s, ep, budgets, modes, method) for s, ep in pairs
     )
+    return combine_parts(parts)
+
+
+def combine_parts(
+    parts: Sequence[tuple[pd.DataFrame, pd.DataFrame]],
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One reach table and one membership table from per-episode parts (in order)."""
     reach = [r for r, _ in parts if not r.empty]
     member = [m for _, m in parts if not m.empty]
     return (
@@ -104,13 +131,20 @@ def write_osu_analysis(
     modes: Mapping[str, Mapping[str, Any]] = DEFAULT_MODES,
     method: str = "osumem",
     jobs: int = 1,
+    parts: Sequence[tuple[pd.DataFrame, pd.DataFrame]] | None = None,
+    seconds: float = 0.0,
 ) -> dict[str, Any]:
     """Compute :func:`osu_analysis_rows` and write them beside the row file ``name``
     (e.g. ``"synthetic"``, ``"toolbench"``) of a results directory; ``osumem report``
-    then adds the reachability and membership sections to that benchmark. Returns the
-    paths, row counts and seconds taken."""
-    start = time.perf_counter()
-    reach, member = osu_analysis_rows(episodes, budgets, modes=modes, method=method, jobs=jobs)
+    then adds the reachability and membership sections to that benchmark. ``parts``:
+    the per-episode results of :func:`episode_osu_analysis` for ``episodes``, already
+    computed (e.g. alongside the retrieval run, ``seconds`` taken there), written
+    instead of computing them again. Returns the paths, row counts and seconds taken."""
+    start = time.perf_counter() - seconds
+    if parts is None:
+        reach, member = osu_analysis_rows(episodes, budgets, modes=modes, method=method, jobs=jobs)
+    else:
+        reach, member = combine_parts(parts)
     rpath, mpath = analysis_paths(results, name)
     rpath.parent.mkdir(parents=True, exist_ok=True)
     for df, path in ((reach, rpath), (member, mpath)):

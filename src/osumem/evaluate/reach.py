@@ -102,6 +102,75 @@ def coarse_diagnostics(
     return CoarseDiagnostics(coarse.k, pd.DataFrame(osu_rows), ev_df, recall)
 
 
+def _evidence_reach(
+    retriever: OSUMem, names: NDArray[np.object_], query: NDArray[Any], budget: int, evidence: Any
+) -> tuple[int, list[tuple[int, set[str], set[str]]]]:
+    """``(K, [(step, views, kept_views)])``: the evidence rows of
+    :func:`coarse_diagnostics` (same steps, same sets) without building its tables."""
+    view = retriever.view_
+    assert view is not None
+    b = check_budget(budget)
+    limit = view.n
+    q = view.check_query(query)
+    ev = np.asarray([e for e in evidence if 0 <= e < limit], dtype=np.int64)
+    coarse = retriever.coarse(q, b, limit, ev)
+    csr = coarse.members.tocsr()
+    kept_set = set(coarse.kept.tolist())
+    out = []
+    for e in ev.tolist():
+        osus = csr.indices[csr.indptr[e] : csr.indptr[e + 1]].tolist()
+        out.append((e, {names[u] for u in osus}, {names[u] for u in osus if u in kept_set}))
+    return coarse.k, out
+
+
+def episode_reach_rows(
+    episode: Episode,
+    budgets: Sequence[int],
+    modes: Mapping[str, Mapping[str, Any]] = DEFAULT_MODES,
+    *,
+    method: str = "osumem",
+    seed: int = 0,
+    pools: Mapping[tuple[Any, int], tuple[Any, float]] | None = None,
+) -> list[dict[str, Any]]:
+    """:func:`reach_rows` of one episode, as records. ``pools`` maps ``(construction
+    settings, query time)`` to a pool already built on that prefix of this episode with
+    ``seed`` (what :func:`osumem.evaluate.runner.evaluate_episode` fills); a pool found
+    there is used instead of building it again."""
+    rows: list[dict[str, Any]] = []
+    for t, queries in queries_by_time(episode):
+        prefix = episode.view.prefix(t)
+        for mode, changes in modes.items():
+            r = create(method, {k: str(v) for k, v in changes.items()}, seed=seed)
+            if not isinstance(r, OSUMem):
+                raise TypeError(f"reach_rows: {method!r} is not a coarse-to-fine OSU-Mem")
+            shared = None if pools is None else pools.get((r.config.osu_config(), t))
+            if shared is not None:
+                r.restore(prefix, shared[0])
+            else:
+                r.fit(prefix)
+            assert r.pool_ is not None
+            names = r.pool_.view_names()
+            for q in queries:
+                for b in budgets:
+                    k, ev_rows = _evidence_reach(r, names, q.vector, b, q.evidence)
+                    for step, views, kept_views in ev_rows:
+                        rows.append(
+                            {
+                                "mode": mode,
+                                "budget": int(b),
+                                "episode": episode.episode_id,
+                                "query": q.qid,
+                                "cell": q.cell,
+                                "step": step,
+                                "k": k,
+                                "reached": bool(kept_views),
+                                **{f"via_{v}": v in kept_views for v in VIEWS},
+                                **{f"has_{v}": v in views for v in VIEWS},
+                            }
+                        )
+    return rows
+
+
 def reach_rows(
     episodes: Iterable[Episode],
     budgets: Sequence[int],
@@ -112,34 +181,11 @@ def reach_rows(
 ) -> pd.DataFrame:
     """One row per (mode, budget, evidence step): whether the step is reached through
     each view (``via_entity`` …) and at all (``reached``) by the coarse stage of
-    ``method`` configured with each mode's overrides."""
+    ``method`` configured with each mode's overrides (the evidence rows of
+    :func:`coarse_diagnostics` for every query and budget)."""
     rows: list[dict[str, Any]] = []
     for episode in episodes:
-        for t, queries in queries_by_time(episode):
-            prefix = episode.view.prefix(t)
-            for mode, changes in modes.items():
-                r = create(method, {k: str(v) for k, v in changes.items()}, seed=seed)
-                if not isinstance(r, OSUMem):
-                    raise TypeError(f"reach_rows: {method!r} is not a coarse-to-fine OSU-Mem")
-                r.fit(prefix)
-                for q in queries:
-                    for b in budgets:
-                        d = coarse_diagnostics(r, q.vector, b, evidence=q.evidence)
-                        for row in d.evidence.itertuples(index=False):
-                            rows.append(
-                                {
-                                    "mode": mode,
-                                    "budget": int(b),
-                                    "episode": episode.episode_id,
-                                    "query": q.qid,
-                                    "cell": q.cell,
-                                    "step": row.step,
-                                    "k": d.k,
-                                    "reached": row.in_kept,
-                                    **{f"via_{v}": v in row.kept_views for v in VIEWS},
-                                    **{f"has_{v}": v in row.views for v in VIEWS},
-                                }
-                            )
+        rows += episode_reach_rows(episode, budgets, modes, method=method, seed=seed)
     return pd.DataFrame(rows)
 
 

@@ -12,7 +12,8 @@ import json
 import re
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -153,8 +154,11 @@ def evaluate_episode(
     *,
     benchmark: str,
     seed: int,
+    pools: dict[tuple[Any, int], tuple[Any, float]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Per-query rows for one episode, every method and budget."""
+    """Per-query rows for one episode, every method and budget. ``pools`` (optional):
+    a dict that receives the OSU pools built, ``(construction settings, t) -> (pool,
+    build seconds)``, for an analysis of the same episode to reuse."""
     from osumem.retrieve.osumem import _PoolRetriever
 
     rows: list[dict[str, Any]] = []
@@ -163,7 +167,8 @@ def evaluate_episode(
         by_t[int(q.t)].append(q)
     # methods whose OSU pools have the same construction settings share one build per
     # prefix (a pool is read-only to retrieval); each row keeps that build's time
-    pools: dict[tuple[Any, int], tuple[Any, float]] = {}
+    if pools is None:
+        pools = {}
     for run in runs:
         retriever = create(run.method, run.params, seed=seed)
         for t in sorted(by_t):
@@ -244,6 +249,34 @@ def check_jobs(jobs: Any) -> int:
     return int(jobs)
 
 
+#: Modules whose native thread pools a method's fit uses, imported before the thread
+#: limit is set: threadpoolctl limits only libraries already loaded, and the tree
+#: baseline imports scikit-learn (its OpenMP runtime) lazily, at its first fit.
+_THREADED_IMPORTS: dict[str, str] = {"osumem.retrieve.tree": "sklearn.cluster"}
+
+
+@contextmanager
+def single_threaded(runs: Sequence[MethodRun] = ()) -> Iterator[None]:
+    """Hold BLAS/OpenMP to one thread while ``runs`` are fitted and queried.
+
+    An episode's matrices are small, so more threads only spin (scikit-learn's k-means
+    in the ``tree`` baseline spent most of its CPU time that way on a busy machine);
+    parallelism comes from the episode workers, which joblib already starts with one
+    thread each. The native libraries of the methods in ``runs`` are loaded first, so
+    the limit reaches them. Results do not depend on the thread count."""
+    import importlib
+
+    from threadpoolctl import threadpool_limits
+
+    for r in runs:
+        module = get_spec(r.method).target.partition(":")[0]
+        if module in _THREADED_IMPORTS:
+            with suppress(ImportError):  # the method reports a missing extra itself
+                importlib.import_module(_THREADED_IMPORTS[module])
+    with threadpool_limits(limits=1):
+        yield
+
+
 def run(
     episodes: Sequence[tuple[int, Episode]],
     runs: Sequence[MethodRun],
@@ -258,9 +291,47 @@ def run(
     ``"auto"``: :func:`auto_jobs`);
     returns the per-query rows in a deterministic order. The progress bar (``progress``)
     is drawn only when stderr is a terminal."""
+    rows, _, _ = run_episodes(
+        episodes, runs, budgets, benchmark=benchmark, jobs=jobs, progress=progress
+    )
+    return rows
+
+
+def _episode_task(
+    episode: Episode,
+    runs: Sequence[MethodRun],
+    budgets: Sequence[int],
+    benchmark: str,
+    seed: int,
+    after: Callable[[int, Episode, dict[tuple[Any, int], tuple[Any, float]]], Any] | None,
+) -> tuple[list[dict[str, Any]], Any, float]:
+    pools: dict[tuple[Any, int], tuple[Any, float]] = {}
+    rows = evaluate_episode(episode, runs, budgets, benchmark=benchmark, seed=seed, pools=pools)
+    if after is None:
+        return rows, None, 0.0
+    start = time.perf_counter()
+    extra = after(seed, episode, pools)
+    return rows, extra, time.perf_counter() - start
+
+
+def run_episodes(
+    episodes: Sequence[tuple[int, Episode]],
+    runs: Sequence[MethodRun],
+    budgets: Sequence[int],
+    *,
+    benchmark: str,
+    jobs: int | str = 1,
+    progress: bool = True,
+    after: Callable[[int, Episode, dict[tuple[Any, int], tuple[Any, float]]], Any] | None = None,
+) -> tuple[pd.DataFrame, list[Any], float]:
+    """:func:`run`, plus ``after(seed, episode, pools)`` called for every episode in
+    the same worker right after it is evaluated, with the OSU pools its methods built
+    (``(construction settings, t) -> (pool, build seconds)``), so an analysis of the
+    same pools does not build them again. Returns the rows and, in episode order, what
+    ``after`` returned (an empty list without ``after``), and the seconds spent in
+    ``after``, summed over episodes."""
     import pandas as pd
     from joblib import Parallel, delayed
-    from threadpoolctl import threadpool_limits
     from tqdm.auto import tqdm
 
     jobs = auto_jobs(len(episodes)) if jobs == "auto" else check_jobs(jobs)
@@ -270,8 +341,7 @@ def run(
     if not runs:
         raise ConfigError("no methods given")
     tasks = (
-        delayed(evaluate_episode)(ep, runs, budgets, benchmark=benchmark, seed=seed)
-        for seed, ep in episodes
+        delayed(_episode_task)(ep, runs, budgets, benchmark, seed, after) for seed, ep in episodes
     )
     parallel = Parallel(n_jobs=jobs, return_as="generator", batch_size="auto")
     results = tqdm(
@@ -282,17 +352,19 @@ def run(
         disable=True if not progress else None,  # None: only on a terminal
         leave=False,
     )
-    # BLAS/OpenMP held to one thread: an episode's matrices are small, so more threads
-    # only spin (scikit-learn's k-means in the `tree` baseline spent a third of a run
-    # that way on a busy machine); parallelism comes from the episode workers, which
-    # joblib already starts with one thread each. Same rows.
-    with threadpool_limits(limits=1):
-        rows = [row for chunk in results for row in chunk]
+    rows: list[dict[str, Any]] = []
+    extras: list[Any] = []
+    after_s = 0.0
+    with single_threaded(runs):
+        for chunk, extra, seconds in results:
+            rows += chunk
+            extras.append(extra)
+            after_s += seconds
     df = pd.DataFrame(rows, columns=list(ROW_COLUMNS))
     method_order = {r.label: i for i, r in enumerate(runs)}
     df["_m"] = df["method"].map(method_order)
     df = df.sort_values(["_m", "budget"], kind="stable").drop(columns="_m")
-    return df.reset_index(drop=True)
+    return df.reset_index(drop=True), (extras if after is not None else []), after_s
 
 
 def write_results(

@@ -20,7 +20,9 @@ Everything here reads per-query result rows or plain arrays of paired difference
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +64,30 @@ class TestResult:
     exact: bool
 
 
+#: Results of the seeded resampling tests by their exact inputs: a report asks for the
+#: same test in several tables (a method against the reference at the primary budget
+#: in the main table, the budget sweep and the ablations), and a seeded test of the
+#: same numbers gives the same answer, so it is computed once.
+_MEMO: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+_MEMO_SIZE = 1024
+
+
+def _memo(
+    kind: str, arr: NDArray[np.float64], params: tuple[Any, ...], fn: Callable[[], Any]
+) -> Any:
+    """``fn()``, remembered under ``kind``, the bytes of ``arr`` (by digest) and
+    ``params`` (least recently used entries dropped past :data:`_MEMO_SIZE`)."""
+    key = (kind, arr.size, hashlib.blake2b(arr.tobytes(), digest_size=20).digest(), params)
+    if key in _MEMO:
+        _MEMO.move_to_end(key)
+        return _MEMO[key]
+    value = fn()
+    _MEMO[key] = value
+    if len(_MEMO) > _MEMO_SIZE:
+        _MEMO.popitem(last=False)
+    return value
+
+
 def _as_vector(d: Any, what: str) -> NDArray[np.float64]:
     arr = np.asarray(d, dtype=np.float64)
     if arr.ndim != 1:
@@ -100,9 +126,21 @@ def sign_flip_test(
             when ``2^n <= n_permutations``. The exact p-value counts the identity.
     """
     arr = _as_vector(d, "differences")
-    n = arr.size
     if n_permutations < 1:
         raise ConfigError(f"n_permutations must be >= 1, got {n_permutations}")
+    result: TestResult = _memo(
+        "sign_flip",
+        arr,
+        (n_permutations, seed, exact),
+        lambda: _sign_flip(arr, n_permutations=n_permutations, seed=seed, exact=exact),
+    )
+    return result
+
+
+def _sign_flip(
+    arr: NDArray[np.float64], *, n_permutations: int, seed: int, exact: bool | None
+) -> TestResult:
+    n = arr.size
     if n == 0:
         return TestResult(0.0, 1.0, 0, 0, True)
     observed = abs(arr.mean())
@@ -191,6 +229,20 @@ def bootstrap_ci(
         return (float("nan"), float("nan"))
     if arr.size == 1 or np.all(arr == arr[0]):
         return (float(arr[0]), float(arr[0]))
+    ci: tuple[float, float] = _memo(
+        "bootstrap",
+        arr,
+        (confidence, n_resamples, seed, method),
+        lambda: _bootstrap(
+            arr, confidence=confidence, n_resamples=n_resamples, seed=seed, method=method
+        ),
+    )
+    return ci
+
+
+def _bootstrap(
+    arr: NDArray[np.float64], *, confidence: float, n_resamples: int, seed: int, method: str
+) -> tuple[float, float]:
     res = sps.bootstrap(
         (arr,),
         np.mean,
@@ -298,21 +350,61 @@ def paired_differences(
     """
     if level not in ("query", "episode"):
         raise ConfigError(f"level must be 'query' or 'episode', got {level!r}")
-    sub = rows if budget is None else rows[rows["budget"] == budget]
-    key = [c for c in QUERY_KEY if c in sub.columns]
+    key = [c for c in QUERY_KEY if c in rows.columns]
     if budget is None:
         key.append("budget")
-    a = sub[sub["method"] == method].set_index(key)
-    b = sub[sub["method"] == baseline].set_index(key)
+    # only the columns the join reads are copied (rows also hold list columns)
+    cols = list(dict.fromkeys([*key, metric, "cell"]))
+    in_budget = True if budget is None else (rows["budget"] == budget).to_numpy()
+    a = rows.loc[(rows["method"] == method).to_numpy() & in_budget, cols]
+    b = rows.loc[(rows["method"] == baseline).to_numpy() & in_budget, cols]
     if a.empty or b.empty:
         missing = method if a.empty else baseline
         raise InvalidInputError(f"no rows for method {missing!r} (budget {budget})")
-    joined = a[[metric, "cell"]].join(b[[metric]].add_suffix("_b"), how="inner")
-    joined["d"] = joined[metric] - joined[f"{metric}_b"]
-    out = joined.reset_index()
-    if level == "episode":
-        group = [c for c in ("benchmark", "seed", "episode") if c in out.columns]
-        out = out.groupby(group, sort=False)["d"].mean().reset_index()
+    out = _paired_join(a, b, key, metric)
+    if out is None:  # duplicate or missing keys: pandas' join decides
+        joined = a.set_index(key)[[metric, "cell"]].join(
+            b.set_index(key)[[metric]].add_suffix("_b"), how="inner"
+        )
+        joined["d"] = joined[metric] - joined[f"{metric}_b"]
+        out = joined.reset_index()
+    return episode_differences(out) if level == "episode" else out
+
+
+def episode_differences(diffs: pd.DataFrame) -> pd.DataFrame:
+    """Per-query differences (:func:`paired_differences`) averaged within each
+    episode (what ``level="episode"`` returns)."""
+    group = [c for c in ("benchmark", "seed", "episode") if c in diffs.columns]
+    return diffs.groupby(group, sort=False)["d"].mean().reset_index()
+
+
+def _paired_join(
+    a: pd.DataFrame, b: pd.DataFrame, key: list[str], metric: str
+) -> pd.DataFrame | None:
+    """The inner join of ``a`` and ``b`` on ``key`` in ``a``'s row order, as
+    ``a.set_index(key).join(b.set_index(key), how="inner").reset_index()`` gives it
+    for unique keys, without building a MultiIndex of strings (the slow part of that
+    join on Arrow-backed string columns). ``None`` when a key is missing or repeated."""
+    n_a = len(a)
+    codes = np.zeros(n_a + len(b), dtype=np.int64)
+    for col in key:
+        c, uniques = pd.factorize(pd.concat([a[col], b[col]], ignore_index=True))
+        if (c < 0).any():
+            return None
+        # mixed radix, renumbered densely at each column so it never overflows
+        codes = np.unique(codes * np.int64(len(uniques)) + c, return_inverse=True)[1]
+    ka, kb = codes[:n_a], codes[n_a:]
+    if np.unique(ka).size != ka.size or np.unique(kb).size != kb.size:
+        return None
+    order = np.argsort(kb, kind="stable")
+    pos = np.searchsorted(kb[order], ka)
+    pos[pos == kb.size] = 0
+    hit = kb[order][pos] == ka if kb.size else np.zeros(n_a, dtype=bool)
+    left = a.iloc[np.flatnonzero(hit)]
+    right = b.iloc[order[pos[hit]]]
+    out = left[[*key, metric, "cell"]].reset_index(drop=True)
+    out[f"{metric}_b"] = right[metric].to_numpy()
+    out["d"] = out[metric] - out[f"{metric}_b"]
     return out
 
 
@@ -397,20 +489,12 @@ def compare(
     out = []
     for m in others:
         for metric in metrics:
+            # one join serves both tests (what paired_test would compute twice)
             dq = paired_differences(rows, reference, m, metric, budget=budget)
-            _, pq, nq = paired_test(
-                rows, reference, m, metric, budget=budget, n_permutations=n_permutations, seed=seed
-            )
-            _, pe, ne = paired_test(
-                rows,
-                reference,
-                m,
-                metric,
-                budget=budget,
-                level="episode",
-                n_permutations=n_permutations,
-                seed=seed,
-            )
+            de = episode_differences(dq)
+            pq = seed_combined_p(dq, n_permutations=n_permutations, seed=seed)
+            pe = seed_combined_p(de, n_permutations=n_permutations, seed=seed)
+            nq, ne = len(dq), len(de)
             lo, hi = bootstrap_ci(dq["d"].to_numpy(), seed=seed)
             ref_mean = float(dq[metric].mean())
             out.append(

@@ -151,6 +151,18 @@ class _Grow:
             self.a[self.n : n] = self.fill
         self.n = n
 
+    def reserve(self, n: int) -> None:
+        """Grow the capacity to at least ``n`` the way one-at-a-time appends would
+        (doubling), keeping the logical length and leaving the tail unwritten."""
+        cap = self.a.shape[0]
+        if n <= cap:
+            return
+        while cap < n:
+            cap *= 2
+        bigger = np.empty((cap, *self.a.shape[1:]), self.a.dtype)
+        bigger[: self.n] = self.a[: self.n]
+        self.a = bigger
+
     @property
     def v(self) -> NDArray[Any]:
         return self.a[: self.n]
@@ -229,6 +241,28 @@ class OSUPool:
         self._g_first.a[g] = members[0]
         self._g_key.append(key)
         self._g_members.append(members)
+        return g
+
+    def _new_slots(self, views: list[str], keys: list[str], members: list[list[int]]) -> int:
+        """Append raw groups as slots in one go: the state :meth:`_new_slot` called for
+        each in order leaves, array capacities and list allocations included, with
+        every array grown once; returns the first new slot."""
+        g, m = len(self._g_key), len(keys)
+        for arr in (self._g_view, self._g_rank, self._g_first, self._coh_raw, self._k_size):
+            arr.reserve(g + m)
+            arr.resize(g + m)
+        for arr2 in (self._k_cost, self._k_coh, self._k_span, self._live_row):
+            arr2.reserve(g + m)
+            arr2.resize(g + m)
+        if m:
+            code = {v: VIEWS.index(v) for v in set(views)}
+            rank = {v: self.config.view_priority.index(v) for v in code}
+            self._g_view.a[g : g + m] = [code[v] for v in views]
+            self._g_rank.a[g : g + m] = [rank[v] for v in views]
+            self._g_first.a[g : g + m] = [mm[0] for mm in members]
+            for key, mm in zip(keys, members, strict=True):  # appends: same allocation
+                self._g_key.append(key)
+                self._g_members.append(mm)
         return g
 
     @property
@@ -338,9 +372,13 @@ class OSUPool:
         for name in ANNOTATION_VIEWS:
             if name not in config.views:
                 continue
-            for _, key, members in annotation_groups(view, name, config):
-                shared = _shared(positions, members)
-                pool._last[(name, key)] = pool._new_slot(name, key, shared)
+            groups = annotation_groups(view, name, config)
+            keys = [key for _, key, _ in groups]
+            g0 = pool._new_slots(
+                [name] * len(groups), keys, [_shared(positions, mm) for _, _, mm in groups]
+            )
+            for i, key in enumerate(keys):
+                pool._last[(name, key)] = g0 + i
         del positions
         sim = pool._refresh_similarity(view) if similarity else []
         if pool._knn is not None:
@@ -625,11 +663,13 @@ class OSUPool:
         last = {k: remap[g] for k, g in self._last.items()}
         self._reset_slots(view.dim)
         self._last = last
-        for name, key, members in ann:
-            self._new_slot(name, key, members)
+        self._new_slots([a[0] for a in ann], [a[1] for a in ann], [a[2] for a in ann])
         positions = list(range(view.n))
-        for name, key, seg in similarity:
-            self._new_slot(name, key, _shared(positions, seg))
+        self._new_slots(
+            [name for name, _, _ in similarity],
+            [key for _, key, _ in similarity],
+            [_shared(positions, seg) for _, _, seg in similarity],
+        )
         del positions
         n, G = view.n, self.n_slots
         self._sim_slot.resize(n)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections import defaultdict
+from array import array
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -61,16 +61,38 @@ def step_keys(view: MemoryView, name: str, start: int = 0) -> Iterable[tuple[int
 
 def annotation_groups(view: MemoryView, name: str, config: OSUConfig) -> list[RawGroup]:
     """Raw groups of annotation view ``name`` (entity, tool or subgoal) over ``view``:
-    every key's steps, split at gaps over Δ_view and chunked at S_max."""
-    by_key: dict[str, list[int]] = defaultdict(list)
+    every key's steps, split at gaps over Δ_view and chunked at S_max (keys in order of
+    first appearance, each key's groups in time order: :func:`split_segments` of every
+    key's positions, computed for all keys at once)."""
+    code_of: dict[str, int] = {}
+    pos_buf, code_buf = array("q"), array("q")  # compact: no int object per pair
     for p, key in step_keys(view, name):
-        by_key[key].append(p)
+        pos_buf.append(p)
+        code_buf.append(code_of.setdefault(key, len(code_of)))
+    if not pos_buf:
+        return []
+    code = np.frombuffer(code_buf, dtype=np.int64)
+    order = np.argsort(code, kind="stable")
+    pos = np.frombuffer(pos_buf, dtype=np.int64)[order]
+    code = code[order]
+    del pos_buf, code_buf
+    n = pos.shape[0]
+    # a segment starts at a new key or after a gap over Δ_view; a group every S_max
+    # members of a segment
+    seg_start = np.ones(n, dtype=bool)
+    seg_start[1:] = code[1:] != code[:-1]
     delta = config.split_threshold(name)
-    groups: list[RawGroup] = []
-    for key, members in by_key.items():
-        for seg in split_segments(np.asarray(members), delta, config.max_osu_size):
-            groups.append((name, key, seg))
-    return groups
+    if not math.isinf(delta):
+        seg_start[1:] |= np.diff(pos) > delta
+    first = np.flatnonzero(seg_start)
+    within = np.arange(n) - first[np.cumsum(seg_start) - 1]
+    starts = np.flatnonzero(within % config.max_osu_size == 0).tolist()
+    keys = list(code_of)
+    key_at = code[starts].tolist()
+    return [
+        (name, keys[k], pos[lo:hi])
+        for k, lo, hi in zip(key_at, starts, [*starts[1:], n], strict=True)
+    ]
 
 
 def annotated_mask(view: MemoryView, views: tuple[str, ...]) -> NDArray[np.bool_]:

@@ -169,19 +169,20 @@ def sweep_section(
     info = methods_of(list(dict.fromkeys(sub["method"])), methods)
     budgets = sorted(sub["budget"].unique())
     means = summarise(sub).set_index(["method", "budget"])
+    present = set(sub["method"].unique().tolist())
     out = []
     for m in metrics:
         out.append(f"**{metric_name(m)}** — ours (p vs {reference}, episode level) [paper]\n")
         head = ["method", *[f"B={b}" for b in budgets]]
         out += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for method in [x for x in exp_methods if x in set(sub["method"])]:
+        for method in [x for x in exp_methods if x in present]:
             cells = [info[method].display()]
             for b in budgets:
                 if (method, b) not in means.index:
                     cells.append("–")
                     continue
                 text = f"{means.loc[(method, b), m]:.3f}"
-                if method != reference and reference in set(sub["method"]):
+                if method != reference and reference in present:
                     _, p, _ = paired_test(
                         sub,
                         reference,
