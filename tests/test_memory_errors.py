@@ -9,6 +9,7 @@ import sqlite3
 import numpy as np
 import pytest
 
+from conftest import tool_call_log
 from osumem.embed import HashingEncoder
 from osumem.errors import (
     BudgetError,
@@ -30,21 +31,7 @@ from osumem.types import Step
 
 ENC = HashingEncoder(32)
 
-GOOD = [
-    {"role": "user", "content": "cancel reservation ABC123"},
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": "c1",
-                "type": "function",
-                "function": {"name": "cancel", "arguments": '{"reservation_id": "ABC123"}'},
-            }
-        ],
-    },
-    {"role": "tool", "tool_call_id": "c1", "content": "cancelled"},
-]
+GOOD = tool_call_log("cancel reservation ABC123", "cancel", "cancelled", reservation_id="ABC123")
 
 
 @pytest.fixture
