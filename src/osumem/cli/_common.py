@@ -323,6 +323,13 @@ def out_dir_option(**kwargs: Any) -> Callable[..., Any]:
     return click.option("--out", type=click.Path(file_okay=False, path_type=Path), **kwargs)
 
 
+def out_file_option(*, help: str) -> Callable[..., Any]:
+    """``--out FILE``, optional."""
+    return click.option(
+        "--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help=help
+    )
+
+
 def jobs_option(**kwargs: Any) -> Callable[..., Any]:
     """``--jobs N`` of the reproduce and compare commands: parallel workers (default
     -1, all cores)."""

@@ -15,6 +15,7 @@ from osumem.cli._common import (
     jobs_option,
     options,
     out_dir_option,
+    out_file_option,
     permutations_option,
     quiet_option,
 )
@@ -39,12 +40,7 @@ _report_options = options(
 
 @click.command("report")
 @click.argument("results", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Report file (default: RESULTS/report.md; figures beside it).",
-)
+@out_file_option(help="Report file (default: RESULTS/report.md; figures beside it).")
 @_report_options
 @handle_errors
 def report_cmd(
@@ -62,12 +58,7 @@ def report_cmd(
 
 @click.command("results")
 @click.argument("runs", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=Path))
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write the page here (e.g. docs/results.md; default: print it).",
-)
+@out_file_option(help="Write the page here (e.g. docs/results.md; default: print it).")
 @handle_errors
 def results_cmd(runs: tuple[Path, ...], out: Path | None) -> None:
     """The results page (ours beside the paper's) from `osumem reproduce` results
