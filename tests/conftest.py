@@ -1,7 +1,9 @@
-"""Shared test fixtures: small hand-checkable memory views and the shared data path."""
+"""Shared test fixtures: small hand-checkable memory views, small chat logs and the
+shared data path."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,6 +30,29 @@ def make_view(
     emb = embeddings if embeddings is not None else rng.standard_normal((n, dim))
     c = costs if costs is not None else [10] * n
     return MemoryView.build(emb, c, **columns)
+
+
+def tool_call(cid: str, name: str, **args: object) -> dict:
+    """One OpenAI ``tool_calls`` entry: ``name`` called with ``args`` (JSON)."""
+    return {
+        "id": cid,
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args)},
+    }
+
+
+def tool_call_log(
+    request: str, name: str, response: str | None, *, cid: str = "c1", **args: object
+) -> list[dict]:
+    """An OpenAI chat log of one tool use: the user's ``request``, the assistant's call
+    of ``name`` with ``args``, and the tool's ``response`` (None: the call is left open)."""
+    log = [
+        {"role": "user", "content": request},
+        {"role": "assistant", "content": None, "tool_calls": [tool_call(cid, name, **args)]},
+    ]
+    if response is not None:
+        log.append({"role": "tool", "tool_call_id": cid, "content": response})
+    return log
 
 
 @pytest.fixture

@@ -8,6 +8,8 @@ import json
 import numpy as np
 import pytest
 
+from conftest import tool_call as call
+from conftest import tool_call_log
 from osumem.embed import HashingEncoder
 from osumem.errors import DimensionError
 from osumem.memory import Memory, Retrieved
@@ -18,14 +20,6 @@ from osumem.types import Step
 
 NON_SIM = ("entity", "tool", "subgoal")
 ENC = HashingEncoder(64)
-
-
-def call(cid: str, name: str, **args: object) -> dict:
-    return {
-        "id": cid,
-        "type": "function",
-        "function": {"name": name, "arguments": json.dumps(args)},
-    }
 
 
 def conversation(n_turns: int = 12) -> list[dict]:
@@ -262,21 +256,7 @@ def test_add_messages_reads_legacy_and_anthropic_shapes_into_the_same_steps():
     """A legacy `function_call` log and an Anthropic log give the OpenAI log's steps."""
     from osumem.memory import Memory
 
-    openai = [
-        {"role": "user", "content": "Book flight AB123 for Ann"},
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": "c1",
-                    "type": "function",
-                    "function": {"name": "book", "arguments": '{"flight": "AB123"}'},
-                }
-            ],
-        },
-        {"role": "tool", "tool_call_id": "c1", "content": "booked AB123"},
-    ]
+    openai = tool_call_log("Book flight AB123 for Ann", "book", "booked AB123", flight="AB123")
     legacy = [
         openai[0],
         {
@@ -313,20 +293,7 @@ def test_delete_namespace_removes_steps_held_messages_and_log_digests(tmp_path):
     be ingested again (its digest went with it)."""
     from osumem.memory import Memory
 
-    log = [
-        {"role": "user", "content": "Refund order 42"},
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {
-                    "id": "c1",
-                    "type": "function",
-                    "function": {"name": "refund", "arguments": '{"order": 42}'},
-                }
-            ],
-        },
-    ]
+    log = tool_call_log("Refund order 42", "refund", None, order=42)
     path = tmp_path / "m.db"
     with Memory.open(path, encoder="hashing") as a, Memory.open(path, encoder="hashing") as b:
         assert len(a.add_messages(log[:1], namespace="keep")) == 1

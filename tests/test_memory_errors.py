@@ -9,6 +9,7 @@ import sqlite3
 import numpy as np
 import pytest
 
+from conftest import tool_call_log
 from osumem.embed import HashingEncoder
 from osumem.errors import (
     BudgetError,
@@ -18,10 +19,12 @@ from osumem.errors import (
     NonFiniteError,
     UnknownMethodError,
 )
+from osumem.frozen import FrozenConfig
 from osumem.ingest.openai_chat import LogFormatError
 from osumem.memory import (
     IncompatibleStoreError,
     Memory,
+    MemoryConfig,
     MemoryStore,
     OversizedInputError,
     StoreIntegrityError,
@@ -30,21 +33,7 @@ from osumem.types import Step
 
 ENC = HashingEncoder(32)
 
-GOOD = [
-    {"role": "user", "content": "cancel reservation ABC123"},
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": "c1",
-                "type": "function",
-                "function": {"name": "cancel", "arguments": '{"reservation_id": "ABC123"}'},
-            }
-        ],
-    },
-    {"role": "tool", "tool_call_id": "c1", "content": "cancelled"},
-]
+GOOD = tool_call_log("cancel reservation ABC123", "cancel", "cancelled", reservation_id="ABC123")
 
 
 @pytest.fixture
@@ -188,6 +177,40 @@ def test_bad_queries_and_settings(mem):
         Memory.open(encoder=ENC, method="nope")
     with pytest.raises(ConfigError):
         Memory.open(encoder=ENC, params={"no_such_param": 1})
+
+
+def test_memory_config_is_a_frozen_config_with_the_error_types_callers_catch():
+    """Every bad setting is a typed error naming its field: a budget a BudgetError
+    (as every budget check), max_text_chars and ann_min_steps one ConfigError naming
+    both (an InvalidInputError, as before), a method an UnknownMethodError; replace,
+    with_strings and to_dict come from FrozenConfig."""
+    for bad in (0, -1, 1.5, True, "256"):
+        with pytest.raises(BudgetError, match="budget must be a positive integer"):
+            MemoryConfig(budget=bad)
+    with pytest.raises(InvalidInputError) as info:
+        MemoryConfig(max_text_chars=0, ann_min_steps=1.5)
+    assert type(info.value) is ConfigError
+    assert str(info.value) == (
+        "MemoryConfig: max_text_chars must be >= 1, got 0; "
+        "ann_min_steps must be an integer >= 1, got 1.5"
+    )
+    with pytest.raises(ConfigError, match="max_text_chars must be an integer >= 1, got 'x'"):
+        MemoryConfig(max_text_chars="x")
+    with pytest.raises(UnknownMethodError, match="nope"):
+        MemoryConfig(method="nope")
+    with pytest.raises(ConfigError, match="no_such_param"):
+        MemoryConfig(params={"no_such_param": 1})
+    cfg = MemoryConfig(method="flat")
+    assert isinstance(cfg, FrozenConfig) and cfg == MemoryConfig(method="flat")
+    assert cfg.replace(budget=64).budget == 64 and cfg.budget == 256
+    with pytest.raises(ConfigError, match="unknown parameter"):
+        cfg.replace(no_such_field=1)
+    with pytest.raises(BudgetError):
+        cfg.replace(budget=0)
+    got = cfg.with_strings({"budget": "128", "prefix_namespace": "true", "ann_min_steps": "9"})
+    assert (got.budget, got.prefix_namespace, got.ann_min_steps) == (128, True, 9)
+    plain = json.loads(json.dumps(cfg.to_dict()))
+    assert plain["method"] == "flat" and plain["boilerplate"] == sorted(cfg.boilerplate)
 
 
 def test_incompatible_stores(tmp_path, mem):

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
+from conftest import tool_call_log
 from osumem.cli import main
 from osumem.embed import CachedEncoder, Encoder, HashingEncoder
 from osumem.errors import ConfigError, InvalidInputError
@@ -20,21 +21,7 @@ from osumem.ingest.openai_chat import read_messages
 from osumem.memory import Memory
 from osumem.types import MemoryView, Step
 
-LOG = [
-    {"role": "user", "content": "Book flight AB123"},
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": "c1",
-                "type": "function",
-                "function": {"name": "book", "arguments": '{"flight": "AB123"}'},
-            }
-        ],
-    },
-    {"role": "tool", "tool_call_id": "c1", "content": "booked"},
-]
+LOG = tool_call_log("Book flight AB123", "book", "booked", flight="AB123")
 
 
 def test_step_source_and_deprecated_namespace() -> None:

@@ -24,7 +24,7 @@ from osumem.evaluate.runner import parse_method_runs, with_params
 from osumem.report.experiment import load_experiments
 from osumem.report.results_md import headings, results_markdown
 from test_taubench import _tiny_file
-from test_toolbench import _record
+from test_toolbench import _toolbench_data
 
 GOLDEN = Path(__file__).parent / "data"
 TIMING = ["latency_s", "build_share_s", "build_s"]
@@ -143,18 +143,6 @@ grid = { beta = [] }
     main = next(e for e in load_spec("toolbench").experiments if e.role == "main")
     with pytest.raises(ConfigError, match="toolbench"):
         load_spec("synthetic", [Path(main.source)])
-
-
-def _toolbench_data(root: Path) -> Path:
-    recs = []
-    for r in range(40):
-        calls = [(f"f{j}_for_api{r % 7}", f'{{"city": "c{r % 5}", "day": {j}}}') for j in range(4)]
-        recs.append({"query": f"query about topic {r % 3} item {r}", "calls": calls})
-    data = root / "toolbench_data"
-    data.mkdir()
-    payload = {str(i): _record(x["query"], x["calls"], []) for i, x in enumerate(recs)}
-    (data / "G1_tool.json").write_text(json.dumps(payload))
-    return data
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -51,6 +53,20 @@ def _record(query: str, calls: list[tuple[str, str]], tools: list[str]) -> dict:
         ],
         "answer": {"method": "x", "total_steps": len(calls), "answer_details": [chain]},
     }
+
+
+def _toolbench_data(root: Path) -> Path:
+    """A small ToolBench data directory under ``root``: 40 answer files of four calls
+    each, over 7 APIs, 5 cities and 3 query topics."""
+    recs = []
+    for r in range(40):
+        calls = [(f"f{j}_for_api{r % 7}", f'{{"city": "c{r % 5}", "day": {j}}}') for j in range(4)]
+        recs.append({"query": f"query about topic {r % 3} item {r}", "calls": calls})
+    data = root / "toolbench_data"
+    data.mkdir()
+    payload = {str(i): _record(x["query"], x["calls"], []) for i, x in enumerate(recs)}
+    (data / "G1_tool.json").write_text(json.dumps(payload))
+    return data
 
 
 def test_tool_name_and_complete_arguments() -> None:
@@ -263,16 +279,7 @@ def test_reproduce_writes_rows_summary_and_report(tmp_path) -> None:
     from osumem.bench.reproduce import load_spec, reproduce
     from osumem.report.experiment import Experiment
 
-    recs = []
-    for r in range(40):
-        calls = [(f"f{j}_for_api{r % 7}", f'{{"city": "c{r % 5}", "day": {j}}}') for j in range(4)]
-        recs.append({"query": f"query about topic {r % 3} item {r}", "calls": calls})
-    data = tmp_path / "data"
-    data.mkdir()
-    import json
-
-    payload = {str(i): _record(x["query"], x["calls"], []) for i, x in enumerate(recs)}
-    (data / "G1_tool.json").write_text(json.dumps(payload))
+    data = _toolbench_data(tmp_path)
     out = tmp_path / "out"
     spec = load_spec(
         "toolbench",

@@ -1,6 +1,7 @@
 """What the ``osumem`` commands share: the top-level group's error handling, the
 common ``osumem bench`` flags and the checks that run before a command reads data,
-list parsing, and the summary printer. Every command module imports from here; this
+the options several commands take (one decorator each), list parsing, and the
+summary printer. Every command module imports from here; this
 module imports no command module.
 
 Errors go to stderr with exit status 2; heavy libraries are imported lazily.
@@ -8,6 +9,7 @@ Errors go to stderr with exit status 2; heavy libraries are imported lazily.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import sys
@@ -18,13 +20,15 @@ from typing import Any
 import click
 
 from osumem.errors import OSUMemError
-from osumem.evaluate.defaults import BUDGETS, JOBS_RANGE, as_option
+from osumem.evaluate.defaults import BUDGETS, JOBS_RANGE, N_PERMUTATIONS, as_option
 
 #: Default ``--budgets`` of the synthetic and tau-bench commands (the paper's).
 DEFAULT_BUDGETS = as_option(BUDGETS["synthetic"])
 #: Default ``--jobs``: one process for runs under 20 episodes, all cores from 20 on
 #: (:func:`osumem.evaluate.runner.auto_jobs`; measured in docs/decisions.md).
 DEFAULT_JOBS = "auto"
+#: The namespace of ``--namespace`` (as ``osumem.memory.DEFAULT_NAMESPACE``, kept light here).
+DEFAULT_NAMESPACE = "default"
 #: The extra that holds the benchmark-only dependencies.
 BENCH_MODULES = frozenset({"pandas", "pyarrow", "matplotlib"})
 
@@ -88,15 +92,39 @@ def bench_config_class(benchmark: str) -> type | None:
     return None
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BenchFlags:
+    """The flags every ``osumem bench <benchmark>`` command takes, checked
+    (:func:`common_bench_options`): ``episodes`` an integer or None, ``jobs`` an
+    integer or ``"auto"``; ``overrides`` still the raw ``--set`` strings."""
+
+    methods: str
+    budgets: str
+    episodes: int | None
+    seeds: str | None
+    jobs: int | str
+    out: Path | None
+    as_json: bool
+    overrides: tuple[str, ...]
+    quiet: bool
+
+    def replace(self, **changes: Any) -> BenchFlags:
+        """A copy with ``changes`` applied."""
+        return dataclasses.replace(self, **changes)
+
+
+#: The :class:`BenchFlags` fields, which are also the flags' parameter names.
+_BENCH_FLAGS = tuple(f.name for f in dataclasses.fields(BenchFlags))
+
+
 def common_bench_options(default_methods: str, default_budgets: str) -> Callable[..., Any]:
     """The flags every ``osumem bench <benchmark>`` command takes. Their values are
     checked together before the command reads any data
-    (:func:`osumem.evaluate.options.check_experiment`);
-    the command receives ``episodes`` as an integer and ``jobs`` as an integer or
-    ``"auto"``."""
+    (:func:`osumem.evaluate.options.check_experiment`); the command receives them as
+    one :class:`BenchFlags` argument, ``flags``."""
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        options = [
+        return options(
             click.option(
                 "--methods",
                 default=default_methods,
@@ -125,13 +153,11 @@ def common_bench_options(default_methods: str, default_budgets: str) -> Callable
                 help=f"Parallel worker processes: {JOBS_RANGE} (auto: one process under "
                 "20 episodes, all cores from 20).",
             ),
-            click.option(
-                "--out",
-                type=click.Path(file_okay=False, path_type=Path),
+            out_dir_option(
                 default=None,
                 help="Directory for the per-query result rows (Parquet) and run metadata.",
             ),
-            click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON only."),
+            json_option("Print the summary as JSON only."),
             click.option(
                 "--set",
                 "overrides",
@@ -140,23 +166,16 @@ def common_bench_options(default_methods: str, default_budgets: str) -> Callable
                 help="Override a method parameter (e.g. osumem.max_memberships=3) or a "
                 "benchmark parameter (e.g. synthetic.noise_scale=1.1). Repeatable.",
             ),
-            click.option(
-                "--quiet",
-                is_flag=True,
-                help="No progress bar (there is none anyway when stderr is not a terminal).",
-            ),
-        ]
-        fn = _check_experiment_first(fn)
-        for opt in reversed(options):
-            fn = opt(fn)
-        return fn
+            quiet_option("No progress bar (there is none anyway when stderr is not a terminal)."),
+        )(_check_experiment_first(fn))
 
     return decorate
 
 
 def _check_experiment_first(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Validate every common flag before the command loads or encodes any data,
-    reporting every problem at once on one line (exit status 2)."""
+    reporting every problem at once on one line (exit status 2); then hand them to
+    the command as ``flags``."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -185,7 +204,8 @@ def _check_experiment_first(fn: Callable[..., Any]) -> Callable[..., Any]:
             click.echo(f"osumem: error: {head}{text}", err=True)
             sys.exit(2)
         kwargs.update(values)
-        return fn(*args, **kwargs)
+        flags = BenchFlags(**{name: kwargs.pop(name) for name in _BENCH_FLAGS})
+        return fn(*args, flags=flags, **kwargs)
 
     return wrapper
 
@@ -240,6 +260,95 @@ def encoder_option(*, default: str | None, help: str) -> Callable[..., Any]:
     return deco
 
 
+#: ``--encoder`` of the commands that open a memory store.
+STORE_ENCODER_HELP = (
+    "Encoder: 'sbert' (default for a new store), 'hashing[:d<dim>]' or a "
+    "sentence-transformers model directory. An existing store keeps its own."
+)
+
+
+def options(*decorators: Callable[..., Any]) -> Callable[..., Any]:
+    """The option ``decorators`` as one decorator, in the order given (the order of
+    the help page)."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for deco in reversed(decorators):
+            fn = deco(fn)
+        return fn
+
+    return decorate
+
+
+def store_option(*, help: str, **kwargs: Any) -> Callable[..., Any]:
+    """``--store PATH``: a SQLite memory store file (``required`` or ``default`` in
+    ``kwargs``)."""
+    return click.option(
+        "--store", type=click.Path(dir_okay=False, path_type=Path), help=help, **kwargs
+    )
+
+
+def server_option(*, help: str) -> Callable[..., Any]:
+    """``--server URL``: a running ``osumem serve --transport http``."""
+    return click.option("--server", default=None, metavar="URL", help=help)
+
+
+def namespace_option(*, help: str) -> Callable[..., Any]:
+    """``--namespace``, default ``default`` (the library's default namespace)."""
+    return click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help=help)
+
+
+def method_option(*, help: str, default: str = "osumem") -> Callable[..., Any]:
+    """``--method NAME``: one retrieval method."""
+    return click.option("--method", default=default, show_default=True, help=help)
+
+
+def budget_option(**kwargs: Any) -> Callable[..., Any]:
+    """``--budget``: one token budget (default 256)."""
+    kwargs.setdefault("default", 256)
+    return click.option("--budget", type=int, show_default=True, **kwargs)
+
+
+def json_option(help: str) -> Callable[..., Any]:
+    """``--json`` (the command's ``as_json`` argument)."""
+    return click.option("--json", "as_json", is_flag=True, help=help)
+
+
+def quiet_option(help: str | None = "No progress output.") -> Callable[..., Any]:
+    """``--quiet``: no progress output."""
+    return click.option("--quiet", is_flag=True, help=help)
+
+
+def out_dir_option(**kwargs: Any) -> Callable[..., Any]:
+    """``--out DIRECTORY`` (``required``, ``default`` and ``help`` in ``kwargs``)."""
+    return click.option("--out", type=click.Path(file_okay=False, path_type=Path), **kwargs)
+
+
+def out_file_option(*, help: str) -> Callable[..., Any]:
+    """``--out FILE``, optional."""
+    return click.option(
+        "--out", type=click.Path(dir_okay=False, path_type=Path), default=None, help=help
+    )
+
+
+def jobs_option(**kwargs: Any) -> Callable[..., Any]:
+    """``--jobs N`` of the reproduce and compare commands: parallel workers (default
+    -1, all cores)."""
+    kwargs.setdefault("default", -1)
+    return click.option("--jobs", type=int, show_default=True, **kwargs)
+
+
+def episodes_option(*, help: str) -> Callable[..., Any]:
+    """``--episodes N``: episodes per seed (default: the benchmark's)."""
+    return click.option("--episodes", type=int, default=None, help=help)
+
+
+def permutations_option(**kwargs: Any) -> Callable[..., Any]:
+    """``--permutations N``: permutations per sign-flip test."""
+    return click.option(
+        "--permutations", type=int, default=N_PERMUTATIONS, show_default=True, **kwargs
+    )
+
+
 def _exit_if_bench_extra_missing(exc: ModuleNotFoundError) -> None:
     """One line naming the ``bench`` extra (exit 2) when ``exc`` is one of its modules."""
     if (exc.name or "").split(".")[0] in BENCH_MODULES:
@@ -265,34 +374,30 @@ def print_summary(rows: Any, as_json: bool, header: str = "") -> None:
 
 
 def run_and_report(
+    flags: BenchFlags,
     *,
     benchmark: str,
     episodes: list[Any],
-    methods: str,
-    budgets: str,
-    jobs: int | str,
-    out: Path | None,
-    as_json: bool,
     overrides: dict[str, dict[str, str]],
     meta: dict[str, Any],
-    quiet: bool,
 ) -> Any:
-    """Shared tail of every bench command: run (:func:`osumem.evaluate.options.run_experiment`),
-    say where the rows went, print the summary."""
+    """Shared tail of every bench command: run (:func:`osumem.evaluate.options.run_experiment`)
+    with the common ``flags`` and the method ``overrides``, say where the rows went,
+    print the summary."""
     from osumem.evaluate.options import run_experiment
 
     rows, path = run_experiment(
         benchmark=benchmark,
         episodes=episodes,
-        methods=methods,
-        budgets=int_list(budgets, "--budgets"),
-        jobs=jobs,
-        out=out,
+        methods=flags.methods,
+        budgets=int_list(flags.budgets, "--budgets"),
+        jobs=flags.jobs,
+        out=flags.out,
         overrides=overrides,
         meta=meta,
-        progress=not quiet,
+        progress=not flags.quiet,
     )
     if path is not None:
         click.echo(f"rows written to {path}", err=True)
-    print_summary(rows, as_json)
+    print_summary(rows, flags.as_json)
     return rows

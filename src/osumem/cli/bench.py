@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from osumem.cli._common import (
     DEFAULT_BUDGETS,
+    BenchFlags,
     common_bench_options,
     handle_errors,
     int_list,
@@ -33,32 +32,22 @@ def methods_cmd() -> None:
 @click.command("synthetic")
 @common_bench_options(SYNTHETIC_DEFAULT_METHODS, DEFAULT_BUDGETS)
 @handle_errors
-def bench_synthetic(
-    methods: str,
-    budgets: str,
-    episodes: int | None,
-    seeds: str | None,
-    jobs: int | str,
-    out: Path | None,
-    as_json: bool,
-    overrides: tuple[str, ...],
-    quiet: bool,
-) -> None:
+def bench_synthetic(flags: BenchFlags) -> None:
     """The synthetic benchmark of the paper: 200 seeded episodes, 64-d embeddings,
     no downloaded data. Evaluation seed 0 by default."""
     from osumem.bench.synthetic import SyntheticConfig, construction_stats, generate
     from osumem.evaluate.options import apply_overrides, split_overrides
 
-    method_over, bench_over = split_overrides(overrides, "synthetic")
+    method_over, bench_over = split_overrides(flags.overrides, "synthetic")
     cfg = SyntheticConfig()
     if bench_over:
         cfg = apply_overrides(cfg, bench_over, "synthetic")
-    if episodes is not None:
-        cfg = cfg.replace(n_episodes=episodes)
-    seed_list = int_list(seeds, "--seeds") if seeds else [0]
+    if flags.episodes is not None:
+        cfg = cfg.replace(n_episodes=flags.episodes)
+    seed_list = int_list(flags.seeds, "--seeds") if flags.seeds else [0]
     eps = [(s, ep) for s in seed_list for ep in generate(cfg, s)]
     stats = construction_stats([ep for _, ep in eps])
-    if not as_json:
+    if not flags.as_json:
         click.echo(
             "synthetic: {episodes_with_queries}/{episodes} episodes with queries, "
             "{queries} queries, {mean_evidence:.2f} evidence/query, identical signature "
@@ -66,14 +55,9 @@ def bench_synthetic(
             err=True,
         )
     run_and_report(
+        flags,
         benchmark="synthetic",
         episodes=eps,
-        methods=methods,
-        budgets=budgets,
-        jobs=jobs,
-        out=out,
-        as_json=as_json,
         overrides=method_over,
         meta={"seeds": seed_list, "config": cfg.to_dict(), "construction": stats},
-        quiet=quiet,
     )

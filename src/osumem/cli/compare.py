@@ -9,12 +9,21 @@ from typing import Any
 
 import click
 
-from osumem.cli._common import handle_errors, int_list
-from osumem.evaluate.defaults import BUDGETS, N_PERMUTATIONS, TOOLBENCH_SEEDS, as_option
+from osumem.cli._common import (
+    handle_errors,
+    int_list,
+    jobs_option,
+    json_option,
+    method_option,
+    out_dir_option,
+    permutations_option,
+    quiet_option,
+)
+from osumem.evaluate.defaults import BUDGETS, TOOLBENCH_SEEDS, as_option
 
 
 @click.command("compare")
-@click.option("--method", default="osumem_adaptive", show_default=True, help="Method to test.")
+@method_option(default="osumem_adaptive", help="Method to test.")
 @click.option(
     "--baselines",
     default="flat,osumem,osumem_disjoint",
@@ -42,11 +51,9 @@ from osumem.evaluate.defaults import BUDGETS, N_PERMUTATIONS, TOOLBENCH_SEEDS, a
 @click.option("--episodes", type=int, default=None, help="Episodes per seed (default: all).")
 @click.option("--budgets", default=as_option(BUDGETS["synthetic"]), show_default=True)
 @click.option("--toolbench-budgets", default=as_option(BUDGETS["toolbench"]), show_default=True)
-@click.option("--permutations", type=int, default=N_PERMUTATIONS, show_default=True)
-@click.option("--jobs", type=int, default=1, show_default=True, help="Parallel workers.")
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
+@permutations_option()
+@jobs_option(default=1, help="Parallel workers.")
+@out_dir_option(
     default=None,
     help="Directory for the per-query rows (one Parquet file per benchmark) and compare.md.",
 )
@@ -58,8 +65,8 @@ from osumem.evaluate.defaults import BUDGETS, N_PERMUTATIONS, TOOLBENCH_SEEDS, a
     help="Compare result rows already written (a Parquet file or directory) instead of "
     "running the benchmarks.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@json_option("Print the comparison as JSON.")
+@quiet_option("No progress bar.")
 @handle_errors
 def bench_compare(
     method: str,

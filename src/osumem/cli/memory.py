@@ -17,32 +17,28 @@ from typing import Any
 
 import click
 
-from osumem.cli._common import encoder_option, handle_errors
-
-DEFAULT_NAMESPACE = "default"  # same as osumem.memory.DEFAULT_NAMESPACE (kept light here)
+from osumem.cli._common import (
+    STORE_ENCODER_HELP,
+    budget_option,
+    encoder_option,
+    handle_errors,
+    json_option,
+    method_option,
+    namespace_option,
+    server_option,
+    store_option,
+)
 
 
 @click.command("ingest")
 @click.argument("log", type=click.Path(dir_okay=False, path_type=Path))
-@click.option(
-    "--store",
-    default=None,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="SQLite memory store (created if missing).",
-)
-@click.option(
-    "--server",
-    default=None,
-    metavar="URL",
+@store_option(default=None, help="SQLite memory store (created if missing).")
+@server_option(
     help="Send the logs to a running `osumem serve --transport http` instead of --store "
-    "(token from OSUMEM_TOKEN).",
+    "(token from OSUMEM_TOKEN)."
 )
-@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="Target episode.")
-@encoder_option(
-    default=None,
-    help="Encoder: 'sbert' (default for a new store), 'hashing[:d<dim>]' or a "
-    "sentence-transformers model directory. An existing store keeps its own.",
-)
+@namespace_option(help="Target episode.")
+@encoder_option(default=None, help=STORE_ENCODER_HELP)
 @click.option("--limit", type=int, default=None, help="Ingest only the first N logs of the file.")
 @click.option(
     "--prefix/--no-prefix",
@@ -73,7 +69,7 @@ DEFAULT_NAMESPACE = "default"  # same as osumem.memory.DEFAULT_NAMESPACE (kept l
     show_default=True,
     help="Seconds to wait for another writer's lock before giving up.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option("Print the summary as JSON.")
 @handle_errors
 def ingest_cmd(
     log: Path,
@@ -179,13 +175,8 @@ def _renamed(exc: Exception, message: str) -> Exception:
 
 
 @click.command("check")
-@click.option(
-    "--store",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="SQLite memory store to verify (opened read-only).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@store_option(required=True, help="SQLite memory store to verify (opened read-only).")
+@json_option("Print the summary as JSON.")
 @handle_errors
 def check_cmd(store: Path, as_json: bool) -> None:
     """Verify a memory store: SQLite pages, tables, meta, positions, embeddings (size,
@@ -221,22 +212,14 @@ def check_cmd(store: Path, as_json: bool) -> None:
 
 @click.command("query")
 @click.argument("text")
-@click.option(
-    "--store",
-    default=None,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="SQLite memory store made by `osumem ingest`.",
-)
-@click.option(
-    "--server",
-    default=None,
-    metavar="URL",
+@store_option(default=None, help="SQLite memory store made by `osumem ingest`.")
+@server_option(
     help="Ask a running `osumem serve --transport http` instead of --store (no model "
-    "load per call; token from OSUMEM_TOKEN).",
+    "load per call; token from OSUMEM_TOKEN)."
 )
-@click.option("--budget", type=int, default=256, show_default=True, help="Token budget.")
-@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="Episode.")
-@click.option("--method", default="osumem", show_default=True, help="Retrieval method.")
+@budget_option(help="Token budget.")
+@namespace_option(help="Episode.")
+@method_option(help="Retrieval method.")
 @click.option(
     "--set",
     "params",
@@ -245,7 +228,7 @@ def check_cmd(store: Path, as_json: bool) -> None:
     help="A parameter of the method (e.g. max_memberships=1). Repeatable.",
 )
 @click.option("--before", type=int, default=None, help="Only steps at positions < BEFORE.")
-@click.option("--json", "as_json", is_flag=True, help="Print the selected steps as JSON.")
+@json_option("Print the selected steps as JSON.")
 @handle_errors
 def query_cmd(
     text: str,

@@ -4,50 +4,43 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import click
 
-from osumem.cli._common import handle_errors, int_list
-from osumem.evaluate.defaults import N_PERMUTATIONS, primary_budget
+from osumem.cli._common import (
+    budget_option,
+    episodes_option,
+    handle_errors,
+    int_list,
+    jobs_option,
+    options,
+    out_dir_option,
+    out_file_option,
+    permutations_option,
+    quiet_option,
+)
+from osumem.evaluate.defaults import primary_budget
 
-
-def _report_options(fn: Any) -> Any:
-    for opt in reversed(
-        [
-            click.option(
-                "--reference",
-                default="osumem",
-                show_default=True,
-                help="Reference method: p-values are against it.",
-            ),
-            click.option(
-                "--baseline",
-                default="flat",
-                show_default=True,
-                help="Baseline of the cell cross-tab and interaction test.",
-            ),
-            click.option(
-                "--permutations",
-                type=int,
-                default=N_PERMUTATIONS,
-                show_default=True,
-                help="Permutations per sign-flip test.",
-            ),
-        ]
-    ):
-        fn = opt(fn)
-    return fn
+_report_options = options(
+    click.option(
+        "--reference",
+        default="osumem",
+        show_default=True,
+        help="Reference method: p-values are against it.",
+    ),
+    click.option(
+        "--baseline",
+        default="flat",
+        show_default=True,
+        help="Baseline of the cell cross-tab and interaction test.",
+    ),
+    permutations_option(help="Permutations per sign-flip test."),
+)
 
 
 @click.command("report")
 @click.argument("results", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Report file (default: RESULTS/report.md; figures beside it).",
-)
+@out_file_option(help="Report file (default: RESULTS/report.md; figures beside it).")
 @_report_options
 @handle_errors
 def report_cmd(
@@ -65,12 +58,7 @@ def report_cmd(
 
 @click.command("results")
 @click.argument("runs", nargs=-1, required=True, type=click.Path(file_okay=False, path_type=Path))
-@click.option(
-    "--out",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write the page here (e.g. docs/results.md; default: print it).",
-)
+@out_file_option(help="Write the page here (e.g. docs/results.md; default: print it).")
 @handle_errors
 def results_cmd(runs: tuple[Path, ...], out: Path | None) -> None:
     """The results page (ours beside the paper's) from `osumem reproduce` results
@@ -90,25 +78,9 @@ def results_cmd(runs: tuple[Path, ...], out: Path | None) -> None:
 
 
 @click.command("synthetic")
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="Results directory (rows, efficiency, report.md, figures/).",
-)
-@click.option(
-    "--jobs",
-    type=int,
-    default=-1,
-    show_default=True,
-    help="Parallel workers for the quality run (-1: all cores).",
-)
-@click.option(
-    "--episodes",
-    type=int,
-    default=None,
-    help="Episodes per seed (default: the paper's 200; also caps efficiency).",
-)
+@out_dir_option(required=True, help="Results directory (rows, efficiency, report.md, figures/).")
+@jobs_option(help="Parallel workers for the quality run (-1: all cores).")
+@episodes_option(help="Episodes per seed (default: the paper's 200; also caps efficiency).")
 @click.option(
     "--configs",
     "config_paths",
@@ -116,7 +88,7 @@ def results_cmd(runs: tuple[Path, ...], out: Path | None) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Experiment files (default: the paper's synthetic experiments shipped with the package).",
 )
-@click.option("--quiet", is_flag=True, help="No progress output.")
+@quiet_option()
 @handle_errors
 def reproduce_synthetic(
     out: Path, jobs: int, episodes: int | None, config_paths: tuple[Path, ...], quiet: bool
@@ -134,19 +106,14 @@ def reproduce_synthetic(
 @click.option("--methods", default="osumem,flat,flat_mmr,tree", show_default=True)
 @click.option("--dims", default="64,384", show_default=True, help="Embedding dimensions.")
 @click.option("--episodes", type=int, default=20, show_default=True)
-@click.option("--budget", type=int, default=primary_budget("synthetic"), show_default=True)
+@budget_option(default=primary_budget("synthetic"))
 @click.option(
     "--reference",
     default="flat",
     show_default=True,
     help="Ratios are to this method (it is added when missing).",
 )
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Directory for efficiency.csv (read by `osumem report`).",
-)
+@out_dir_option(default=None, help="Directory for efficiency.csv (read by `osumem report`).")
 @handle_errors
 def bench_efficiency(
     methods: str, dims: str, episodes: int, budget: int, reference: str, out: Path | None

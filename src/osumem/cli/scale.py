@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from osumem.cli._common import handle_errors
+from osumem.cli._common import budget_option, handle_errors, out_dir_option
 
 
 @click.command("scale")
@@ -24,7 +24,7 @@ from osumem.cli._common import handle_errors
     help="Comma-separated methods to time (default: osumem, flat and "
     "osumem_adaptive when registered); an HNSW top-k reference is always added.",
 )
-@click.option("--budget", default=256, show_default=True, help="Token budget.")
+@budget_option(help="Token budget.")
 @click.option("--queries", default=100, show_default=True, help="Retrieves per size.")
 @click.option(
     "--agent-steps",
@@ -51,9 +51,7 @@ from osumem.cli._common import handle_errors
     help="Largest size also timed through the agent Memory API (0: never).",
 )
 @click.option("--seed", default=0, show_default=True, help="Data and retriever seed.")
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
+@out_dir_option(
     default=Path("scale-results"),
     show_default=True,
     help="Directory for scale.json, scale.md and scale.png.",

@@ -10,7 +10,15 @@ from typing import Any
 
 import click
 
-from osumem.cli._common import encoder_option, handle_errors
+from osumem.cli._common import (
+    STORE_ENCODER_HELP,
+    budget_option,
+    encoder_option,
+    handle_errors,
+    json_option,
+    method_option,
+    store_option,
+)
 
 
 def _need_serve_extra() -> None:
@@ -27,12 +35,7 @@ def _need_serve_extra() -> None:
 
 
 @click.command("serve")
-@click.option(
-    "--store",
-    required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="SQLite memory store (created if missing).",
-)
+@store_option(required=True, help="SQLite memory store (created if missing).")
 @click.option(
     "--transport",
     type=click.Choice(["stdio", "http"]),
@@ -43,12 +46,8 @@ def _need_serve_extra() -> None:
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: address to bind.")
 @click.option("--port", type=int, default=8765, show_default=True, help="HTTP: port.")
-@encoder_option(
-    default=None,
-    help="Encoder: 'sbert' (default for a new store), 'hashing[:d<dim>]' or a "
-    "sentence-transformers model directory. An existing store keeps its own.",
-)
-@click.option("--method", default="osumem", show_default=True, help="Default retrieval method.")
+@encoder_option(default=None, help=STORE_ENCODER_HELP)
+@method_option(help="Default retrieval method.")
 @click.option(
     "--token-file",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -164,12 +163,11 @@ def serve_cmd(
 @click.option(
     "--queries", type=int, default=100, show_default=True, help="Sequential retrievals timed."
 )
-@click.option("--budget", type=int, default=256, show_default=True, help="Token budget.")
+@budget_option(help="Token budget.")
 @encoder_option(
-    default="hashing",
-    help="Encoder of the benchmark store ('sbert' for the real one).",
+    default="hashing", help="Encoder of the benchmark store ('sbert' for the real one)."
 )
-@click.option("--method", default="osumem", show_default=True, help="Retrieval method.")
+@method_option(help="Retrieval method.")
 @click.option(
     "--data",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -186,7 +184,7 @@ def serve_cmd(
 @click.option(
     "--time-limit", type=float, default=300.0, show_default=True, help="Seconds per phase."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON only.")
+@json_option("Print the results as JSON only.")
 @handle_errors
 def bench_serve_cmd(
     steps: int,

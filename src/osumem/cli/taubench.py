@@ -11,13 +11,18 @@ import click
 
 from osumem.cli._common import (
     DEFAULT_BUDGETS,
+    BenchFlags,
     common_bench_options,
+    episodes_option,
     handle_errors,
     int_list,
+    jobs_option,
+    out_dir_option,
+    permutations_option,
+    quiet_option,
     run_and_report,
 )
 from osumem.cli.llm import bench_llm, llm_option, reproduce_llm
-from osumem.evaluate.defaults import N_PERMUTATIONS
 
 
 def default_methods() -> str:
@@ -44,13 +49,17 @@ def encoder_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     )(fn)
 
 
-@click.command("taubench")
-@click.option(
+#: ``--data``, shared by ``bench taubench`` and ``reproduce taubench``.
+DATA_OPTION = click.option(
     "--data",
     type=click.Path(dir_okay=False, path_type=Path),
     required=True,
     help="tau-bench results JSON (e.g. shared/data/taubench/gpt-4o-airline.json).",
 )
+
+
+@click.command("taubench")
+@DATA_OPTION
 @click.option(
     "--query-mode",
     type=click.Choice(["noisy_mean", "single_step"]),
@@ -72,15 +81,7 @@ def bench_taubench(
     encoder: str,
     cache: Path | None,
     llm: str | None,
-    methods: str,
-    budgets: str,
-    episodes: int | None,
-    seeds: str | None,
-    jobs: int,
-    out: Path | None,
-    as_json: bool,
-    overrides: tuple[str, ...],
-    quiet: bool,
+    flags: BenchFlags,
 ) -> None:
     """tau-bench: concatenated airline trajectories, focal evidence far
     from the query. Benchmark knobs: --set taubench.<param>=value (TauBenchConfig).
@@ -89,15 +90,15 @@ def bench_taubench(
     from osumem.bench.taubench_report import build_taubench
     from osumem.evaluate.options import split_overrides
 
-    method_over, bench_over = split_overrides(overrides, "taubench")
+    method_over, bench_over = split_overrides(flags.overrides, "taubench")
     cfg = TauBenchConfig(query_mode=query_mode, prefix_namespace=not no_prefix)
     if bench_over:
         cfg = cfg.with_strings(bench_over, "taubench")
-    if episodes is not None:
-        cfg = cfg.replace(n_episodes=episodes)
-    seed_list = int_list(seeds, "--seeds") if seeds else [0]
+    if flags.episodes is not None:
+        cfg = cfg.replace(n_episodes=flags.episodes)
+    seed_list = int_list(flags.seeds, "--seeds") if flags.seeds else [0]
     eps, stats = build_taubench(data, cfg, seed_list, stage_d=stage_d, encoder=encoder, cache=cache)
-    if not as_json:
+    if not flags.as_json:
         click.echo(
             "taubench: {trajectories} trajectories, {gt_actions} ground-truth actions, "
             "matched exact {matched_exact} / relaxed {matched_relaxed}; {episodes} "
@@ -106,15 +107,12 @@ def bench_taubench(
             err=True,
         )
     name = "taubench" + ("_stage_d" if stage_d else "")
-    methods = default_methods() if methods == "ALL" else methods
+    if flags.methods == "ALL":
+        flags = flags.replace(methods=default_methods())
     rows = run_and_report(
+        flags,
         benchmark=name,
         episodes=eps,
-        methods=methods,
-        budgets=budgets,
-        jobs=jobs,
-        out=out,
-        as_json=as_json,
         overrides=method_over,
         meta={
             "seeds": seed_list,
@@ -123,39 +121,24 @@ def bench_taubench(
             "encoder": encoder,
             "construction": stats,
         },
-        quiet=quiet,
     )
     if llm:
-        bench_llm(llm, rows, eps, methods=methods, overrides=method_over, out=out,
-                  name=name, as_json=as_json, quiet=quiet)  # fmt: skip
+        bench_llm(llm, rows, eps, methods=flags.methods, overrides=method_over, out=flags.out,
+                  name=name, as_json=flags.as_json, quiet=flags.quiet)  # fmt: skip
 
 
 @click.command("taubench")
-@click.option(
-    "--data",
-    type=click.Path(dir_okay=False, path_type=Path),
-    required=True,
-    help="tau-bench results JSON (e.g. shared/data/taubench/gpt-4o-airline.json).",
+@DATA_OPTION
+@out_dir_option(
+    required=True, help="Results directory (taubench*.parquet, report.md, taubench_summary.md)."
 )
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="Results directory (taubench*.parquet, report.md, taubench_summary.md).",
-)
-@click.option("--jobs", type=int, default=-1, show_default=True, help="Parallel workers.")
-@click.option("--episodes", type=int, default=None, help="Episodes per seed (default 125).")
+@jobs_option(help="Parallel workers.")
+@episodes_option(help="Episodes per seed (default 125).")
 @click.option("--seeds", default="0", show_default=True, help="Comma-separated seeds.")
 @encoder_options
 @llm_option
-@click.option(
-    "--permutations",
-    type=int,
-    default=N_PERMUTATIONS,
-    show_default=True,
-    help="Permutations per sign-flip test.",
-)
-@click.option("--quiet", is_flag=True, help="No progress output.")
+@permutations_option(help="Permutations per sign-flip test.")
+@quiet_option()
 @handle_errors
 def reproduce_taubench(
     data: Path,

@@ -11,7 +11,17 @@ from typing import Any
 
 import click
 
-from osumem.cli._common import common_bench_options, handle_errors, int_list, run_and_report
+from osumem.cli._common import (
+    BenchFlags,
+    common_bench_options,
+    episodes_option,
+    handle_errors,
+    int_list,
+    jobs_option,
+    out_dir_option,
+    quiet_option,
+    run_and_report,
+)
 from osumem.evaluate.defaults import BUDGETS, TOOLBENCH_METHODS, TOOLBENCH_SEEDS, as_option
 
 TOOLBENCH_DEFAULT_METHODS = as_option(TOOLBENCH_METHODS)
@@ -58,19 +68,7 @@ def _stats_line(stats: dict[str, Any]) -> str:
 )
 @common_bench_options(TOOLBENCH_DEFAULT_METHODS, TOOLBENCH_DEFAULT_BUDGETS)
 @handle_errors
-def bench_toolbench(
-    data: Path,
-    evidence_size: int | None,
-    methods: str,
-    budgets: str,
-    episodes: int | None,
-    seeds: str | None,
-    jobs: int,
-    out: Path | None,
-    as_json: bool,
-    overrides: tuple[str, ...],
-    quiet: bool,
-) -> None:
+def bench_toolbench(data: Path, evidence_size: int | None, flags: BenchFlags) -> None:
     """The ToolBench planted-evidence probe: per seed 200 episodes of
     ~500 steps (75% confounders from the 30 nearest-query trajectories), k evidence
     steps at evenly spaced positions, the target query embedded verbatim (SBERT).
@@ -78,37 +76,29 @@ def bench_toolbench(
     from osumem.bench.toolbench import construction_stats, load_episodes
     from osumem.evaluate.options import split_overrides
 
-    method_over, bench_over = split_overrides(overrides, "toolbench")
-    cfg = _config(bench_over, episodes, evidence_size)
-    seed_list = int_list(seeds or TOOLBENCH_DEFAULT_SEEDS, "--seeds")
+    method_over, bench_over = split_overrides(flags.overrides, "toolbench")
+    cfg = _config(bench_over, flags.episodes, evidence_size)
+    seed_list = int_list(flags.seeds or TOOLBENCH_DEFAULT_SEEDS, "--seeds")
     eps = load_episodes(data, cfg, seed_list)
     stats = construction_stats([ep for _, ep in eps])
-    if not as_json:
+    if not flags.as_json:
         click.echo(_stats_line(stats), err=True)
     run_and_report(
+        flags,
         benchmark="toolbench",
         episodes=eps,
-        methods=methods,
-        budgets=budgets,
-        jobs=jobs,
-        out=out,
-        as_json=as_json,
         overrides=method_over,
         meta={"seeds": seed_list, "config": cfg.to_dict(), "construction": stats},
-        quiet=quiet,
     )
 
 
 @click.command("toolbench")
 @DATA_OPTION
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="Report directory: toolbench*.parquet, toolbench_summary.md, report.md.",
+@out_dir_option(
+    required=True, help="Report directory: toolbench*.parquet, toolbench_summary.md, report.md."
 )
 @click.option("--seeds", default=TOOLBENCH_DEFAULT_SEEDS, show_default=True)
-@click.option("--episodes", type=int, default=None, help="Episodes per seed (default 200).")
+@episodes_option(help="Episodes per seed (default 200).")
 @click.option(
     "--sweep-episodes",
     type=int,
@@ -125,8 +115,8 @@ def bench_toolbench(
     is_flag=True,
     help="Skip the labelled sensitivity runs (prefix on, similarity over all, Δ_gap 16).",
 )
-@click.option("--jobs", type=int, default=-1, show_default=True)
-@click.option("--quiet", is_flag=True)
+@jobs_option()
+@quiet_option(None)
 @handle_errors
 def reproduce_toolbench(
     data: Path,

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import numpy as np
 from numpy.typing import NDArray
@@ -41,6 +41,7 @@ from osumem.errors import (
     NonFiniteError,
     StoreError,
 )
+from osumem.frozen import Constraints, FrozenConfig, Interval
 from osumem.memory import snapshot
 from osumem.memory.buffer import NamespaceBuffer
 from osumem.memory.encoders import EXTERNAL_PREFIX, resolve_encoder
@@ -76,8 +77,12 @@ MEMORY_ANN_MIN_STEPS = 100_000
 
 
 @dataclass(frozen=True, kw_only=True)
-class MemoryConfig:
-    """Settings of a :class:`Memory` (all keyword-only, validated on construction).
+class MemoryConfig(FrozenConfig):
+    """Settings of a :class:`Memory` (all keyword-only, validated on construction:
+    a bad ``budget`` raises :class:`~osumem.errors.BudgetError`, a bad
+    ``max_text_chars`` or ``ann_min_steps`` one :class:`~osumem.errors.ConfigError`
+    naming each, an unknown ``method`` :class:`~osumem.errors.UnknownMethodError`, bad
+    ``params`` the method config's :class:`~osumem.errors.ConfigError`).
 
     Attributes:
         method: registered retrieval method (``osumem list`` / ``osumem methods``).
@@ -108,18 +113,17 @@ class MemoryConfig:
     replay_batches: bool = True
     ann_min_steps: int = MEMORY_ANN_MIN_STEPS
 
+    parameter_constraints: ClassVar[Constraints] = {
+        "budget": Interval(int, 1, None),  # checked first, as a BudgetError
+        "max_text_chars": Interval(int, 1, None),
+        "ann_min_steps": Interval(int, 1, None),
+    }
+
     def __post_init__(self) -> None:
         from osumem.retrieve.registry import make_config
 
-        check_budget(self.budget)
-        if isinstance(self.ann_min_steps, bool) or not isinstance(self.ann_min_steps, int):
-            raise InvalidInputError(
-                f"ann_min_steps must be an integer, got {type(self.ann_min_steps).__name__}"
-            )
-        if self.ann_min_steps < 1:
-            raise InvalidInputError(f"ann_min_steps must be >= 1, got {self.ann_min_steps}")
-        if isinstance(self.max_text_chars, bool) or self.max_text_chars < 1:
-            raise InvalidInputError(f"max_text_chars must be >= 1, got {self.max_text_chars}")
+        check_budget(self.budget)  # a BudgetError, as every budget check raises
+        super().__post_init__()
         make_config(self.method, self.params)  # unknown method / parameter fails here
 
 
