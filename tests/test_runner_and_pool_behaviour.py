@@ -101,3 +101,58 @@ def test_methods_sharing_pool_settings_give_the_rows_they_give_alone() -> None:
         # a shared build reports the time of the build it shares
         by = {(r["method"], r["t"]): r["build_s"] for r in together}
         assert all(by[("osumem", t)] == by[("osumem_gf", t)] for (m, t) in by if m == "osumem")
+
+
+def test_runs_of_one_method_under_two_labels_are_computed_once(monkeypatch) -> None:
+    """``osumem`` and ``osumem[max_memberships=5]`` are one class with one config: the
+    runner evaluates it once and gives the second label the same rows, timing
+    included; a run with another config is computed on its own."""
+    from osumem.evaluate.runner import evaluate_episode
+    from osumem.retrieve.base import Retriever
+
+    calls: list[str] = []
+    original = Retriever.retrieve_unit
+
+    def counted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(type(self).__name__ + str(self.config.max_memberships))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Retriever, "retrieve_unit", counted)
+    ep = next(iter(generate(SyntheticConfig(n_episodes=1), 1000)))
+    runs = parse_method_runs(["osumem", "osumem[max_memberships=5]", "osumem_disjoint"])
+    rows = evaluate_episode(ep, runs, [64, 256], benchmark="s", seed=1000)
+    n = len(ep.queries) * 2
+    assert len(rows) == 3 * n
+    assert len(calls) == 2 * n  # the default once, the disjoint variant once
+    first, second = rows[:n], rows[n : 2 * n]
+    assert [r["method"] for r in second] == ["osumem[max_memberships=5]"] * n
+    assert [{**r, "method": "x"} for r in first] == [{**r, "method": "x"} for r in second]
+
+
+@pytest.mark.parametrize(
+    "method", ["flat", "flat_mmr", "osumem", "osumem_coverage", "tree", "osumem_adaptive"]
+)
+def test_retrieve_unit_answers_what_retrieve_answers(method: str) -> None:
+    """The runner's path (a query normalised once, then ``retrieve_unit``) selects what
+    ``retrieve`` selects for the raw vector, with and without a causal limit."""
+    view = make_view(120, 16, seed=3, costs=list(np.random.default_rng(3).integers(5, 40, 120)))
+    r = create(method, seed=0).fit(view)
+    rng = np.random.default_rng(4)
+    for _ in range(10):
+        raw = rng.standard_normal(16) * 7.0
+        unit = view.check_query(raw)
+        for before in (None, 60):
+            a = r.retrieve(raw, 200, before=before)
+            b = r.retrieve_unit(unit, 200, before=before)
+            assert a.positions.tolist() == b.positions.tolist() and a.cost == b.cost
+
+
+def test_retrieve_unit_refuses_a_query_not_in_check_query_form() -> None:
+    from osumem.errors import DimensionError
+
+    view = make_view(20, 8)
+    r = create("flat").fit(view)
+    with pytest.raises(DimensionError, match="float32 vector of dimension 8"):
+        r.retrieve_unit(np.ones(8), 64)  # float64
+    with pytest.raises(DimensionError, match="dimension 8"):
+        r.retrieve_unit(np.ones(7, dtype=np.float32), 64)

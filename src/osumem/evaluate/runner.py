@@ -23,7 +23,7 @@ import numpy as np
 from osumem.errors import ConfigError, OSUMemError
 from osumem.evaluate.metrics import score_query
 from osumem.retrieve.base import check_budget
-from osumem.retrieve.registry import create, get_spec, make_config, params_for
+from osumem.retrieve.registry import get_class, get_spec, make_config, params_for
 from osumem.types import Episode
 
 if TYPE_CHECKING:  # pandas is imported where rows are built (the ``bench`` extra)
@@ -147,6 +147,29 @@ def parse_method_runs(
     return runs
 
 
+#: Configs by (registry name, parameters) and the construction part of each pool
+#: config, made once per process: a config is immutable, and validating one per
+#: method and episode (and one construction part per prefix) cost more than the
+#: small methods' retrieval.
+_CONFIGS: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
+_OSU_CONFIGS: dict[Any, Any] = {}
+
+
+def _run_config(run: MethodRun) -> Any:
+    key = (run.method, tuple(sorted(run.params.items())))
+    config = _CONFIGS.get(key)
+    if config is None:
+        config = _CONFIGS[key] = make_config(run.method, run.params)
+    return config
+
+
+def _osu_config(config: Any) -> Any:
+    part = _OSU_CONFIGS.get(config)
+    if part is None:
+        part = _OSU_CONFIGS[config] = config.osu_config()
+    return part
+
+
 def evaluate_episode(
     episode: Episode,
     runs: Sequence[MethodRun],
@@ -158,25 +181,43 @@ def evaluate_episode(
 ) -> list[dict[str, Any]]:
     """Per-query rows for one episode, every method and budget. ``pools`` (optional):
     a dict that receives the OSU pools built, ``(construction settings, t) -> (pool,
-    build seconds)``, for an analysis of the same episode to reuse."""
+    build seconds)``, for an analysis of the same episode to reuse.
+
+    Runs that name the same method (class and config; e.g. ``osumem`` and
+    ``osumem[max_memberships=5]``) are evaluated once: the others get the same rows
+    under their own label, timing columns included (the runs are one computation)."""
     from osumem.retrieve.osumem import _PoolRetriever
 
     rows: list[dict[str, Any]] = []
     by_t: dict[int, list] = defaultdict(list)
     for q in episode.queries:
         by_t[int(q.t)].append(q)
+    # every query is validated and normalised once, for every method and budget
+    unit = {q.qid: episode.view.check_query(q.vector, where=q.qid) for q in episode.queries}
     # methods whose OSU pools have the same construction settings share one build per
     # prefix (a pool is read-only to retrieval); each row keeps that build's time
     if pools is None:
         pools = {}
+    done: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for run in runs:
-        retriever = create(run.method, run.params, seed=seed)
+        config = _run_config(run)
+        cls = get_class(run.method)
+        try:
+            key: tuple[Any, ...] | None = (cls, hash(config), config)
+        except TypeError:  # a config with unhashable values is never shared
+            key = None
+        same = None if key is None else done.get(key)
+        if same is not None:
+            rows.extend({**row, "method": run.label} for row in same)
+            continue
+        retriever = cls(config, seed=seed)
+        run_rows: list[dict[str, Any]] = []
         for t in sorted(by_t):
             queries = by_t[t]
             view = episode.view.prefix(t)
             pool_key = None
             if isinstance(retriever, _PoolRetriever):
-                pool_key = (retriever.config.osu_config(), t)  # type: ignore[attr-defined]
+                pool_key = (_osu_config(config), t)
             shared = None if pool_key is None else pools.get(pool_key)
             if shared is not None:
                 retriever.restore(view, shared[0])  # type: ignore[attr-defined]
@@ -190,16 +231,17 @@ def evaluate_episode(
             share = build_s / (len(queries) * len(budgets))
             for q in queries:
                 ev = np.asarray(q.evidence, dtype=np.int64) if retriever.is_oracle else None
+                qv = unit[q.qid]
                 for b in budgets:
                     start = time.perf_counter()
-                    sel = retriever.retrieve(q.vector, b, evidence=ev)
+                    sel = retriever.retrieve_unit(qv, b, evidence=ev)
                     latency = time.perf_counter() - start
                     if sel.cost > b or (sel.positions.size and sel.positions.max() >= t):
                         raise RuntimeError(
                             f"{run.label} broke the budget or causality on {q.qid} at B={b}"
                         )
                     s = score_query(sel.positions, q.evidence, t)
-                    rows.append(
+                    run_rows.append(
                         {
                             "benchmark": benchmark,
                             "seed": seed,
@@ -224,6 +266,9 @@ def evaluate_episode(
                             "ev_found": list(s.ev_found),
                         }
                     )
+        if key is not None:
+            done[key] = run_rows
+        rows.extend(run_rows)
     return rows
 
 

@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Generic, Self, TypeVar, cast
 import numpy as np
 from numpy.typing import NDArray
 
-from osumem.errors import BudgetError, ConfigError, InvalidInputError
+from osumem.errors import BudgetError, ConfigError, DimensionError, InvalidInputError
 from osumem.frozen import FrozenConfig
 from osumem.osu.views import KnnIndex, hnsw_available
 from osumem.types import IntArray, MemoryView
@@ -199,10 +199,34 @@ class Retriever(ABC, Generic[ConfigT]):
         """
         if self.view_ is None:
             raise InvalidInputError(f"{type(self).__name__}: call fit() before retrieve()")
+        b = check_budget(budget)
+        q = self.view_.check_query(query)
+        return self.retrieve_unit(q, b, before=before, evidence=evidence)
+
+    def retrieve_unit(
+        self,
+        query: NDArray[np.float32],
+        budget: int,
+        *,
+        before: int | None = None,
+        evidence: NDArray[Any] | None = None,
+    ) -> Selection:
+        """:meth:`retrieve` for a query already in the form it uses: the output of
+        the fitted view's ``check_query`` (float32, unit length, the memory's
+        dimension), taken as given. A caller that asks one query of many methods or
+        budgets normalises it once (the evaluation runner does); the answer is the
+        one :meth:`retrieve` gives for the raw vector."""
+        if self.view_ is None:
+            raise InvalidInputError(f"{type(self).__name__}: call fit() before retrieve()")
         view = self.view_
+        q = query
+        if q.dtype != np.float32 or q.ndim != 1 or (view.n and q.shape[0] != view.dim):
+            raise DimensionError(
+                f"query: expected a float32 vector of dimension {view.dim} (check_query's "
+                f"output), got {q.dtype} of shape {q.shape}"
+            )
         b = check_budget(budget)
         limit = view.n if before is None else max(0, min(int(before), view.n))
-        q = view.check_query(query)
         if limit == 0:
             return Selection(np.empty(0, dtype=np.int64), 0)
         ev = None if evidence is None else np.asarray(evidence, dtype=np.int64)
