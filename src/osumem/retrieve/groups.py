@@ -141,10 +141,25 @@ def coarse_to_fine(
     order = np.argsort(-gc, kind="stable")[: min(int(k), n_ok)]
     if order.size == 0 or limit == 0:
         return np.empty(0, dtype=np.int64), order.astype(np.int64)
-    hit = np.asarray(members[order][:, :limit].sum(axis=0)).ravel() > 0
-    cand = np.flatnonzero(hit)
+    cand = _member_union(members, order, limit)
     cand = cand[np.argsort(-np.asarray(step_cos)[cand], kind="stable")]
     return cand.astype(np.int64), order.astype(np.int64)
+
+
+def _member_union(members: sp.csr_matrix, rows: IntArray, limit: int) -> IntArray:
+    """The distinct steps ``< limit`` that have a positive entry in any of ``rows``,
+    increasing: read from the CSR arrays directly (a sparse row selection and column
+    sum built two matrices per query)."""
+    csr = members if sp.isspmatrix_csr(members) else sp.csr_matrix(members)
+    starts = csr.indptr[rows]
+    lengths = csr.indptr[rows + 1] - starts
+    total = int(lengths.sum())
+    # the positions of the rows' entries in ``indices``, row after row
+    offsets = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(total)
+    cols = csr.indices[offsets]
+    hit = np.zeros(limit, dtype=bool)
+    hit[cols[(cols < limit) & (csr.data[offsets] > 0)]] = True
+    return np.flatnonzero(hit)
 
 
 def with_fallback(primary: NDArray[Any], fallback: NDArray[Any], n_steps: int) -> IntArray:

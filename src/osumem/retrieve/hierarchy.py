@@ -113,6 +113,7 @@ class DisjointHierarchy(Retriever[DisjointHierarchyConfig]):
         n_parts = self.members_.shape[0]
         self.first_ = np.full(n_parts, view.n, dtype=np.int64)
         np.minimum.at(self.first_, self.partition_, np.arange(view.n))
+        self.costs_ = group_costs(view.costs, self.members_)
 
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
@@ -122,7 +123,10 @@ class DisjointHierarchy(Retriever[DisjointHierarchyConfig]):
         costs = self.view_.costs
         cos = self._cosines(q, limit)
         ok = self.first_ < limit
-        vis_cost = group_costs(costs[:limit], self.members_[:, :limit])[ok]
+        if limit >= self.view_.n:  # every step visible: the costs computed at build
+            vis_cost = self.costs_[ok]
+        else:
+            vis_cost = group_costs(costs[:limit], self.members_[:, :limit])[ok]
         k = coarse_k(budget, float(vis_cost.mean()), cfg.coarse_ratio)
         cand, _ = coarse_to_fine(cos, self.centroids_ @ q, self.members_, k, group_ok=ok)
         if cfg.fill_leftover:
