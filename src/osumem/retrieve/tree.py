@@ -60,7 +60,6 @@ def build_tree(
     ``node_vectors[l]`` the normalised mean of each level-``l`` node's children, and
     ``parents[l]`` maps every level-``l`` node to its parent at level ``l + 1``.
     """
-    from sklearn import config_context
     from sklearn.cluster import KMeans
 
     vectors: list[FloatMatrix] = [embeddings]
@@ -70,10 +69,7 @@ def build_tree(
         k = min(math.ceil(x.shape[0] / branching), np.unique(x, axis=0).shape[0])
         if k < 1 or k >= x.shape[0]:
             break
-        # the inputs are finite unit rows and the parameters valid: skipping
-        # scikit-learn's checks (most of the time at these sizes) changes no label
-        with config_context(assume_finite=True, skip_parameter_validation=True):
-            labels = KMeans(n_clusters=k, n_init=n_init, random_state=seed).fit_predict(x)
+        labels = KMeans(n_clusters=k, n_init=n_init, random_state=seed).fit_predict(x)
         _, labels = np.unique(labels, return_inverse=True)
         labels = labels.astype(np.int64)
         x = group_centroids(x, labels_to_incidence(labels))
