@@ -174,3 +174,37 @@ def test_member_union_is_the_union_of_the_chosen_rows_before_limit() -> None:
         limit = int(rng.integers(1, n + 1))
         expected = np.flatnonzero(np.asarray(members[rows][:, :limit].sum(axis=0)).ravel() > 0)
         assert _member_union(members, rows, limit).tolist() == expected.tolist()
+
+
+def test_shared_communities_partitions_a_graph_once_and_gives_the_same_pools(
+    monkeypatch,
+) -> None:
+    """Inside ``shared_communities`` a similarity graph seen before is not partitioned
+    again; pools built with it equal pools built without it, and outside the block
+    every call runs the detection."""
+    from osumem.osu import views
+
+    calls: list[int] = []
+    original = views._communities
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(args[0])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(views, "_communities", counted)
+    view = make_view(300, 16, seed=7)
+    configs = [OSUConfig(views=("similarity",), max_memberships=m) for m in (1, 5)]
+    alone = [OSUPool.build(view, c, seed=3) for c in configs]
+    assert len(calls) == 2
+    calls.clear()
+    with views.shared_communities():
+        shared = [OSUPool.build(view, c, seed=3) for c in configs]
+        again = OSUPool.build(make_view(300, 16, seed=8), configs[0], seed=3)
+    assert len(calls) == 2  # the two configs share one partition; another view has its own
+    for a, b in zip(alone, shared, strict=True):
+        assert (a.members != b.members).nnz == 0
+        np.testing.assert_array_equal(a.centroids, b.centroids)
+    assert again.n_steps == 300
+    calls.clear()
+    OSUPool.build(view, configs[0], seed=3)
+    assert len(calls) == 1

@@ -186,6 +186,21 @@ def evaluate_episode(
     Runs that name the same method (class and config; e.g. ``osumem`` and
     ``osumem[max_memberships=5]``) are evaluated once: the others get the same rows
     under their own label, timing columns included (the runs are one computation)."""
+    from osumem.osu.views import shared_communities
+
+    # constructions that differ only in M_max partition the same similarity graph
+    with shared_communities():
+        return _evaluate_episode(episode, runs, budgets, benchmark, seed, pools)
+
+
+def _evaluate_episode(
+    episode: Episode,
+    runs: Sequence[MethodRun],
+    budgets: Sequence[int],
+    benchmark: str,
+    seed: int,
+    pools: dict[tuple[Any, int], tuple[Any, float]] | None,
+) -> list[dict[str, Any]]:
     from osumem.retrieve.osumem import _PoolRetriever
 
     rows: list[dict[str, Any]] = []
