@@ -105,7 +105,8 @@ def segment_stats(
     without a sparse matrix: the same float64 sums (zero plus each member in
     increasing position order, so the same bits), :data:`STATS_CHUNK` groups at a
     time. Within a chunk the groups are visited largest first, so the groups that
-    still have a ``k``-th member are a prefix: one vectorised add per member rank."""
+    still have a ``k``-th member are a prefix: the chunk's member rows are gathered
+    once, ordered by member rank, then added with one vectorised add per rank."""
     n_groups = bounds.shape[0] - 1
     norms = np.empty(n_groups, dtype=np.float64)
     sizes = np.diff(bounds)
@@ -114,10 +115,16 @@ def segment_stats(
         size = sizes[lo:hi]
         by_size = np.argsort(-size, kind="stable")
         start = bounds[lo:hi][by_size]
+        # active[k]: groups with a k-th member (a prefix of the size-sorted groups)
         active = np.searchsorted(-size[by_size], -np.arange(int(size.max())), side="left")
+        offset = _bounds(active)
+        rank = np.repeat(np.arange(active.shape[0]), active)
+        group = np.arange(rank.shape[0]) - offset[rank]
+        rows = embeddings[steps[start[group] + rank]]
         sums = np.zeros((hi - lo, embeddings.shape[1]), dtype=np.float64)
-        for k, m in enumerate(active.tolist()):
-            sums[:m] += embeddings[steps[start[:m] + k]]
+        for a, b in itertools.pairwise(offset.tolist()):
+            sums[: b - a] += rows[a:b]
+        del rows
         nrm = row_norms(sums)
         norms[lo + by_size] = nrm
         if out is not None:
@@ -304,9 +311,9 @@ class OSUPool:
         for arr in (self._g_view, self._g_rank, self._g_first, self._coh_raw, self._k_size):
             arr.reserve(g + m)
             arr.resize(g + m)
-        for arr2 in (self._k_cost, self._k_coh, self._k_span, self._live_row):
-            arr2.reserve(g + m)
-            arr2.resize(g + m)
+        for arr in (self._k_cost, self._k_coh, self._k_span, self._live_row):
+            arr.reserve(g + m)
+            arr.resize(g + m)
         if m:
             if isinstance(views, str):
                 self._g_view.a[g : g + m] = VIEWS.index(views)

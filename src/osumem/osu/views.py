@@ -77,7 +77,7 @@ def annotation_group_arrays(view: MemoryView, name: str, config: OSUConfig) -> G
         column = view.tool_signatures if name == "tool" else view.subgoals
         col = np.asarray(column[:n_steps], dtype=object)
         at = np.flatnonzero(col.astype(bool)).astype(np.int64)
-        vals = [v if type(v) is str else str(v) for v in col[at].tolist()]
+        vals = list(map(str, col[at].tolist()))  # str(s) is s itself for a str
     if not vals:
         return [], np.empty(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
     # keys numbered in order of first appearance (each key's first string object)
@@ -119,7 +119,7 @@ def annotated_mask(view: MemoryView, views: tuple[str, ...]) -> NDArray[np.bool_
     fallback scope leaves out."""
     out = np.zeros(view.n, dtype=bool)
     if "entity" in views:
-        out |= np.fromiter((bool(e) for e in view.entities), dtype=bool, count=view.n)
+        out |= np.fromiter(map(bool, view.entities[: view.n]), dtype=bool, count=view.n)
     if "tool" in views:
         out |= view.tool_signatures != ""
     return out
