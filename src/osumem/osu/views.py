@@ -7,9 +7,12 @@ which :mod:`osumem.osu.pool` applies across views).
 
 from __future__ import annotations
 
+import collections
 import functools
+import hashlib
 import itertools
 import math
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -288,6 +291,15 @@ def _igraph() -> Any:
     return igraph
 
 
+#: Cold Leiden partitions remembered by :func:`communities` (small graphs only: at most
+#: this many times :data:`EXACT_KNN_MAX` node ids are kept).
+LEIDEN_CACHE_SIZE = 16
+_LEIDEN_CACHE: collections.OrderedDict[tuple[int, int, bytes], tuple[IntArray, ...]] = (
+    collections.OrderedDict()
+)
+_LEIDEN_LOCK = threading.Lock()
+
+
 def communities(
     n: int,
     src: IntArray,
@@ -299,22 +311,45 @@ def communities(
     """Communities of the undirected graph on ``n`` nodes, with a fixed seed:
     Leiden (leidenalg, modularity) or Louvain (networkx). ``initial`` (Leiden only) is a
     starting membership per node, e.g. the previous partition with new nodes as
-    singletons, so a refresh refines instead of starting over."""
+    singletons, so a refresh refines instead of starting over.
+
+    A cold Leiden run on at most :data:`EXACT_KNN_MAX` nodes is remembered (the last
+    :data:`LEIDEN_CACHE_SIZE` graphs, by node count, seed and a 256-bit digest of the
+    edge set): Leiden with a fixed seed gives the same partition for the same graph,
+    and pools whose settings differ only after the similarity view (e.g. the
+    membership cap) build the same graph. The arrays returned are read-only."""
     if n == 0:
         return []
     if method == "leiden":
+        lo, hi = np.minimum(src, dst), np.maximum(src, dst)
+        pairs = np.unique(lo[lo != hi] * np.int64(n) + hi[lo != hi])
+        key = None
+        if initial is None and n <= EXACT_KNN_MAX:
+            digest = hashlib.blake2b(pairs.tobytes(), digest_size=32).digest()
+            key = (int(n), int(seed), digest)
+            with _LEIDEN_LOCK:
+                hit = _LEIDEN_CACHE.get(key)
+                if hit is not None:
+                    _LEIDEN_CACHE.move_to_end(key)
+                    return list(hit)
         ig = _igraph()
         import leidenalg
 
-        lo, hi = np.minimum(src, dst), np.maximum(src, dst)
-        pairs = np.unique(lo[lo != hi] * np.int64(n) + hi[lo != hi])
         edges = np.column_stack([pairs // n, pairs % n])
         graph = ig.Graph(n=n, edges=edges, directed=False)
         membership = None if initial is None else [int(c) for c in initial]
         part = leidenalg.find_partition(
             graph, leidenalg.ModularityVertexPartition, initial_membership=membership, seed=seed
         )
-        return [np.sort(np.asarray(c, dtype=np.int64)) for c in part]
+        comms = [np.sort(np.asarray(c, dtype=np.int64)) for c in part]
+        for c in comms:
+            c.flags.writeable = False
+        if key is not None:
+            with _LEIDEN_LOCK:
+                _LEIDEN_CACHE[key] = tuple(comms)
+                while len(_LEIDEN_CACHE) > LEIDEN_CACHE_SIZE:
+                    _LEIDEN_CACHE.popitem(last=False)
+        return comms
     import networkx as nx
 
     g = nx.Graph()

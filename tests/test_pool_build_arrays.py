@@ -1,0 +1,161 @@
+"""The batch construction's flat-array pieces give exactly what the per-group
+definitions give: member sums bit for bit, the same raw groups, the same pool."""
+
+from collections import defaultdict
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from conftest import make_view
+from osumem.osu import OSUConfig, OSUPool
+from osumem.osu.pool import STATS_CHUNK, member_stats, segment_stats
+from osumem.osu.views import (
+    annotation_group_arrays,
+    community_group_arrays,
+    split_segments,
+    step_keys,
+)
+
+
+def _random_groups(rng: np.random.Generator, n: int, n_groups: int) -> list[np.ndarray]:
+    return [
+        np.sort(rng.choice(n, size=int(rng.integers(1, 21)), replace=False))
+        for _ in range(n_groups)
+    ]
+
+
+@pytest.mark.parametrize("n_groups", [1, 7, STATS_CHUNK + 45])
+def test_segment_stats_equal_member_stats_bit_for_bit(n_groups):
+    """Sums in the same order give the same bits: norms and centroids of groups given
+    as segments equal those of the same groups as sparse columns, over several chunks,
+    with exact zeros, negative zeros and a zero row in the embeddings."""
+    rng = np.random.default_rng(n_groups)
+    n, d = 400, 24
+    emb = rng.standard_normal((n, d)).astype(np.float32)
+    emb[rng.random((n, d)) < 0.2] = 0.0
+    emb[rng.random((n, d)) < 0.1] = -0.0
+    emb[3] = 0.0
+    groups = _random_groups(rng, n, n_groups)
+    groups[0] = np.array([3])  # a group whose sum is zero
+    steps = np.concatenate(groups)
+    bounds = np.r_[0, np.cumsum([g.shape[0] for g in groups])].astype(np.int64)
+    gids = np.repeat(np.arange(n_groups), np.diff(bounds))
+    mat = sp.csc_matrix((np.ones(steps.shape[0]), (steps, gids)), shape=(n, n_groups))
+    want_c = np.empty((n_groups, d), dtype=np.float32)
+    want = member_stats(mat, emb, np.arange(n_groups), out=want_c)
+    got_c = np.empty((n_groups, d), dtype=np.float32)
+    got = segment_stats(emb, steps, bounds, out=got_c)
+    assert got.tobytes() == want.tobytes()
+    assert got_c.tobytes() == want_c.tobytes()
+    assert segment_stats(emb, steps, bounds).tobytes() == want.tobytes()
+    assert got[0] == 0.0 and not got_c[0].any()
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_annotation_group_arrays_equal_per_key_split_with_non_string_keys(seed):
+    """Keys that are not strings (numbers) or empty (None, "") are read as the per-step
+    definition reads them: falsy values carry no key, the rest by ``str``."""
+    rng = np.random.default_rng(seed)
+    n = 200
+    values = ["", None, 7, "t1", "t2", 0, "7"]
+    tools = [values[int(i)] for i in rng.integers(0, len(values), size=n)]
+    subs = [str(rng.choice(["", "s1", "s2"])) for _ in range(n)]
+    ents = [set(rng.choice(list("abcde"), size=rng.integers(0, 3)).tolist()) for _ in range(n)]
+    view = make_view(n, 8, entities=ents, tool_signatures=tools, subgoals=subs)
+    cfg = OSUConfig(gap=2, max_osu_size=4)
+    for name in ("entity", "tool", "subgoal"):
+        by_key: dict[str, list[int]] = defaultdict(list)
+        for p, key in step_keys(view, name):
+            by_key[key].append(p)
+        want = [
+            (key, seg.tolist())
+            for key, pos in by_key.items()
+            for seg in split_segments(np.asarray(pos), cfg.split_threshold(name), 4)
+        ]
+        keys, pos, bounds = annotation_group_arrays(view, name, cfg)
+        got = [
+            (k, pos[a:b].tolist()) for k, a, b in zip(keys, bounds[:-1], bounds[1:], strict=True)
+        ]
+        assert got == want
+        assert all(type(k) is str for k in keys)
+    # a view of a prefix reads only its own steps
+    keys, pos, _ = annotation_group_arrays(view.prefix(50), "tool", cfg)
+    assert pos.size and pos.max() < 50
+
+
+def test_community_group_arrays_equal_per_community_chunks():
+    rng = np.random.default_rng(3)
+    scope = np.sort(rng.choice(500, size=120, replace=False)).astype(np.int64)
+    labels = rng.integers(0, 9, size=scope.shape[0])
+    comms = [np.flatnonzero(labels == c) for c in range(9)]
+    keys, pos, bounds = community_group_arrays(scope, comms, OSUConfig(max_osu_size=5))
+    want = [
+        (f"community{c}", seg.tolist())
+        for c, members in enumerate(comms)
+        for seg in split_segments(scope[members], float("inf"), 5)
+    ]
+    got = [(k, pos[a:b].tolist()) for k, a, b in zip(keys, bounds[:-1], bounds[1:], strict=True)]
+    assert got == want
+    empty = community_group_arrays(scope, [], OSUConfig())
+    assert empty[0] == [] and empty[1].size == 0 and empty[2].tolist() == [0]
+
+
+def test_build_equals_a_rederivation_of_its_own_slots():
+    """The batch build derives from the arrays it grouped; re-deriving the same pool
+    from its slots (the path a similarity refresh takes) changes nothing."""
+    rng = np.random.default_rng(5)
+    n = 240
+    ents = [set(rng.choice(list("abcdefgh"), size=rng.integers(0, 3)).tolist()) for _ in range(n)]
+    tools = [str(rng.choice(["", "t1", "t2", "t3"])) for _ in range(n)]
+    view = make_view(n, 16, entities=ents, tool_signatures=tools, seed=5)
+    for cfg in (OSUConfig(), OSUConfig(similarity_scope="all", max_memberships=2)):
+        pool = OSUPool.build(view, cfg, seed=1)
+        before = pool.state()
+        cent = pool._live_cent.v.copy()
+        keys, members = list(pool._g_key), [list(m) for m in pool._g_members]
+        pool._rebuild(view, pool._refresh_similarity(view))
+        after = pool.state()
+        assert pool._g_key == keys and pool._g_members == members
+        assert before.keys() == after.keys()
+        for k in before:
+            assert np.array_equal(before[k], after[k]), k
+        assert pool._live_cent.v.tobytes() == cent.tobytes()
+
+
+def test_leiden_partition_is_reused_for_the_same_graph_only(monkeypatch):
+    """Two pools whose settings differ only in the membership cap run Leiden once; the
+    remembered partition is the one a fresh run gives; another seed or graph runs
+    Leiden again."""
+    import leidenalg
+
+    from osumem.osu import views
+
+    calls = []
+    real = leidenalg.find_partition
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs.get("seed"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(leidenalg, "find_partition", counting)
+    monkeypatch.setattr(views, "_LEIDEN_CACHE", type(views._LEIDEN_CACHE)())
+    view = make_view(150, 16, seed=2)
+    a = OSUPool.build(view, OSUConfig(views=("similarity",)), seed=4)
+    b = OSUPool.build(view, OSUConfig(views=("similarity",), max_memberships=1), seed=4)
+    assert len(calls) == 1
+    assert repr(a.raw_groups()) == repr(b.raw_groups())
+    views._LEIDEN_CACHE.clear()
+    fresh = OSUPool.build(view, OSUConfig(views=("similarity",)), seed=4)
+    assert len(calls) == 2
+    assert repr(fresh.raw_groups()) == repr(a.raw_groups())
+    fresh_state, a_state = fresh.state(), a.state()
+    for g in fresh_state:
+        assert np.array_equal(fresh_state[g], a_state[g])
+    OSUPool.build(view, OSUConfig(views=("similarity",)), seed=5)
+    OSUPool.build(view.prefix(149), OSUConfig(views=("similarity",)), seed=4)
+    assert len(calls) == 4
+    comms = views.communities(3, np.array([0, 1]), np.array([1, 2]), "leiden", 0)
+    with pytest.raises(ValueError):
+        comms[0][0] = 7
+    assert len(views._LEIDEN_CACHE) <= views.LEIDEN_CACHE_SIZE
