@@ -159,3 +159,43 @@ def test_leiden_partition_is_reused_for_the_same_graph_only(monkeypatch):
     with pytest.raises(ValueError):
         comms[0][0] = 7
     assert len(views._LEIDEN_CACHE) <= views.LEIDEN_CACHE_SIZE
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_labels_to_incidence_and_coarse_to_fine_read_the_csr_arrays_exactly(seed):
+    """The incidence built from CSR arrays equals the COO-built one entry for entry,
+    and coarse-to-fine's member hits equal the sparse slicing they replace."""
+    from osumem.retrieve.groups import _column_sums, coarse_to_fine, labels_to_incidence
+
+    rng = np.random.default_rng(seed)
+    n = 300
+    labels = rng.integers(-1, 25, size=n)
+    got = labels_to_incidence(labels)
+    keep = labels >= 0
+    want = sp.csr_matrix(
+        (np.ones(int(keep.sum()), dtype=np.float32), (labels[keep], np.flatnonzero(keep))),
+        shape=(int(labels.max()) + 1, n),
+    )
+    assert got.shape == want.shape and got.dtype == want.dtype
+    assert np.array_equal(got.indptr, want.indptr)
+    assert np.array_equal(got.indices, want.indices)
+    assert np.array_equal(got.data, want.data)
+    assert labels_to_incidence(np.full(4, -1)).shape == (0, 4)
+    step_cos = rng.standard_normal(200)
+    centroid_cos = rng.standard_normal(got.shape[0])
+    for members in (got, sp.csr_matrix(rng.random((25, n)) < 0.05, dtype=np.float32)):
+        for k in (1, 5, 25):
+            order = np.argsort(-centroid_cos, kind="stable")[:k]
+            want_sums = np.asarray(members[order][:, :200].sum(axis=0)).ravel()
+            sums = _column_sums(members, order, 200)
+            assert sums.tobytes() == want_sums.tobytes()
+            hit = want_sums > 0
+            cand = np.flatnonzero(hit)
+            cand = cand[np.argsort(-step_cos[cand], kind="stable")]
+            got_cand, got_order = coarse_to_fine(step_cos, centroid_cos, members, k)
+            assert got_cand.tolist() == cand.tolist() and got_order.tolist() == order.tolist()
+    # other sparse formats take the general path
+    csc = got.tocsc()
+    assert np.array_equal(
+        _column_sums(csc, np.array([0, 3]), 50), _column_sums(got, np.array([0, 3]), 50)
+    )
