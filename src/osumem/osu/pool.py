@@ -152,12 +152,20 @@ def _row_sum(embeddings: NDArray[np.float32], rows: list[int]) -> NDArray[np.flo
     return acc
 
 
+#: Members converted to Python ints at a time by :func:`_shared` (bounds the transient
+#: list of a large memory).
+_LIST_CHUNK = 1 << 16
+
+
 def _shared(positions: list[int], members: IntArray, bounds: IntArray) -> list[list[int]]:
     """The groups ``members[bounds[i]:bounds[i + 1]]`` as lists holding the int objects
     of ``positions`` (one object per step however many groups it joins: a fresh Python
     int per membership would cost about as much as the rest of the pool's per-group
     state)."""
-    every = map(positions.__getitem__, members.tolist())
+    chunks = (
+        members[i : i + _LIST_CHUNK].tolist() for i in range(0, members.shape[0], _LIST_CHUNK)
+    )
+    every = map(positions.__getitem__, itertools.chain.from_iterable(chunks))
     return [list(itertools.islice(every, k)) for k in np.diff(bounds).tolist()]
 
 
@@ -435,6 +443,9 @@ class OSUPool:
         pool.view_ = view
         pool._reset_slots(view.dim)
         positions = list(range(view.n))
+        # the grouped arrays are reused by the derivation; a large memory does not hold
+        # them through the similarity refresh and re-reads its slots instead
+        keep_arrays = view.n <= EXACT_KNN_MAX
         flat: list[IntArray] = []
         sizes: list[IntArray] = []
         for name in ANNOTATION_VIEWS:
@@ -445,8 +456,10 @@ class OSUPool:
             pool._last.update(
                 zip([(name, key) for key in keys], range(g0, g0 + len(keys)), strict=True)
             )
-            flat.append(pos)
-            sizes.append(np.diff(bounds))
+            if keep_arrays:
+                flat.append(pos)
+                sizes.append(np.diff(bounds))
+            del pos, bounds
         del positions
         sim = pool._refresh_similarity(view) if similarity else _NO_GROUPS
         if pool._knn is not None:
@@ -455,7 +468,7 @@ class OSUPool:
             # scope steps in one insertion run, which gives the same graph
             pool._knn_pending = pool._knn.size
             pool._knn = None
-        pool._rebuild(view, sim, annotation=(flat, sizes))
+        pool._rebuild(view, sim, annotation=(flat, sizes) if keep_arrays else None)
         if view.n > EXACT_KNN_MAX:
             release_free_memory()
         return pool
