@@ -158,24 +158,6 @@ def test_retrieve_unit_refuses_a_query_not_in_check_query_form() -> None:
         r.retrieve_unit(np.ones(7, dtype=np.float32), 64)
 
 
-def test_member_union_is_the_union_of_the_chosen_rows_before_limit() -> None:
-    """The CSR walk behind ``coarse_to_fine`` gives the steps a sparse row selection
-    and column sum give, for overlapping rows, any row order and any limit."""
-    import scipy.sparse as sp
-
-    from osumem.retrieve.groups import _member_union
-
-    rng = np.random.default_rng(5)
-    for _ in range(50):
-        n_rows, n = int(rng.integers(1, 12)), int(rng.integers(1, 40))
-        dense = (rng.random((n_rows, n)) < 0.2).astype(np.float32)
-        members = sp.csr_matrix(dense)
-        rows = rng.permutation(n_rows)[: int(rng.integers(0, n_rows + 1))].astype(np.int64)
-        limit = int(rng.integers(1, n + 1))
-        expected = np.flatnonzero(np.asarray(members[rows][:, :limit].sum(axis=0)).ravel() > 0)
-        assert _member_union(members, rows, limit).tolist() == expected.tolist()
-
-
 def test_shared_communities_partitions_a_graph_once_and_gives_the_same_pools(
     monkeypatch,
 ) -> None:

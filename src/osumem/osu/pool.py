@@ -17,6 +17,7 @@ canonical order (view priority, first member, key) and are assembled on first re
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import ctypes.util
 import itertools
@@ -31,13 +32,14 @@ from osumem.errors import DimensionError, InvalidInputError
 from osumem.osu.config import VIEWS, OSUConfig
 from osumem.osu.views import (
     EXACT_KNN_MAX,
+    GroupArrays,
     KnnIndex,
     RawGroup,
-    annotation_groups,
+    annotation_group_arrays,
     communities,
-    community_groups,
+    community_group_arrays,
     hnsw_available,
-    similarity_groups,
+    similarity_group_arrays,
     similarity_scope,
     step_keys,
 )
@@ -48,6 +50,9 @@ ANNOTATION_VIEWS: tuple[str, ...] = ("entity", "tool", "subgoal")
 #: Process-wide counter of full derivations (so an epoch is never reused).
 _EPOCHS = itertools.count()
 SIMILARITY_CODE = VIEWS.index("similarity")
+
+#: No groups, as :data:`~osumem.osu.views.GroupArrays`.
+_NO_GROUPS: GroupArrays = ([], np.empty(0, dtype=np.int64), np.zeros(1, dtype=np.int64))
 
 #: Version of :meth:`OSUPool.state`'s layout.
 POOL_STATE_FORMAT = 1
@@ -89,6 +94,51 @@ def member_stats(
     return norms
 
 
+def segment_stats(
+    embeddings: NDArray[np.float32],
+    steps: IntArray,
+    bounds: IntArray,
+    out: NDArray[np.float32] | None = None,
+) -> NDArray[np.float64]:
+    """:func:`member_stats` of groups given as consecutive segments of ``steps``
+    (group ``i``: ``steps[bounds[i]:bounds[i + 1]]``, increasing, at least one member),
+    without a sparse matrix: the same float64 sums (zero plus each member in
+    increasing position order, so the same bits), :data:`STATS_CHUNK` groups at a
+    time. Within a chunk the groups are visited largest first, so the groups that
+    still have a ``k``-th member are a prefix: the chunk's member rows are gathered
+    once, ordered by member rank, then added with one vectorised add per rank."""
+    n_groups = bounds.shape[0] - 1
+    norms = np.empty(n_groups, dtype=np.float64)
+    sizes = np.diff(bounds)
+    for lo in range(0, n_groups, STATS_CHUNK):
+        hi = min(n_groups, lo + STATS_CHUNK)
+        size = sizes[lo:hi]
+        by_size = np.argsort(-size, kind="stable")
+        start = bounds[lo:hi][by_size]
+        # active[k]: groups with a k-th member (a prefix of the size-sorted groups)
+        active = np.searchsorted(-size[by_size], -np.arange(int(size.max())), side="left")
+        offset = _bounds(active)
+        rank = np.repeat(np.arange(active.shape[0]), active)
+        group = np.arange(rank.shape[0]) - offset[rank]
+        rows = embeddings[steps[start[group] + rank]]
+        sums = np.zeros((hi - lo, embeddings.shape[1]), dtype=np.float64)
+        for a, b in itertools.pairwise(offset.tolist()):
+            sums[: b - a] += rows[a:b]
+        del rows
+        nrm = row_norms(sums)
+        norms[lo + by_size] = nrm
+        if out is not None:
+            out[lo + by_size] = sums / np.where(nrm > 0, nrm, 1.0)[:, None]
+    return norms
+
+
+def _bounds(sizes: IntArray) -> IntArray:
+    """``[0, cumsum(sizes)]``: segment bounds of consecutive groups of ``sizes``."""
+    out = np.zeros(sizes.shape[0] + 1, dtype=np.int64)
+    np.cumsum(sizes, out=out[1:])
+    return out
+
+
 def row_norms(sums: NDArray[np.float64]) -> NDArray[np.float64]:
     """L2 norm of every row (one code path for batch and incremental sums)."""
     return np.sqrt(np.add.reduce(sums * sums, axis=1))
@@ -102,11 +152,21 @@ def _row_sum(embeddings: NDArray[np.float32], rows: list[int]) -> NDArray[np.flo
     return acc
 
 
-def _shared(positions: list[int], members: IntArray) -> list[int]:
-    """``members`` as a list holding the int objects of ``positions`` (one object per
-    step however many groups it joins: a fresh Python int per membership would cost
-    about as much as the rest of the pool's per-group state)."""
-    return list(map(positions.__getitem__, members.tolist()))
+#: Members converted to Python ints at a time by :func:`_shared` (bounds the transient
+#: list of a large memory).
+_LIST_CHUNK = 1 << 16
+
+
+def _shared(positions: list[int], members: IntArray, bounds: IntArray) -> list[list[int]]:
+    """The groups ``members[bounds[i]:bounds[i + 1]]`` as lists holding the int objects
+    of ``positions`` (one object per step however many groups it joins: a fresh Python
+    int per membership would cost about as much as the rest of the pool's per-group
+    state)."""
+    chunks = (
+        members[i : i + _LIST_CHUNK].tolist() for i in range(0, members.shape[0], _LIST_CHUNK)
+    )
+    every = map(positions.__getitem__, itertools.chain.from_iterable(chunks))
+    return [list(itertools.islice(every, k)) for k in np.diff(bounds).tolist()]
 
 
 _LIBC: Any = None
@@ -243,26 +303,40 @@ class OSUPool:
         self._g_members.append(members)
         return g
 
-    def _new_slots(self, views: list[str], keys: list[str], members: list[list[int]]) -> int:
+    def _new_slots(
+        self,
+        views: list[str] | str,
+        keys: list[str],
+        members: list[list[int]],
+        firsts: IntArray | None = None,
+    ) -> int:
         """Append raw groups as slots in one go: the state :meth:`_new_slot` called for
         each in order leaves, array capacities and list allocations included, with
-        every array grown once; returns the first new slot."""
+        every array grown once; returns the first new slot. ``views``: each group's
+        view, or one view for all; ``firsts``: each group's first member, when the
+        caller has them as an array."""
         g, m = len(self._g_key), len(keys)
         for arr in (self._g_view, self._g_rank, self._g_first, self._coh_raw, self._k_size):
             arr.reserve(g + m)
             arr.resize(g + m)
-        for arr2 in (self._k_cost, self._k_coh, self._k_span, self._live_row):
-            arr2.reserve(g + m)
-            arr2.resize(g + m)
+        for arr in (self._k_cost, self._k_coh, self._k_span, self._live_row):
+            arr.reserve(g + m)
+            arr.resize(g + m)
         if m:
-            code = {v: VIEWS.index(v) for v in set(views)}
-            rank = {v: self.config.view_priority.index(v) for v in code}
-            self._g_view.a[g : g + m] = [code[v] for v in views]
-            self._g_rank.a[g : g + m] = [rank[v] for v in views]
-            self._g_first.a[g : g + m] = [mm[0] for mm in members]
-            for key, mm in zip(keys, members, strict=True):  # appends: same allocation
-                self._g_key.append(key)
-                self._g_members.append(mm)
+            if isinstance(views, str):
+                self._g_view.a[g : g + m] = VIEWS.index(views)
+                self._g_rank.a[g : g + m] = self.config.view_priority.index(views)
+            else:
+                code = {v: VIEWS.index(v) for v in set(views)}
+                rank = {v: self.config.view_priority.index(v) for v in code}
+                self._g_view.a[g : g + m] = [code[v] for v in views]
+                self._g_rank.a[g : g + m] = [rank[v] for v in views]
+            self._g_first.a[g : g + m] = [mm[0] for mm in members] if firsts is None else firsts
+            if len(members) != m:
+                raise ValueError("OSUPool._new_slots: one member list per key")
+            # appends, one at a time (the same list allocation as appending per slot)
+            collections.deque(map(self._g_key.append, keys), maxlen=0)
+            collections.deque(map(self._g_members.append, members), maxlen=0)
         return g
 
     @property
@@ -369,25 +443,32 @@ class OSUPool:
         pool.view_ = view
         pool._reset_slots(view.dim)
         positions = list(range(view.n))
+        # the grouped arrays are reused by the derivation; a large memory does not hold
+        # them through the similarity refresh and re-reads its slots instead
+        keep_arrays = view.n <= EXACT_KNN_MAX
+        flat: list[IntArray] = []
+        sizes: list[IntArray] = []
         for name in ANNOTATION_VIEWS:
             if name not in config.views:
                 continue
-            groups = annotation_groups(view, name, config)
-            keys = [key for _, key, _ in groups]
-            g0 = pool._new_slots(
-                [name] * len(groups), keys, [_shared(positions, mm) for _, _, mm in groups]
+            keys, pos, bounds = annotation_group_arrays(view, name, config)
+            g0 = pool._new_slots(name, keys, _shared(positions, pos, bounds), pos[bounds[:-1]])
+            pool._last.update(
+                zip([(name, key) for key in keys], range(g0, g0 + len(keys)), strict=True)
             )
-            for i, key in enumerate(keys):
-                pool._last[(name, key)] = g0 + i
+            if keep_arrays:
+                flat.append(pos)
+                sizes.append(np.diff(bounds))
+            del pos, bounds
         del positions
-        sim = pool._refresh_similarity(view) if similarity else []
+        sim = pool._refresh_similarity(view) if similarity else _NO_GROUPS
         if pool._knn is not None:
             # a built pool does not hold the similarity view's HNSW index (0.15x the
             # raw embeddings at 100k steps): the next refresh rebuilds it from the same
             # scope steps in one insertion run, which gives the same graph
             pool._knn_pending = pool._knn.size
             pool._knn = None
-        pool._rebuild(view, sim)
+        pool._rebuild(view, sim, annotation=(flat, sizes) if keep_arrays else None)
         if view.n > EXACT_KNN_MAX:
             release_free_memory()
         return pool
@@ -463,7 +544,7 @@ class OSUPool:
         self._sim_slot.resize(n)
         self._kept.resize(n)
 
-    def _refresh_similarity(self, view: MemoryView) -> list[RawGroup]:
+    def _refresh_similarity(self, view: MemoryView) -> GroupArrays:
         """The similarity view's raw groups over ``view``.
 
         Up to :data:`~osumem.osu.views.EXACT_KNN_MAX` steps in scope: the exact k-NN
@@ -475,13 +556,13 @@ class OSUPool:
         self._similarity_upto = view.n
         cfg = self.config
         if "similarity" not in cfg.views:
-            return []
+            return _NO_GROUPS
         scope = similarity_scope(view, cfg)
         if scope.size <= EXACT_KNN_MAX or cfg.community != "leiden" or not hnsw_available():
             self._knn = None
             self._knn_pending = 0
             self._partition = None
-            return similarity_groups(view, cfg, self.seed)
+            return similarity_group_arrays(view, cfg, self.seed)
         if self._knn is None:
             self._knn = KnnIndex(view.dim, seed=self.seed)
             if self._knn_pending:
@@ -499,7 +580,7 @@ class OSUPool:
         for c, members in enumerate(comms):
             partition[members] = c
         self._partition = partition
-        return community_groups(scope, comms, cfg)
+        return community_group_arrays(scope, comms, cfg)
 
     # -- snapshot (persisted state, so a reopened memory need not replay every add) ----
 
@@ -645,30 +726,45 @@ class OSUPool:
 
     # -- derivation ------------------------------------------------------------------
 
-    def _rebuild(self, view: MemoryView, similarity: list[RawGroup]) -> None:
+    def _rebuild(
+        self,
+        view: MemoryView,
+        similarity: GroupArrays,
+        annotation: tuple[list[IntArray], list[IntArray]] | None = None,
+    ) -> None:
         """Re-derive everything, vectorised: annotation slots keep their order, the
-        similarity groups get new slots after them."""
+        similarity groups get new slots after them. ``annotation``: the members (flat)
+        and sizes of the annotation slots when they are the only slots, in slot order
+        (a fresh build: the slots stay as they are, nothing is re-read from them)."""
         cfg = self.config
-        ann = [
-            (VIEWS[int(self._g_view.a[g])], self._g_key[g], self._g_members[g])
-            for g in range(self.n_slots)
-            if self._g_view.a[g] != SIMILARITY_CODE
-        ]
-        remap = {
-            g: i
-            for i, g in enumerate(
-                g for g in range(self.n_slots) if self._g_view.a[g] != SIMILARITY_CODE
-            )
-        }
-        last = {k: remap[g] for k, g in self._last.items()}
-        self._reset_slots(view.dim)
-        self._last = last
-        self._new_slots([a[0] for a in ann], [a[1] for a in ann], [a[2] for a in ann])
+        if annotation is None:
+            ann = [
+                (VIEWS[int(self._g_view.a[g])], self._g_key[g], self._g_members[g])
+                for g in range(self.n_slots)
+                if self._g_view.a[g] != SIMILARITY_CODE
+            ]
+            remap = {
+                g: i
+                for i, g in enumerate(
+                    g for g in range(self.n_slots) if self._g_view.a[g] != SIMILARITY_CODE
+                )
+            }
+            last = {k: remap[g] for k, g in self._last.items()}
+            self._reset_slots(view.dim)
+            self._last = last
+            self._new_slots([a[0] for a in ann], [a[1] for a in ann], [a[2] for a in ann])
+        else:
+            # the slots are those a reset and re-creation would give (same arrays,
+            # capacities and lists); a new derivation epoch as a reset would start
+            self.epoch = next(_EPOCHS)
+        n_ann = self.n_slots
+        sim_keys, sim_pos, sim_bounds = similarity
         positions = list(range(view.n))
         self._new_slots(
-            [name for name, _, _ in similarity],
-            [key for _, key, _ in similarity],
-            [_shared(positions, seg) for _, _, seg in similarity],
+            "similarity",
+            sim_keys,
+            _shared(positions, sim_pos, sim_bounds),
+            sim_pos[sim_bounds[:-1]],
         )
         del positions
         n, G = view.n, self.n_slots
@@ -677,89 +773,91 @@ class OSUPool:
         self._row_ptr.resize(n + 1)
         if G == 0:
             return
-        sizes = np.fromiter((len(m) for m in self._g_members), dtype=np.int64, count=G)
-        steps = np.fromiter(
-            (p for m in self._g_members for p in m), dtype=np.int64, count=int(sizes.sum())
-        )
+        if annotation is None:
+            ann_sizes = np.fromiter(
+                (len(m) for m in self._g_members[:n_ann]), dtype=np.int64, count=n_ann
+            )
+            ann_steps = np.fromiter(
+                itertools.chain.from_iterable(self._g_members[:n_ann]),
+                dtype=np.int64,
+                count=int(ann_sizes.sum()),
+            )
+        else:
+            ann_steps = np.concatenate([np.empty(0, np.int64), *annotation[0]])
+            ann_sizes = np.concatenate([np.empty(0, np.int64), *annotation[1]])
+        sizes = np.concatenate([ann_sizes, np.diff(sim_bounds)])
+        steps = np.concatenate([ann_steps, sim_pos])
         gids = np.repeat(np.arange(G, dtype=np.int64), sizes)
-        is_sim = self._g_view.v[gids] == SIMILARITY_CODE
-        self._sim_slot.a[steps[is_sim]] = gids[is_sim]
-        order = np.argsort(steps[~is_sim], kind="stable")
+        # per-step rows: the annotation slots come first, so they are a prefix
+        n_ann_rows = ann_steps.shape[0]
+        self._sim_slot.a[sim_pos] = gids[n_ann_rows:]
+        order = np.argsort(ann_steps, kind="stable")
         self._row_slots.resize(order.shape[0])
-        self._row_slots.v[:] = gids[~is_sim][order]
-        self._row_ptr.a[1 : n + 1] = np.cumsum(np.bincount(steps[~is_sim], minlength=n))
+        self._row_slots.v[:] = gids[:n_ann_rows][order]
+        self._row_ptr.a[1 : n + 1] = np.cumsum(np.bincount(ann_steps, minlength=n))
         # f_min, then raw coherence of the eligible groups
         eligible = sizes >= cfg.min_osu_size
         sel = eligible[gids]
         e_steps, e_gids = steps[sel], gids[sel]
-        raw = sp.csc_matrix((np.ones(e_steps.shape[0]), (e_steps, e_gids)), shape=(n, G))
         coh = np.zeros(G, dtype=np.float64)
         e_idx = np.flatnonzero(eligible)
-        coh[e_idx] = member_stats(raw, view.embeddings, e_idx) / sizes[e_idx]
+        e_bounds = _bounds(sizes[e_idx])
+        coh[e_idx] = segment_stats(view.embeddings, e_steps, e_bounds) / sizes[e_idx]
         self._coh_raw.v[:] = coh
         # M_max cap: per step, keep the best memberships by (priority, coherence, canon)
-        canon = self._canonical_rank(np.arange(G))
+        canon = self._canonical_rank()
         rank = self._g_rank.v.astype(np.int64)
         o = np.lexsort((canon[e_gids], -coh[e_gids], rank[e_gids], e_steps))
         s_sorted = e_steps[o]
-        run_start = np.r_[0, np.flatnonzero(np.diff(s_sorted)) + 1]
-        first_of_run = np.repeat(run_start, np.diff(np.r_[run_start, s_sorted.shape[0]]))
-        within = np.arange(o.shape[0]) - first_of_run
+        new_run = np.ones(s_sorted.shape[0], dtype=bool)
+        new_run[1:] = s_sorted[1:] != s_sorted[:-1]
+        within = np.arange(o.shape[0]) - np.flatnonzero(new_run)[np.cumsum(new_run) - 1]
         take = within < cfg.max_memberships
         self._kept.a[s_sorted[take], within[take]] = e_gids[o][take]
         keep = np.zeros(e_steps.shape[0], dtype=bool)
         keep[o] = take
-        self._derive_slots(view, np.arange(G), e_steps[keep], e_gids[keep])
+        self._derive_slots(view, e_steps[keep], e_gids[keep])
 
-    def _canonical_rank(self, slots: IntArray) -> IntArray:
-        """Rank of each slot in canonical order (view priority, first member, key)."""
-        rank = np.empty(slots.shape[0], dtype=np.int64)
-        if slots.shape[0] == 0:
-            return rank
-        keys = np.array([self._g_key[g] for g in slots.tolist()], dtype=str)
-        _, keyrank = np.unique(keys, return_inverse=True)
-        order = np.lexsort((keyrank, self._g_first.v[slots], self._g_rank.v[slots]))
-        rank[order] = np.arange(slots.shape[0])
+    def _canonical_rank(self) -> IntArray:
+        """Rank of every slot in canonical order (view priority, first member, key)."""
+        n_slots = self.n_slots
+        keyrank = np.empty(n_slots, dtype=np.int64)
+        keyrank[sorted(range(n_slots), key=self._g_key.__getitem__)] = np.arange(n_slots)
+        order = np.lexsort((keyrank, self._g_first.v, self._g_rank.v))
+        rank = np.empty(n_slots, dtype=np.int64)
+        rank[order] = np.arange(n_slots)
         return rank
 
-    def _derive_slots(
-        self, view: MemoryView, slots: IntArray, steps: IntArray, gids: IntArray
-    ) -> None:
-        """Derived state of ``slots`` from their capped memberships ``(steps, gids)``:
-        f_min again, then size, cost, centroid, coherence and span of the live ones."""
+    def _derive_slots(self, view: MemoryView, steps: IntArray, gids: IntArray) -> None:
+        """Derived state of every slot from the capped memberships ``(steps, gids)``
+        (ordered by slot, each slot's steps increasing; the dense live arrays empty, as
+        after a reset): f_min again, then size, cost, centroid, coherence and span of
+        the live ones."""
         cfg = self.config
-        n, G = view.n, self.n_slots
+        G = self.n_slots
         kept_sizes = np.bincount(gids, minlength=G)
         alive = kept_sizes >= max(cfg.min_osu_size, 1)
-        sel = alive[gids]
-        steps, gids = steps[sel], gids[sel]
-        dead = slots[~alive[slots]]
+        steps = steps[alive[gids]]
+        dead = np.flatnonzero(~alive)
         self._k_size.a[dead] = 0
         self._k_cost.a[dead] = 0
         self._k_coh.a[dead] = 0.0
         self._k_span.a[dead] = 0
-        live = slots[alive[slots]]
+        live = np.flatnonzero(alive)
         if live.size == 0:
             return
-        mat = sp.csc_matrix(
-            (np.ones(steps.shape[0], dtype=np.float32), (steps, gids)), shape=(n, G)
-        )
-        # the dense live arrays start empty after a reset (the only caller is _rebuild);
-        # the centroids are written straight into them
-        self._live_cent.resize(live.shape[0])
-        norms = member_stats(mat, view.embeddings, live, out=self._live_cent.a[: live.shape[0]])
         size = kept_sizes[live]
+        bounds = _bounds(size)
+        # the centroids are written straight into the dense live arrays
+        self._live_cent.resize(live.shape[0])
+        norms = segment_stats(
+            view.embeddings, steps, bounds, out=self._live_cent.a[: live.shape[0]]
+        )
         self._k_size.a[live] = size
         self._k_coh.a[live] = (norms / size).astype(np.float32)
-        self._k_cost.a[live] = np.bincount(gids, weights=view.costs[steps], minlength=G)[
-            live
-        ].astype(np.int64)
-        lo = np.full(G, n, dtype=np.int64)
-        hi = np.full(G, -1, dtype=np.int64)
-        np.minimum.at(lo, gids, steps)
-        np.maximum.at(hi, gids, steps)
-        self._k_span.a[live, 0] = lo[live]
-        self._k_span.a[live, 1] = hi[live]
+        self._k_cost.a[live] = np.add.reduceat(view.costs[steps].astype(np.int64), bounds[:-1])
+        self._k_span.a[live, 0] = steps[bounds[:-1]]
+        self._k_span.a[live, 1] = steps[bounds[1:] - 1]
         self._live_slot.resize(live.shape[0])
         self._live_slot.a[: live.shape[0]] = live
         self._live_row.a[live] = np.arange(live.shape[0])

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import math
-from array import array
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -24,6 +24,11 @@ from osumem.types import IntArray, MemoryView
 
 #: A raw group: (view, key, member positions in increasing order).
 RawGroup = tuple[str, str, IntArray]
+
+#: Raw groups of one view as flat arrays: ``(keys, positions, bounds)``, group ``i``
+#: being key ``keys[i]`` with members ``positions[bounds[i]:bounds[i + 1]]``
+#: (increasing).
+GroupArrays = tuple[list[str], IntArray, IntArray]
 
 
 def split_segments(positions: NDArray[np.int64], max_gap: float, max_size: int) -> list[IntArray]:
@@ -62,23 +67,29 @@ def step_keys(view: MemoryView, name: str, start: int = 0) -> Iterable[tuple[int
             yield p, str(key)
 
 
-def annotation_groups(view: MemoryView, name: str, config: OSUConfig) -> list[RawGroup]:
-    """Raw groups of annotation view ``name`` (entity, tool or subgoal) over ``view``:
-    every key's steps, split at gaps over Δ_view and chunked at S_max (keys in order of
-    first appearance, each key's groups in time order: :func:`split_segments` of every
-    key's positions, computed for all keys at once)."""
-    code_of: dict[str, int] = {}
-    pos_buf, code_buf = array("q"), array("q")  # compact: no int object per pair
-    for p, key in step_keys(view, name):
-        pos_buf.append(p)
-        code_buf.append(code_of.setdefault(key, len(code_of)))
-    if not pos_buf:
-        return []
-    code = np.frombuffer(code_buf, dtype=np.int64)
+def annotation_group_arrays(view: MemoryView, name: str, config: OSUConfig) -> GroupArrays:
+    """:func:`annotation_groups` as flat arrays (see :data:`GroupArrays`): the same
+    groups in the same order, without an array per group."""
+    n_steps = view.n
+    if name == "entity":
+        ents = view.entities[:n_steps]
+        lens = np.fromiter(map(len, ents), dtype=np.int64, count=n_steps)
+        vals: list[Any] = list(itertools.chain.from_iterable(map(sorted, ents)))
+        at = np.repeat(np.arange(n_steps, dtype=np.int64), lens)
+    else:
+        column = view.tool_signatures if name == "tool" else view.subgoals
+        col = np.asarray(column[:n_steps], dtype=object)
+        at = np.flatnonzero(col.astype(bool)).astype(np.int64)
+        vals = list(map(str, col[at].tolist()))  # str(s) is s itself for a str
+    if not vals:
+        return [], np.empty(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    # keys numbered in order of first appearance (each key's first string object)
+    code_of = dict(zip(dict.fromkeys(vals), itertools.count()))
+    code = np.fromiter(map(code_of.__getitem__, vals), dtype=np.int64, count=len(vals))
+    del vals
     order = np.argsort(code, kind="stable")
-    pos = np.frombuffer(pos_buf, dtype=np.int64)[order]
+    pos = at[order]
     code = code[order]
-    del pos_buf, code_buf
     n = pos.shape[0]
     # a segment starts at a new key or after a gap over Δ_view; a group every S_max
     # members of a segment
@@ -89,13 +100,20 @@ def annotation_groups(view: MemoryView, name: str, config: OSUConfig) -> list[Ra
         seg_start[1:] |= np.diff(pos) > delta
     first = np.flatnonzero(seg_start)
     within = np.arange(n) - first[np.cumsum(seg_start) - 1]
-    starts = np.flatnonzero(within % config.max_osu_size == 0).tolist()
+    starts = np.flatnonzero(within % config.max_osu_size == 0)
     keys = list(code_of)
-    key_at = code[starts].tolist()
-    return [
-        (name, keys[k], pos[lo:hi])
-        for k, lo, hi in zip(key_at, starts, [*starts[1:], n], strict=True)
-    ]
+    group_keys = list(map(keys.__getitem__, code[starts].tolist()))
+    return group_keys, pos, np.append(starts, n)
+
+
+def annotation_groups(view: MemoryView, name: str, config: OSUConfig) -> list[RawGroup]:
+    """Raw groups of annotation view ``name`` (entity, tool or subgoal) over ``view``:
+    every key's steps, split at gaps over Δ_view and chunked at S_max (keys in order of
+    first appearance, each key's groups in time order: :func:`split_segments` of every
+    key's positions, computed for all keys at once)."""
+    keys, pos, bounds = annotation_group_arrays(view, name, config)
+    cuts = bounds.tolist()
+    return [(name, k, pos[lo:hi]) for k, lo, hi in zip(keys, cuts, cuts[1:], strict=False)]
 
 
 def annotated_mask(view: MemoryView, views: tuple[str, ...]) -> NDArray[np.bool_]:
@@ -104,7 +122,7 @@ def annotated_mask(view: MemoryView, views: tuple[str, ...]) -> NDArray[np.bool_
     fallback scope leaves out."""
     out = np.zeros(view.n, dtype=bool)
     if "entity" in views:
-        out |= np.fromiter((bool(e) for e in view.entities), dtype=bool, count=view.n)
+        out |= np.fromiter(map(bool, view.entities[: view.n]), dtype=bool, count=view.n)
     if "tool" in views:
         out |= view.tool_signatures != ""
     return out
@@ -370,23 +388,46 @@ def similarity_scope(view: MemoryView, config: OSUConfig) -> IntArray:
     return np.flatnonzero(~annotated_mask(view, config.views)).astype(np.int64)
 
 
+def community_group_arrays(
+    scope: IntArray, comms: list[IntArray], config: OSUConfig
+) -> GroupArrays:
+    """:func:`community_groups` as flat arrays (see :data:`GroupArrays`): each
+    community's positions chunked at S_max in time order, communities in order."""
+    lens = np.fromiter(map(len, comms), dtype=np.int64, count=len(comms))
+    n = int(lens.sum())
+    if n == 0:
+        return [], np.empty(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    pos = scope[np.concatenate(comms)].astype(np.int64, copy=False)
+    first = np.r_[0, np.cumsum(lens)[:-1]]
+    comm = np.repeat(np.arange(lens.shape[0], dtype=np.int64), lens)
+    within = np.arange(n) - first[comm]
+    starts = np.flatnonzero(within % config.max_osu_size == 0)
+    keys = [f"community{c}" for c in comm[starts].tolist()]  # one string per group
+    return keys, pos, np.append(starts, n)
+
+
 def community_groups(scope: IntArray, comms: list[IntArray], config: OSUConfig) -> list[RawGroup]:
     """Raw groups of the similarity view from communities over ``scope`` (indices into
     it): each community's positions chunked at S_max in time order."""
-    groups: list[RawGroup] = []
-    for c, members in enumerate(comms):
-        for seg in split_segments(scope[members], math.inf, config.max_osu_size):
-            groups.append(("similarity", f"community{c}", seg))
-    return groups
+    keys, pos, bounds = community_group_arrays(scope, comms, config)
+    cuts = bounds.tolist()
+    return [("similarity", k, pos[lo:hi]) for k, lo, hi in zip(keys, cuts, cuts[1:], strict=False)]
+
+
+def similarity_group_arrays(view: MemoryView, config: OSUConfig, seed: int) -> GroupArrays:
+    """:func:`similarity_groups` as flat arrays (see :data:`GroupArrays`)."""
+    scope = similarity_scope(view, config)
+    if scope.size < 2:
+        return [], np.empty(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    src, dst = knn_edges(view.embeddings[scope], config.knn_k)
+    comms = communities(scope.size, src, dst, config.community, seed)
+    return community_group_arrays(scope, comms, config)
 
 
 def similarity_groups(view: MemoryView, config: OSUConfig, seed: int) -> list[RawGroup]:
     """Raw groups of the similarity view: communities of the cosine k-NN graph (k =
     ``knn_k``) over the steps in scope (``similarity_scope``), each chunked at S_max in
     time order."""
-    scope = similarity_scope(view, config)
-    if scope.size < 2:
-        return []
-    src, dst = knn_edges(view.embeddings[scope], config.knn_k)
-    comms = communities(scope.size, src, dst, config.community, seed)
-    return community_groups(scope, comms, config)
+    keys, pos, bounds = similarity_group_arrays(view, config, seed)
+    cuts = bounds.tolist()
+    return [("similarity", k, pos[lo:hi]) for k, lo, hi in zip(keys, cuts, cuts[1:], strict=False)]

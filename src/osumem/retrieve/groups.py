@@ -59,12 +59,19 @@ def incidence(groups: Sequence[Sequence[int] | NDArray[Any]], n_steps: int) -> s
 def labels_to_incidence(labels: NDArray[Any]) -> sp.csr_matrix:
     """Incidence of a partition given one group id per step (ids ``0..G-1``; a negative
     id leaves the step in no group)."""
-    lab = np.asarray(labels, dtype=np.int64)
-    keep = lab >= 0
-    n_groups = int(lab.max()) + 1 if keep.any() else 0
-    cols = np.flatnonzero(keep)
+    lab = np.asarray(labels, dtype=np.int64).reshape(-1)
+    cols = np.flatnonzero(lab >= 0)
+    rows = lab[cols]
+    n_groups = int(rows.max()) + 1 if rows.size else 0
+    # CSR arrays directly (rows grouped, positions increasing within each row)
+    indptr = np.zeros(n_groups + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n_groups), out=indptr[1:])
     return sp.csr_matrix(
-        (np.ones(cols.shape[0], dtype=np.float32), (lab[keep], cols)),
+        (
+            np.ones(cols.shape[0], dtype=np.float32),
+            cols[np.argsort(rows, kind="stable")],
+            indptr,
+        ),
         shape=(n_groups, lab.shape[0]),
     )
 
@@ -141,25 +148,39 @@ def coarse_to_fine(
     order = np.argsort(-gc, kind="stable")[: min(int(k), n_ok)]
     if order.size == 0 or limit == 0:
         return np.empty(0, dtype=np.int64), order.astype(np.int64)
-    cand = _member_union(members, order, limit)
+    hit = _column_sums(members, order, limit) > 0
+    cand = np.flatnonzero(hit)
     cand = cand[np.argsort(-np.asarray(step_cos)[cand], kind="stable")]
     return cand.astype(np.int64), order.astype(np.int64)
 
 
-def _member_union(members: sp.csr_matrix, rows: IntArray, limit: int) -> IntArray:
-    """The distinct steps ``< limit`` that have a positive entry in any of ``rows``,
-    increasing: read from the CSR arrays directly (a sparse row selection and column
-    sum built two matrices per query)."""
-    csr = members if sp.isspmatrix_csr(members) else sp.csr_matrix(members)
-    starts = csr.indptr[rows]
-    lengths = csr.indptr[rows + 1] - starts
-    total = int(lengths.sum())
-    # the positions of the rows' entries in ``indices``, row after row
-    offsets = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(total)
-    cols = csr.indices[offsets]
-    hit = np.zeros(limit, dtype=bool)
-    hit[cols[(cols < limit) & (csr.data[offsets] > 0)]] = True
-    return np.flatnonzero(hit)
+def _column_sums(members: sp.spmatrix, rows: IntArray, limit: int) -> NDArray[Any]:
+    """Sums over ``rows`` of ``members``' columns ``< limit`` (``members[rows][:,
+    :limit].sum(axis=0)`` as a flat array: the same additions in the same order, read
+    straight from the CSR arrays)."""
+    if not sp.isspmatrix_csr(members) and not isinstance(members, sp.csr_array):
+        return np.asarray(members[rows][:, :limit].sum(axis=0)).ravel()
+    indptr = members.indptr
+    starts = indptr[rows].astype(np.int64)
+    lens = indptr[rows + 1].astype(np.int64) - starts
+    total = int(lens.sum())
+    entry = np.arange(total, dtype=np.int64) + np.repeat(starts - _bounds(lens)[:-1], lens)
+    cols = members.indices[entry]
+    sel = cols < limit
+    acc = np.result_type(members.dtype, np.float32) if members.dtype.kind == "f" else None
+    weights = members.data[entry][sel]
+    if acc is not None:
+        sums = np.zeros(limit, dtype=acc)
+        np.add.at(sums, cols[sel], weights)
+        return sums
+    return np.bincount(cols[sel], weights=weights, minlength=limit)
+
+
+def _bounds(sizes: IntArray) -> IntArray:
+    """``[0, cumsum(sizes)]``."""
+    out = np.zeros(sizes.shape[0] + 1, dtype=np.int64)
+    np.cumsum(sizes, out=out[1:])
+    return out
 
 
 def with_fallback(primary: NDArray[Any], fallback: NDArray[Any], n_steps: int) -> IntArray:
