@@ -106,6 +106,22 @@ def test_bootstrap_equals_scipy(case: int) -> None:
         assert (lo, hi) == (res.confidence_interval.low, res.confidence_interval.high)
 
 
+def test_bootstrap_of_integers_with_a_negative_zero_equals_scipy() -> None:
+    arr = np.array([-0.0, -0.0, 0.0, 1.0, -1.0, 0.0, 2.0] * 5)
+    for sample in (arr, np.abs(arr), -np.abs(arr)):
+        want = sps.bootstrap(
+            (sample,),
+            np.mean,
+            n_resamples=3000,
+            random_state=np.random.default_rng(0),
+            vectorized=True,
+            method="percentile",
+        ).bootstrap_distribution
+        got = bootstrap_means(sample, 3000, np.random.default_rng(0))
+        assert np.array_equal(np.signbit(want), np.signbit(got))
+        assert np.array_equal(want, got)
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("res")
