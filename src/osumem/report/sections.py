@@ -16,12 +16,14 @@ from osumem.evaluate.metrics import metric_name, recall_by_distance, summarise
 from osumem.evaluate.stats import (
     TestResult,
     compare,
+    episode_differences,
     format_p,
     interaction_test,
     paired_differences,
     paired_test,
     precompute,
     resolve_threads,
+    seed_combined_p,
     seed_groups,
 )
 from osumem.report.paper import paper_cell, paper_value
@@ -178,6 +180,25 @@ def sweep_section(
     budgets = sorted(sub["budget"].unique())
     means = summarise(sub).set_index(["method", "budget"])
     present = set(sub["method"].unique().tolist())
+    # per method and metric one join over every budget, split by budget: the same rows
+    # in the same order as a join at each budget (a budget without pairs is left to
+    # the join at that budget, which reports it)
+    tested = [x for x in exp_methods if x in present and x != reference and reference in present]
+    episodes: dict[tuple[str, str, int], pd.DataFrame] = {}
+    for m in metrics:
+        for method in tested:
+            d = paired_differences(sub, reference, method, m)
+            at = d["budget"].to_numpy()
+            for b in budgets:
+                if (method, b) in means.index and (at == b).any():
+                    episodes[(method, m, int(b))] = episode_differences(d[at == b])
+    if resolve_threads(settings.jobs) > 1:
+        precompute(
+            sign_flips=[g for d in episodes.values() for g in seed_groups(d)],
+            n_permutations=settings.n_permutations,
+            seed=settings.seed,
+            jobs=settings.jobs,
+        )
     out = []
     for m in metrics:
         out.append(f"**{metric_name(m)}** — ours (p vs {reference}, episode level) [paper]\n")
@@ -190,7 +211,14 @@ def sweep_section(
                     cells.append("–")
                     continue
                 text = f"{means.loc[(method, b), m]:.3f}"
-                if method != reference and reference in present:
+                if (method, m, int(b)) in episodes:
+                    p = seed_combined_p(
+                        episodes[(method, m, int(b))],
+                        n_permutations=settings.n_permutations,
+                        seed=settings.seed,
+                    )
+                    text += f" ({format_p(p)})"
+                elif method != reference and reference in present:
                     _, p, _ = paired_test(
                         sub,
                         reference,
