@@ -168,3 +168,20 @@ def test_bad_jobs_is_refused_before_anything_is_written(results: Path, tmp_path:
     res = CliRunner().invoke(main, ["report", str(results), "--jobs", "0"])
     assert res.exit_code == 2
     assert res.output.count("\n") == 1 and "jobs" in res.output
+
+
+def test_prefetch_runs_beside_the_caller_and_forgets_on_error() -> None:
+    rng = np.random.default_rng(4)
+    samples = [_sample(rng, i % 5, 300) for i in range(4)]
+    stats._MEMO.clear()
+    with pytest.raises(ValueError), stats.Prefetch(n_permutations=999, jobs=2) as pre:
+        pre.add(sign_flips=samples)
+        raise ValueError("the caller failed")
+    assert not stats._MEMO  # nothing half-remembered
+    with stats.Prefetch(n_permutations=999, jobs=2) as pre:
+        pre.add(sign_flips=samples[:2], bootstraps=samples[:1])
+        pre.add(sign_flips=samples)  # the first two are already under way
+    assert pre.count == 5 and len(stats._MEMO) == 5
+    got = [stats.sign_flip_test(s, n_permutations=999).p_value for s in samples]
+    assert len(stats._MEMO) == 5  # every answer came from the memo
+    assert got == [_reference_sign_flip(s, 999, 0) for s in samples]

@@ -115,6 +115,85 @@ def resolve_threads(jobs: int | str) -> int:
     return int(jobs)
 
 
+class Prefetch:
+    """Seeded tests computed on threads while the caller goes on (a context manager).
+
+    :meth:`add` hands over the samples of sign-flip tests (:func:`sign_flip_test`)
+    and bootstrap intervals (:func:`bootstrap_ci`, default confidence and resamples)
+    that are not remembered yet; with more than one thread (``jobs``; -1: one per
+    core) they start at once, beside the caller's own work (the joins that produce
+    the next samples), and leaving the ``with`` block waits for them and remembers
+    them: the calls that follow return them at once. With one thread :meth:`add`
+    computes them on the spot.
+
+    Each result is computed by the same function with the same seed as a call would,
+    only earlier and beside the others (NumPy releases the interpreter lock in the
+    random draws, the matrix products and the reductions that make up these tests),
+    so the numbers are the ones a serial run gives.
+    """
+
+    def __init__(self, *, n_permutations: int = N_PERMUTATIONS, seed: int = 0, jobs: int = 1):
+        self.threads = resolve_threads(jobs)
+        self.n_permutations = n_permutations
+        self.seed = seed
+        self.count = 0
+        self._pool: Any = None
+        self._futures: dict[tuple[Any, ...], Any] = {}
+
+    def __enter__(self) -> Prefetch:
+        return self
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if self._pool is None:
+            return
+        try:
+            if exc_type is None:
+                for key, fut in self._futures.items():
+                    _remember(key, fut.result())
+        finally:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool, self._futures = None, {}
+
+    def add(
+        self, *, sign_flips: Sequence[NDArray[Any]] = (), bootstraps: Sequence[NDArray[Any]] = ()
+    ) -> None:
+        """Start (or, on one thread, compute) the tests of these samples."""
+        tasks: dict[tuple[Any, ...], Callable[[], Any]] = {}
+        n_perm, seed = self.n_permutations, self.seed
+        for d in sign_flips:
+            arr = _as_vector(d, "differences")
+            key = _memo_key("sign_flip", arr, (n_perm, seed, None))
+            if key not in _MEMO and key not in self._futures:
+                tasks[key] = partial(_sign_flip, arr, n_permutations=n_perm, seed=seed, exact=None)
+        for x in bootstraps:
+            arr = _as_vector(x, "sample")
+            if arr.size < 2 or np.all(arr == arr[0]):
+                continue  # answered without resampling
+            key = _memo_key("bootstrap", arr, (CONFIDENCE, N_RESAMPLES, seed, "percentile"))
+            if key not in _MEMO and key not in self._futures:
+                tasks[key] = partial(
+                    _bootstrap,
+                    arr,
+                    confidence=CONFIDENCE,
+                    n_resamples=N_RESAMPLES,
+                    seed=seed,
+                    method="percentile",
+                )
+        self.count += len(tasks)
+        if self.threads <= 1:
+            for key, fn in tasks.items():
+                _remember(key, fn())
+            return
+        if self._pool is None and tasks:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _raw_bits_ok(), _fast_resampling_ok()  # the one-time checks, before the threads
+            self._pool = ThreadPoolExecutor(max_workers=self.threads)
+        # the longest first, so that the threads finish together
+        for key in sorted(tasks, key=lambda k: -k[1] * (8 if k[0] == "bootstrap" else 1)):
+            self._futures[key] = self._pool.submit(tasks[key])
+
+
 def precompute(
     *,
     sign_flips: Sequence[NDArray[Any]] = (),
@@ -123,53 +202,11 @@ def precompute(
     seed: int = 0,
     jobs: int = 1,
 ) -> int:
-    """Compute the seeded sign-flip tests (:func:`sign_flip_test`) of ``sign_flips``
-    and the bootstrap intervals (:func:`bootstrap_ci`, default confidence and
-    resamples) of ``bootstraps`` that are not remembered yet, on up to ``jobs``
-    threads, and remember them: the calls that follow return them at once.
-
-    Each result is computed by the same function with the same seed as a call would,
-    only earlier and beside the others (NumPy releases the interpreter lock in the
-    random draws, the matrix products and the reductions that make up these tests),
-    so the numbers are the ones a serial run gives. Returns the number computed.
-    """
-    tasks: dict[tuple[Any, ...], Callable[[], Any]] = {}
-    for d in sign_flips:
-        arr = _as_vector(d, "differences")
-        key = _memo_key("sign_flip", arr, (n_permutations, seed, None))
-        if key not in _MEMO and key not in tasks:
-            tasks[key] = partial(
-                _sign_flip, arr, n_permutations=n_permutations, seed=seed, exact=None
-            )
-    for x in bootstraps:
-        arr = _as_vector(x, "sample")
-        if arr.size < 2 or np.all(arr == arr[0]):
-            continue  # answered without resampling
-        key = _memo_key("bootstrap", arr, (CONFIDENCE, N_RESAMPLES, seed, "percentile"))
-        if key not in _MEMO and key not in tasks:
-            tasks[key] = partial(
-                _bootstrap,
-                arr,
-                confidence=CONFIDENCE,
-                n_resamples=N_RESAMPLES,
-                seed=seed,
-                method="percentile",
-            )
-    threads = min(resolve_threads(jobs), len(tasks))
-    if threads <= 1:
-        for key, fn in tasks.items():
-            _remember(key, fn())
-        return len(tasks)
-    from concurrent.futures import ThreadPoolExecutor
-
-    _raw_bits_ok(), _fast_resampling_ok()  # the one-time checks, before the threads
-    # the longest first, so that the threads finish together
-    order = sorted(tasks, key=lambda k: -k[1] * (8 if k[0] == "bootstrap" else 1))
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        futures = {key: pool.submit(tasks[key]) for key in order}
-        for key, fut in futures.items():
-            _remember(key, fut.result())
-    return len(tasks)
+    """:class:`Prefetch` of these samples, waited for: their tests computed on up to
+    ``jobs`` threads and remembered. Returns the number computed."""
+    with Prefetch(n_permutations=n_permutations, seed=seed, jobs=jobs) as pre:
+        pre.add(sign_flips=sign_flips, bootstraps=bootstraps)
+    return pre.count
 
 
 def _as_vector(d: Any, what: str) -> NDArray[np.float64]:
@@ -716,21 +753,21 @@ def compare(
     if reference not in present:
         raise InvalidInputError(f"reference method {reference!r} has no rows")
     others = [m for m in (methods or present) if m != reference and m in present]
-    # one join serves both tests (what paired_test would compute twice)
-    pairs = {
-        (m, metric): paired_differences(rows, reference, m, metric, budget=budget)
-        for m in others
-        for metric in metrics
-    }
-    episodes = {k: episode_differences(dq) for k, dq in pairs.items()}
-    if resolve_threads(jobs) > 1:
-        precompute(
-            sign_flips=[g for k in pairs for d in (pairs[k], episodes[k]) for g in seed_groups(d)],
-            bootstraps=[dq["d"].to_numpy() for dq in pairs.values()],
-            n_permutations=n_permutations,
-            seed=seed,
-            jobs=jobs,
-        )
+    # one join serves both tests (what paired_test would compute twice); on several
+    # threads each pair's tests start while the next pair is joined
+    pairs: dict[tuple[str, str], pd.DataFrame] = {}
+    episodes: dict[tuple[str, str], pd.DataFrame] = {}
+    with Prefetch(n_permutations=n_permutations, seed=seed, jobs=jobs) as pre:
+        for m in others:
+            for metric in metrics:
+                dq = paired_differences(rows, reference, m, metric, budget=budget)
+                de = episode_differences(dq)
+                pairs[(m, metric)], episodes[(m, metric)] = dq, de
+                if pre.threads > 1:
+                    pre.add(
+                        sign_flips=[*seed_groups(dq), *seed_groups(de)],
+                        bootstraps=[dq["d"].to_numpy()],
+                    )
     out = []
     for m in others:
         for metric in metrics:

@@ -14,6 +14,7 @@ from osumem.evaluate.defaults import N_PERMUTATIONS
 from osumem.evaluate.methods import ResolvedMethod, read_method_table
 from osumem.evaluate.metrics import metric_name, recall_by_distance, summarise
 from osumem.evaluate.stats import (
+    Prefetch,
     TestResult,
     compare,
     episode_differences,
@@ -185,20 +186,19 @@ def sweep_section(
     # the join at that budget, which reports it)
     tested = [x for x in exp_methods if x in present and x != reference and reference in present]
     episodes: dict[tuple[str, str, int], pd.DataFrame] = {}
-    for m in metrics:
-        for method in tested:
-            d = paired_differences(sub, reference, method, m)
-            at = d["budget"].to_numpy()
-            for b in budgets:
-                if (method, b) in means.index and (at == b).any():
-                    episodes[(method, m, int(b))] = episode_differences(d[at == b])
-    if resolve_threads(settings.jobs) > 1:
-        precompute(
-            sign_flips=[g for d in episodes.values() for g in seed_groups(d)],
-            n_permutations=settings.n_permutations,
-            seed=settings.seed,
-            jobs=settings.jobs,
-        )
+    with Prefetch(
+        n_permutations=settings.n_permutations, seed=settings.seed, jobs=settings.jobs
+    ) as pre:
+        for m in metrics:
+            for method in tested:
+                d = paired_differences(sub, reference, method, m)
+                at = d["budget"].to_numpy()
+                for b in budgets:
+                    if (method, b) in means.index and (at == b).any():
+                        de = episode_differences(d[at == b])
+                        episodes[(method, m, int(b))] = de
+                        if pre.threads > 1:
+                            pre.add(sign_flips=seed_groups(de))
     out = []
     for m in metrics:
         out.append(f"**{metric_name(m)}** — ours (p vs {reference}, episode level) [paper]\n")
