@@ -406,7 +406,9 @@ def reproduce(
         json.dumps(spec_dict(spec, data=data), indent=2, default=str) + "\n"
     )
     t0 = time.perf_counter()
-    report = build_report(out, settings=ReportSettings(n_permutations=spec.n_permutations))
+    report = build_report(
+        out, settings=ReportSettings(n_permutations=spec.n_permutations, jobs=jobs)
+    )
     summary = _summaries().get(spec.benchmark)
     if summary is not None:
         fn, name = summary

@@ -42,16 +42,19 @@ _report_options = options(
 @click.argument("results", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @out_file_option(help="Report file (default: RESULTS/report.md; figures beside it).")
 @_report_options
+@jobs_option(help="Threads for the significance tests (-1: all cores).")
 @handle_errors
 def report_cmd(
-    results: Path, out: Path | None, reference: str, baseline: str, permutations: int
+    results: Path, out: Path | None, reference: str, baseline: str, permutations: int, jobs: int
 ) -> None:
     """Turn a results directory (row files from `osumem bench ... --out DIR` or
     `osumem reproduce`) into report.md with tables, p-values, the paper's numbers
     beside ours, and PNG figures."""
     from osumem.report.build import ReportSettings, build_report
 
-    settings = ReportSettings(reference=reference, baseline=baseline, n_permutations=permutations)
+    settings = ReportSettings(
+        reference=reference, baseline=baseline, n_permutations=permutations, jobs=jobs
+    )
     path = build_report(results, settings=settings, out=out)
     click.echo(f"report written to {path}")
 

@@ -21,9 +21,12 @@ Everything here reads per-query result rows or plain arrays of paired difference
 from __future__ import annotations
 
 import hashlib
+import os
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -38,6 +41,9 @@ from osumem.evaluate.metrics import metric_name
 #: Rows of one query are identified by these columns (a query id is unique per episode).
 QUERY_KEY: tuple[str, ...] = ("benchmark", "seed", "episode", "query")
 _CHUNK = 1024
+#: Confidence level and resamples of :func:`bootstrap_ci` by default.
+CONFIDENCE = 0.95
+N_RESAMPLES = 10_000
 #: Relative tolerance for "at least as extreme" so that float round-off in permuted
 #: means cannot break ties (e.g. the identity permutation itself).
 _TIE_RTOL = 1e-9
@@ -72,20 +78,135 @@ _MEMO: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 _MEMO_SIZE = 1024
 
 
+def _memo_key(kind: str, arr: NDArray[np.float64], params: tuple[Any, ...]) -> tuple[Any, ...]:
+    return (kind, arr.size, hashlib.blake2b(arr.tobytes(), digest_size=20).digest(), params)
+
+
+def _remember(key: tuple[Any, ...], value: Any) -> None:
+    _MEMO[key] = value
+    if len(_MEMO) > _MEMO_SIZE:
+        _MEMO.popitem(last=False)
+
+
 def _memo(
     kind: str, arr: NDArray[np.float64], params: tuple[Any, ...], fn: Callable[[], Any]
 ) -> Any:
     """``fn()``, remembered under ``kind``, the bytes of ``arr`` (by digest) and
     ``params`` (least recently used entries dropped past :data:`_MEMO_SIZE`)."""
-    key = (kind, arr.size, hashlib.blake2b(arr.tobytes(), digest_size=20).digest(), params)
+    key = _memo_key(kind, arr, params)
     if key in _MEMO:
         _MEMO.move_to_end(key)
         return _MEMO[key]
     value = fn()
-    _MEMO[key] = value
-    if len(_MEMO) > _MEMO_SIZE:
-        _MEMO.popitem(last=False)
+    _remember(key, value)
     return value
+
+
+def resolve_threads(jobs: int | str) -> int:
+    """Threads for ``jobs`` (-1 or ``"auto"``: one per core)."""
+    if jobs == "auto":
+        jobs = -1
+    if isinstance(jobs, bool) or not isinstance(jobs, int | np.integer):
+        raise ConfigError(f"jobs must be an integer, got {jobs!r}")
+    if jobs == -1:
+        return max(1, os.cpu_count() or 1)
+    if jobs < 1:
+        raise ConfigError(f"jobs must be -1 (all cores) or a number >= 1, got {jobs}")
+    return int(jobs)
+
+
+class Prefetch:
+    """Seeded tests computed on threads while the caller goes on (a context manager).
+
+    :meth:`add` hands over the samples of sign-flip tests (:func:`sign_flip_test`)
+    and bootstrap intervals (:func:`bootstrap_ci`, default confidence and resamples)
+    that are not remembered yet; with more than one thread (``jobs``; -1: one per
+    core) they start at once, beside the caller's own work (the joins that produce
+    the next samples), and leaving the ``with`` block waits for them and remembers
+    them: the calls that follow return them at once. With one thread :meth:`add`
+    computes them on the spot.
+
+    Each result is computed by the same function with the same seed as a call would,
+    only earlier and beside the others (NumPy releases the interpreter lock in the
+    random draws, the matrix products and the reductions that make up these tests),
+    so the numbers are the ones a serial run gives.
+    """
+
+    def __init__(self, *, n_permutations: int = N_PERMUTATIONS, seed: int = 0, jobs: int = 1):
+        self.threads = resolve_threads(jobs)
+        self.n_permutations = n_permutations
+        self.seed = seed
+        self.count = 0
+        self._pool: Any = None
+        self._futures: dict[tuple[Any, ...], Any] = {}
+
+    def __enter__(self) -> Prefetch:
+        return self
+
+    def __exit__(self, exc_type: Any, *_: Any) -> None:
+        if self._pool is None:
+            return
+        try:
+            if exc_type is None:
+                for key, fut in self._futures.items():
+                    _remember(key, fut.result())
+        finally:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool, self._futures = None, {}
+
+    def add(
+        self, *, sign_flips: Sequence[NDArray[Any]] = (), bootstraps: Sequence[NDArray[Any]] = ()
+    ) -> None:
+        """Start (or, on one thread, compute) the tests of these samples."""
+        tasks: dict[tuple[Any, ...], Callable[[], Any]] = {}
+        n_perm, seed = self.n_permutations, self.seed
+        for d in sign_flips:
+            arr = _as_vector(d, "differences")
+            key = _memo_key("sign_flip", arr, (n_perm, seed, None))
+            if key not in _MEMO and key not in self._futures:
+                tasks[key] = partial(_sign_flip, arr, n_permutations=n_perm, seed=seed, exact=None)
+        for x in bootstraps:
+            arr = _as_vector(x, "sample")
+            if arr.size < 2 or np.all(arr == arr[0]):
+                continue  # answered without resampling
+            key = _memo_key("bootstrap", arr, (CONFIDENCE, N_RESAMPLES, seed, "percentile"))
+            if key not in _MEMO and key not in self._futures:
+                tasks[key] = partial(
+                    _bootstrap,
+                    arr,
+                    confidence=CONFIDENCE,
+                    n_resamples=N_RESAMPLES,
+                    seed=seed,
+                    method="percentile",
+                )
+        self.count += len(tasks)
+        if self.threads <= 1:
+            for key, fn in tasks.items():
+                _remember(key, fn())
+            return
+        if self._pool is None and tasks:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _raw_bits_ok(), _fast_resampling_ok()  # the one-time checks, before the threads
+            self._pool = ThreadPoolExecutor(max_workers=self.threads)
+        # the longest first, so that the threads finish together
+        for key in sorted(tasks, key=lambda k: -k[1] * (8 if k[0] == "bootstrap" else 1)):
+            self._futures[key] = self._pool.submit(tasks[key])
+
+
+def precompute(
+    *,
+    sign_flips: Sequence[NDArray[Any]] = (),
+    bootstraps: Sequence[NDArray[Any]] = (),
+    n_permutations: int = N_PERMUTATIONS,
+    seed: int = 0,
+    jobs: int = 1,
+) -> int:
+    """:class:`Prefetch` of these samples, waited for: their tests computed on up to
+    ``jobs`` threads and remembered. Returns the number computed."""
+    with Prefetch(n_permutations=n_permutations, seed=seed, jobs=jobs) as pre:
+        pre.add(sign_flips=sign_flips, bootstraps=bootstraps)
+    return pre.count
 
 
 def _as_vector(d: Any, what: str) -> NDArray[np.float64]:
@@ -156,14 +277,67 @@ def _sign_flip(
             hits += int((np.abs(signs @ arr) / n >= threshold).sum())
         return TestResult(float(observed), hits / 2**n, n, 2**n, True)
     rng = np.random.default_rng(seed)
+    # Integer differences (of hit indicators, say): every product and partial sum of
+    # ``s · d`` is an exact integer, so leaving out the columns where ``d = 0`` gives
+    # the same sums to the bit; other differences keep every column (the summation
+    # order of the full product is what the p-value was always computed with).
+    cols: NDArray[np.intp] | None = None
+    if np.abs(arr).sum() < 2.0**53 and np.array_equal(arr, np.rint(arr)):
+        cols = np.flatnonzero(arr)
+    sub = arr if cols is None else arr[cols]
     hits = 0
     left = n_permutations
     while left:
         k = min(left, _CHUNK)
-        flips = rng.integers(0, 2, size=(k, n), dtype=np.int8) * 2 - 1
-        hits += int((np.abs(flips @ arr) / n >= threshold).sum())
+        bits = coin_flips(rng, k, n)
+        flips = (bits if cols is None else bits[:, cols]) * np.int8(2) - np.int8(1)
+        hits += int((np.abs(flips @ sub) / n >= threshold).sum())
         left -= k
     return TestResult(float(observed), (1 + hits) / (1 + n_permutations), n, n_permutations, False)
+
+
+#: Whether the raw-stream shortcut of :func:`coin_flips` draws what ``Generator.integers``
+#: draws on this NumPy (checked once, at first use).
+_RAW_BITS_OK: bool | None = None
+
+
+def _raw_bits_ok() -> bool:
+    global _RAW_BITS_OK
+    if _RAW_BITS_OK is None:
+        a, b = np.random.default_rng(2024), np.random.default_rng(2024)
+        ok = sys.byteorder == "little" and isinstance(b.bit_generator, np.random.PCG64)
+        for size in (8, 48, 4096):
+            want = a.integers(0, 2, size=size, dtype=np.int8)
+            got = b.bit_generator.random_raw(size // 8).view(np.uint8) >> 7
+            ok = ok and np.array_equal(want, got)
+        _RAW_BITS_OK = bool(ok and a.bit_generator.state["state"] == b.bit_generator.state["state"])
+    return _RAW_BITS_OK
+
+
+def coin_flips(rng: np.random.Generator, k: int, n: int) -> NDArray[np.int8]:
+    """``rng.integers(0, 2, size=(k, n), dtype=np.int8)``: the same values, leaving
+    ``rng`` in the same state, about 6× faster.
+
+    NumPy draws a bounded 8-bit integer from one byte of the 32-bit stream (Lemire's
+    method; for the range ``{0, 1}`` it is the byte's top bit, never rejected), and
+    PCG64's 32-bit stream is the low then the high half of each 64-bit output. So
+    when the generator holds no buffered half and ``k·n`` is a multiple of 8 the bits
+    are the top bits of the bytes of ``k·n/8`` raw 64-bit outputs. That identity is
+    checked on this NumPy at first use; otherwise, or for other generators,
+    ``rng.integers`` itself is called.
+    """
+    size = k * n
+    bg = rng.bit_generator
+    if (
+        size % 8 == 0
+        and isinstance(bg, np.random.PCG64)
+        and not bg.state["has_uint32"]
+        and _raw_bits_ok()
+    ):
+        raw = bg.random_raw(size // 8)
+        bits: NDArray[np.int8] = (raw.view(np.uint8) >> 7).view(np.int8)
+        return bits.reshape(k, n)
+    return rng.integers(0, 2, size=(k, n), dtype=np.int8)
 
 
 def fisher_combine(p_values: Sequence[float]) -> float:
@@ -187,11 +361,18 @@ def seed_p_values(
 ) -> list[float]:
     """Two-sided sign-flip p of ``diffs[column]`` for each seed (ascending ``seed``
     column or index level; one group when there is none)."""
+    return [
+        sign_flip_test(g, n_permutations=n_permutations, seed=seed).p_value
+        for g in seed_groups(diffs, column=column)
+    ]
+
+
+def seed_groups(diffs: pd.DataFrame, *, column: str = "d") -> list[NDArray[Any]]:
+    """``diffs[column]`` per seed, ascending (one group when there is no ``seed``
+    column or index level): the samples :func:`seed_p_values` tests."""
     if "seed" in diffs.columns or "seed" in (diffs.index.names or ()):
-        groups = [g[column].to_numpy() for _, g in diffs.groupby("seed", sort=True)]
-    else:
-        groups = [diffs[column].to_numpy()]
-    return [sign_flip_test(g, n_permutations=n_permutations, seed=seed).p_value for g in groups]
+        return [g[column].to_numpy() for _, g in diffs.groupby("seed", sort=True)]
+    return [diffs[column].to_numpy()]
 
 
 def seed_combined_p(
@@ -213,8 +394,8 @@ def seed_combined_p(
 def bootstrap_ci(
     x: Sequence[float] | NDArray[Any],
     *,
-    confidence: float = 0.95,
-    n_resamples: int = 10_000,
+    confidence: float = CONFIDENCE,
+    n_resamples: int = N_RESAMPLES,
     seed: int = 0,
     method: str = "percentile",
 ) -> tuple[float, float]:
@@ -243,16 +424,100 @@ def bootstrap_ci(
 def _bootstrap(
     arr: NDArray[np.float64], *, confidence: float, n_resamples: int, seed: int, method: str
 ) -> tuple[float, float]:
-    res = sps.bootstrap(
-        (arr,),
-        np.mean,
-        confidence_level=confidence,
-        n_resamples=n_resamples,
-        method=method,
-        random_state=np.random.default_rng(seed),
-        vectorized=True,
-    )
+    rng = np.random.default_rng(seed)
+    if method == "percentile" and _fast_resampling_ok():
+        # the bootstrap distribution SciPy would draw, computed faster; SciPy turns it
+        # into the interval (``n_resamples=0`` with a previous result)
+        res = sps.bootstrap(
+            (arr,),
+            np.mean,
+            confidence_level=confidence,
+            n_resamples=0,
+            method=method,
+            bootstrap_result=_Distribution(bootstrap_means(arr, n_resamples, rng)),
+            vectorized=True,
+        )
+    else:
+        res = sps.bootstrap(
+            (arr,),
+            np.mean,
+            confidence_level=confidence,
+            n_resamples=n_resamples,
+            method=method,
+            random_state=rng,
+            vectorized=True,
+        )
     return (float(res.confidence_interval.low), float(res.confidence_interval.high))
+
+
+@dataclass(frozen=True)
+class _Distribution:
+    """A bootstrap distribution in the shape ``scipy.stats.bootstrap`` accepts as a
+    previous result."""
+
+    bootstrap_distribution: NDArray[np.float64]
+
+
+#: Rows of resamples drawn at a time by :func:`bootstrap_means` (bounds its memory).
+_RESAMPLE_ROWS = 1024
+
+
+def bootstrap_means(
+    arr: NDArray[np.float64], n_resamples: int, rng: np.random.Generator
+) -> NDArray[np.float64]:
+    """The means of ``n_resamples`` bootstrap resamples of ``arr``, exactly as
+    ``scipy.stats.bootstrap(..., np.mean, vectorized=True, batch=None)`` draws them
+    (the ``bootstrap_distribution`` it returns): the same ``rng.integers(0, n,
+    (n_resamples, n))`` indices and the same row means, gathered with ``take`` instead of
+    SciPy's slower broadcast indexing, a block of rows at a time (drawing the indices
+    in blocks consumes the generator's stream as one draw does). A sample of small
+    integers (hit differences) is summed as integers: the float sum of integers is
+    exact in any order, so its mean is the exact sum divided by ``n`` either way (no
+    negative zeros in the sample, so no negative zero in a sum)."""
+    n = arr.size
+    out = np.empty(n_resamples, dtype=np.float64)
+    small = (
+        n > 0
+        and np.abs(arr).max() <= 127
+        and np.array_equal(arr, np.rint(arr))
+        and not np.signbit(arr[arr == 0]).any()
+    )
+    ints = arr.astype(np.int8) if small else None
+    for start in range(0, n_resamples, _RESAMPLE_ROWS):
+        k = min(_RESAMPLE_ROWS, n_resamples - start)
+        idx = rng.integers(0, n, (k, n))
+        if ints is not None:
+            out[start : start + k] = ints.take(idx).sum(axis=-1, dtype=np.int64) / n
+        else:
+            out[start : start + k] = np.mean(arr.take(idx), axis=-1)
+    return out
+
+
+#: Whether :func:`bootstrap_means` reproduces SciPy's bootstrap distribution on the
+#: installed SciPy (checked once, at first use).
+_FAST_RESAMPLING_OK: bool | None = None
+
+
+def _fast_resampling_ok() -> bool:
+    global _FAST_RESAMPLING_OK
+    if _FAST_RESAMPLING_OK is None:
+        ok = True
+        for n, n_resamples in ((7, 100), (50, 2500), (60, 1500)):
+            sample = np.random.default_rng(n).normal(size=n)
+            if n == 60:  # small integers: summed as integers
+                sample = np.rint(sample)
+            want = sps.bootstrap(
+                (sample,),
+                np.mean,
+                n_resamples=n_resamples,
+                method="percentile",
+                random_state=np.random.default_rng(1),
+                vectorized=True,
+            ).bootstrap_distribution
+            got = bootstrap_means(sample, n_resamples, np.random.default_rng(1))
+            ok = ok and np.array_equal(want, got)
+        _FAST_RESAMPLING_OK = ok
+    return _FAST_RESAMPLING_OK
 
 
 def between_cell_spread(d: NDArray[Any], codes: NDArray[np.int64], n_cells: int) -> NDArray[Any]:
@@ -324,7 +589,7 @@ def interaction_test(
     hits, left = 0, n_permutations
     while left:
         m = min(left, _CHUNK)
-        signs = rng.integers(0, 2, size=(m, arr.size), dtype=np.int8) * 2 - 1
+        signs = coin_flips(rng, m, arr.size) * np.int8(2) - np.int8(1)
         hits += int((between_cell_spread(signs * resid, codes, k) >= threshold).sum())
         left -= m
     return TestResult(
@@ -477,21 +742,36 @@ def compare(
     metrics: Sequence[str] = ("recall", "hit2"),
     n_permutations: int = N_PERMUTATIONS,
     seed: int = 0,
+    jobs: int = 1,
 ) -> Comparison:
     """Compare ``reference`` with each other method at ``budget``: query- and
     episode-level sign-flip tests (Fisher-combined across seeds) and a bootstrap CI of
-    the per-query difference ``diff = reference − method``.
+    the per-query difference ``diff = reference − method``. ``jobs``: threads for the
+    tests (:func:`precompute`; -1: one per core); the numbers do not depend on it.
     """
-    present = list(dict.fromkeys(rows["method"]))
+    present = rows["method"].unique().tolist()
     if reference not in present:
         raise InvalidInputError(f"reference method {reference!r} has no rows")
     others = [m for m in (methods or present) if m != reference and m in present]
+    # one join serves both tests (what paired_test would compute twice); on several
+    # threads each pair's tests start while the next pair is joined
+    pairs: dict[tuple[str, str], pd.DataFrame] = {}
+    episodes: dict[tuple[str, str], pd.DataFrame] = {}
+    with Prefetch(n_permutations=n_permutations, seed=seed, jobs=jobs) as pre:
+        for m in others:
+            for metric in metrics:
+                dq = paired_differences(rows, reference, m, metric, budget=budget)
+                de = episode_differences(dq)
+                pairs[(m, metric)], episodes[(m, metric)] = dq, de
+                if pre.threads > 1:
+                    pre.add(
+                        sign_flips=[*seed_groups(dq), *seed_groups(de)],
+                        bootstraps=[dq["d"].to_numpy()],
+                    )
     out = []
     for m in others:
         for metric in metrics:
-            # one join serves both tests (what paired_test would compute twice)
-            dq = paired_differences(rows, reference, m, metric, budget=budget)
-            de = episode_differences(dq)
+            dq, de = pairs[(m, metric)], episodes[(m, metric)]
             pq = seed_combined_p(dq, n_permutations=n_permutations, seed=seed)
             pe = seed_combined_p(de, n_permutations=n_permutations, seed=seed)
             nq, ne = len(dq), len(de)

@@ -23,6 +23,7 @@ from osumem.evaluate.defaults import primary_budget
 from osumem.evaluate.heuristic import verdict_from_cells
 from osumem.evaluate.methods import read_method_table
 from osumem.evaluate.metrics import summarise
+from osumem.evaluate.stats import resolve_threads
 from osumem.report import figures
 from osumem.report.experiment import KINDS, SECTION_KINDS, Experiment
 from osumem.report.osu_sections import membership_section, reach_section, read_analysis
@@ -58,8 +59,19 @@ def _construction(stats: dict[str, Any], bench_key: str) -> str:
 def build_report(
     results: Path, *, settings: ReportSettings | None = None, out: Path | None = None
 ) -> Path:
-    """Write ``report.md`` (and ``figures/*.png``) for a results directory."""
+    """Write ``report.md`` (and ``figures/*.png``) for a results directory.
+
+    BLAS is held to one thread meanwhile: the report's matrix products are small, so
+    more threads only spin; parallelism comes from ``settings.jobs``."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1):
+        return _build_report(results, settings=settings, out=out)
+
+
+def _build_report(results: Path, *, settings: ReportSettings | None, out: Path | None) -> Path:
     settings = settings or ReportSettings()
+    resolve_threads(settings.jobs)  # a bad value fails before anything is written
     results = Path(results)
     out = Path(out) if out is not None else results / "report.md"
     figdir = out.parent / "figures"
@@ -83,7 +95,7 @@ def build_report(
         bench_key = paper_benchmark(bench)
         budgets = sorted(int(b) for b in rows["budget"].unique())
 
-        methods = read_method_table(meta, list(dict.fromkeys(rows["method"])))
+        methods = read_method_table(meta, rows["method"].unique().tolist())
         legend = {label: m.display() for label, m in methods.items()}
 
         def paper_lookup(
@@ -114,7 +126,7 @@ def build_report(
         if not mine:
             ref = (
                 settings.reference
-                if settings.reference in set(rows["method"])
+                if settings.reference in set(rows["method"].unique().tolist())
                 else str(rows["method"].iloc[0])
             )
             pb = primary_budget(bench, budgets)
@@ -123,7 +135,7 @@ def build_report(
                 "",
                 comparison_section(
                     rows,
-                    list(dict.fromkeys(rows["method"])),
+                    rows["method"].unique().tolist(),
                     reference=ref,
                     budget=pb,
                     bench_key=bench_key,
@@ -137,7 +149,7 @@ def build_report(
                     "",
                     sweep_section(
                         rows,
-                        list(dict.fromkeys(rows["method"])),
+                        rows["method"].unique().tolist(),
                         reference=ref,
                         bench_key=bench_key,
                         settings=settings,
@@ -191,7 +203,7 @@ def build_report(
                 )
         main_methods = next(
             (list(e.methods) for e in mine if e.kind == "comparison"),
-            list(dict.fromkeys(rows["method"])),
+            rows["method"].unique().tolist(),
         )
         pb = primary_budget(bench, budgets)
         text, bd = distance_section(rows[rows["method"].isin(main_methods)], pb)
@@ -249,7 +261,7 @@ def build_report(
                 "",
                 membership_section(member, bench_key=bench_key),
             ]
-        have = set(rows["method"])
+        have = set(rows["method"].unique().tolist())
         if cells.nunique() > 1 and {settings.reference, settings.baseline} <= have:
             md += [
                 f"### Cross-tab and interaction test ({settings.reference} vs {settings.baseline})",

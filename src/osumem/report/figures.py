@@ -47,7 +47,7 @@ def budget_curves(
     ``paper`` has them, as open stars in the method's colour."""
     plt = _plt()
     s = summarise(rows)
-    colour = colours(list(dict.fromkeys(rows["method"])))
+    colour = colours(rows["method"].unique().tolist())
     any_paper = False
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4), squeeze=False)
     for ax, metric in zip(axes[0], metrics, strict=True):

@@ -14,11 +14,18 @@ from osumem.evaluate.defaults import N_PERMUTATIONS
 from osumem.evaluate.methods import ResolvedMethod, read_method_table
 from osumem.evaluate.metrics import metric_name, recall_by_distance, summarise
 from osumem.evaluate.stats import (
+    Prefetch,
+    TestResult,
     compare,
+    episode_differences,
     format_p,
     interaction_test,
     paired_differences,
     paired_test,
+    precompute,
+    resolve_threads,
+    seed_combined_p,
+    seed_groups,
 )
 from osumem.report.paper import paper_cell, paper_value
 from osumem.types import CELLS
@@ -35,6 +42,8 @@ class ReportSettings:
         overlap, disjoint: the ToolBench overlap − disjoint pair.
         n_permutations: permutations per sign-flip test (paper: 10,000).
         seed: seed of every permutation test and bootstrap.
+        jobs: threads for the permutation tests and bootstraps (-1: one per core);
+            the report is the same for every value.
     """
 
     reference: str = "osumem"
@@ -44,6 +53,7 @@ class ReportSettings:
     disjoint: str = "osumem_coverage_disjoint"
     n_permutations: int = N_PERMUTATIONS
     seed: int = 0
+    jobs: int = 1
 
 
 def paper_benchmark(benchmark: str) -> str:
@@ -111,7 +121,7 @@ def comparison_section(
     reference (episode level first: the paper's n is episodes; query level beside).
     ``methods``: the rows' method table (resolved from the labels when absent)."""
     sub = rows[rows["method"].isin(exp_methods) & (rows["budget"] == budget)]
-    if sub.empty or reference not in set(sub["method"]):
+    if sub.empty or reference not in set(sub["method"].unique().tolist()):
         return f"_No rows for the reference {reference!r} at B = {budget}._\n"
     cmp = compare(
         sub,
@@ -120,9 +130,10 @@ def comparison_section(
         metrics=metrics,
         n_permutations=settings.n_permutations,
         seed=settings.seed,
+        jobs=settings.jobs,
     ).table
     means = summarise(sub).set_index("method")
-    info = methods_of(list(dict.fromkeys(sub["method"])), methods)
+    info = methods_of(sub["method"].unique().tolist(), methods)
     head = ["method"]
     for m in metrics:
         head += [f"{metric_name(m)}", "paper"]
@@ -166,10 +177,28 @@ def sweep_section(
     """Per metric: methods × budgets, each cell "ours (episode-level p vs reference)",
     with the paper's number in brackets where it has one."""
     sub = rows[rows["method"].isin(exp_methods)]
-    info = methods_of(list(dict.fromkeys(sub["method"])), methods)
+    info = methods_of(sub["method"].unique().tolist(), methods)
     budgets = sorted(sub["budget"].unique())
     means = summarise(sub).set_index(["method", "budget"])
     present = set(sub["method"].unique().tolist())
+    # per method and metric one join over every budget, split by budget: the same rows
+    # in the same order as a join at each budget (a budget without pairs is left to
+    # the join at that budget, which reports it)
+    tested = [x for x in exp_methods if x in present and x != reference and reference in present]
+    episodes: dict[tuple[str, str, int], pd.DataFrame] = {}
+    with Prefetch(
+        n_permutations=settings.n_permutations, seed=settings.seed, jobs=settings.jobs
+    ) as pre:
+        for m in metrics:
+            for method in tested:
+                d = paired_differences(sub, reference, method, m)
+                at = d["budget"].to_numpy()
+                for b in budgets:
+                    if (method, b) in means.index and (at == b).any():
+                        de = episode_differences(d[at == b])
+                        episodes[(method, m, int(b))] = de
+                        if pre.threads > 1:
+                            pre.add(sign_flips=seed_groups(de))
     out = []
     for m in metrics:
         out.append(f"**{metric_name(m)}** — ours (p vs {reference}, episode level) [paper]\n")
@@ -182,7 +211,14 @@ def sweep_section(
                     cells.append("–")
                     continue
                 text = f"{means.loc[(method, b), m]:.3f}"
-                if method != reference and reference in present:
+                if (method, m, int(b)) in episodes:
+                    p = seed_combined_p(
+                        episodes[(method, m, int(b))],
+                        n_permutations=settings.n_permutations,
+                        seed=settings.seed,
+                    )
+                    text += f" ({format_p(p)})"
+                elif method != reference and reference in present:
                     _, p, _ = paired_test(
                         sub,
                         reference,
@@ -234,7 +270,7 @@ def distance_section(rows: pd.DataFrame, budget: int) -> tuple[str, pd.DataFrame
     bd = recall_by_distance(rows[rows["budget"] == budget])
     wide = bd.pivot(index="method", columns="bucket", values="recall")
     n = bd.groupby("bucket", observed=True)["n"].first()
-    wide = wide.reindex(list(dict.fromkeys(rows["method"])))
+    wide = wide.reindex(rows["method"].unique().tolist())
     head = ["method", *[f"{b} (n={int(n[b])})" for b in wide.columns]]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for method, r in wide.iterrows():
@@ -262,6 +298,38 @@ def crosstab_section(rows: pd.DataFrame, *, bench_key: str, settings: ReportSett
         for b in budgets
         for m in ("hit2", "recall")
     }
+    threads = resolve_threads(settings.jobs)
+    if threads > 1:  # the cells' tests, computed on several threads and remembered
+        precompute(
+            sign_flips=[
+                g
+                for d in per_b.values()
+                for cell in CELLS
+                for g in seed_groups(d[(d["cell"] == cell).to_numpy()])
+                if g.size
+            ],
+            n_permutations=settings.n_permutations,
+            seed=settings.seed,
+            jobs=threads,
+        )
+
+    def interaction_of(key: tuple[int, str]) -> TestResult:
+        d = per_b[key]
+        return interaction_test(
+            d["d"].to_numpy(),
+            d["cell"].to_numpy(),
+            n_permutations=settings.n_permutations,
+            seed=settings.seed,
+        )
+
+    keys = [(int(b), m) for b in budgets for m in ("hit2", "recall")]
+    if threads > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            inter = dict(zip(keys, pool.map(interaction_of, keys), strict=True))
+    else:
+        inter = {k: interaction_of(k) for k in keys}
     ct = crosstab(
         rows,
         method=ref,
@@ -295,15 +363,7 @@ def crosstab_section(rows: pd.DataFrame, *, bench_key: str, settings: ReportSett
     out.append("| budget | p Hit@2 | paper | p Recall | paper | cells |")
     out.append("|---|---|---|---|---|---|")
     for b in budgets:
-        res = {}
-        for m in ("hit2", "recall"):
-            d = per_b[(int(b), m)]
-            res[m] = interaction_test(
-                d["d"].to_numpy(),
-                d["cell"].to_numpy(),
-                n_permutations=settings.n_permutations,
-                seed=settings.seed,
-            )
+        res = {m: inter[(int(b), m)] for m in ("hit2", "recall")}
         ncells = per_b[(int(b), "hit2")]["cell"].nunique()
         out.append(
             f"| {b} | {format_p(res['hit2'].p_value)} | "
@@ -351,7 +411,7 @@ def observed_overlap_section(rows: pd.DataFrame, budget: int, settings: ReportSe
     """What happened, to set beside the heuristic's prediction: at ``budget``, the
     reference against its disjoint variant and against the baseline, and the
     overlap − disjoint pair, where their rows exist (episode-level sign-flip p)."""
-    have = set(rows["method"])
+    have = set(rows["method"].unique().tolist())
     pairs = [
         (settings.reference, settings.reference_disjoint),
         (settings.overlap, settings.disjoint),

@@ -12,7 +12,7 @@ def summary_frame(rows: pd.DataFrame) -> pd.DataFrame:
     s = summarise(rows)
     wide = s.pivot(index="method", columns="budget", values=["recall", "hit1", "hit2"])
     wide = wide.swaplevel(0, 1, axis=1).sort_index(axis=1, level=0, sort_remaining=False)
-    order = list(dict.fromkeys(rows["method"]))
+    order = rows["method"].unique().tolist()
     metrics = list(METRICS)
     budgets = sorted(s["budget"].unique())
     cols = [(b, m) for b in budgets for m in metrics]
