@@ -331,8 +331,8 @@ def out_file_option(*, help: str) -> Callable[..., Any]:
 
 
 def jobs_option(**kwargs: Any) -> Callable[..., Any]:
-    """``--jobs N`` of the reproduce and compare commands: parallel workers (default
-    -1, all cores)."""
+    """``--jobs N`` of the reproduce, compare and report commands: parallel workers or
+    threads (default -1, all cores)."""
     kwargs.setdefault("default", -1)
     return click.option("--jobs", type=int, show_default=True, **kwargs)
 
