@@ -32,6 +32,20 @@ def make_view(
     return MemoryView.build(emb, c, **columns)
 
 
+def synthetic_results(out: Path, methods: Sequence[str], *, n_episodes: int, seed: int) -> Path:
+    """``out`` holding the result rows of ``methods`` at B in {64, 256} over
+    ``n_episodes`` synthetic episodes of ``seed`` (what ``osumem report`` reads)."""
+    from osumem.bench.synthetic import SyntheticConfig, generate
+    from osumem.evaluate.runner import parse_method_runs, run, write_results
+
+    eps = [(0, ep) for ep in generate(SyntheticConfig(n_episodes=n_episodes), seed)]
+    rows = run(
+        eps, parse_method_runs(methods), [64, 256], benchmark="synthetic", jobs=1, progress=False
+    )
+    write_results(out, rows, {"benchmark": "synthetic"}, name="synthetic")
+    return out
+
+
 def tool_call(cid: str, name: str, **args: object) -> dict:
     """One OpenAI ``tool_calls`` entry: ``name`` called with ``args`` (JSON)."""
     return {

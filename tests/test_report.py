@@ -8,10 +8,9 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from osumem.bench.synthetic import SyntheticConfig, generate
+from conftest import synthetic_results
 from osumem.cli import main
 from osumem.errors import ConfigError
-from osumem.evaluate.runner import parse_method_runs, run, write_results
 from osumem.report.build import ReportSettings, build_report, paper_benchmark, primary_budget
 from osumem.report.experiment import load_experiments, shipped_experiments
 from osumem.report.paper import PAPER, paper_cell, paper_value
@@ -92,12 +91,9 @@ def test_paper_numbers() -> None:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("res")
-    eps = [(0, ep) for ep in generate(SyntheticConfig(n_episodes=6), 1000)]
-    runs = parse_method_runs(["flat", "flat_mmr", "no_memory"])
-    rows = run(eps, runs, [64, 256], benchmark="synthetic", jobs=1, progress=False)
-    write_results(out, rows, {"benchmark": "synthetic"}, name="synthetic")
-    return out
+    return synthetic_results(
+        tmp_path_factory.mktemp("res"), ["flat", "flat_mmr", "no_memory"], n_episodes=6, seed=1000
+    )
 
 
 def test_report_sections_and_paper_numbers(results: Path) -> None:

@@ -11,11 +11,10 @@ import pytest
 from click.testing import CliRunner
 from scipy import stats as sps
 
-from osumem.bench.synthetic import SyntheticConfig, generate
+from conftest import synthetic_results
 from osumem.cli import main
 from osumem.errors import ConfigError
 from osumem.evaluate import stats
-from osumem.evaluate.runner import parse_method_runs, run, write_results
 from osumem.evaluate.stats import bootstrap_means, coin_flips
 from osumem.report.build import ReportSettings, build_report
 
@@ -124,12 +123,9 @@ def test_bootstrap_of_integers_with_a_negative_zero_equals_scipy() -> None:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("res")
-    eps = [(0, ep) for ep in generate(SyntheticConfig(n_episodes=4), 1001)]
-    runs = parse_method_runs(["osumem", "flat", "flat_mmr"])
-    rows = run(eps, runs, [64, 256], benchmark="synthetic", jobs=1, progress=False)
-    write_results(out, rows, {"benchmark": "synthetic"}, name="synthetic")
-    return out
+    return synthetic_results(
+        tmp_path_factory.mktemp("res"), ["osumem", "flat", "flat_mmr"], n_episodes=4, seed=1001
+    )
 
 
 def test_report_is_the_same_on_several_threads(results: Path, tmp_path: Path) -> None:
