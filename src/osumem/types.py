@@ -78,6 +78,14 @@ _step_init_compat.__signature__ = inspect.signature(_step_init)  # type: ignore[
 Step.__init__ = _step_init_compat  # type: ignore[method-assign]
 
 
+def segment_bounds(sizes: NDArray[Any]) -> IntArray:
+    """``[0, cumsum(sizes)]`` as int64: the bounds of consecutive segments of the given
+    sizes (segment ``i`` is ``[bounds[i], bounds[i + 1])``; a CSR ``indptr``)."""
+    out = np.zeros(np.shape(sizes)[0] + 1, dtype=np.int64)
+    np.cumsum(sizes, out=out[1:])
+    return out
+
+
 def l2_normalise(matrix: NDArray[Any], *, what: str = "embeddings") -> FloatMatrix:
     """Return float32 rows scaled to unit length; zero rows stay zero.
 

@@ -103,16 +103,12 @@ def _memo(
 
 
 def resolve_threads(jobs: int | str) -> int:
-    """Threads for ``jobs`` (-1 or ``"auto"``: one per core)."""
-    if jobs == "auto":
-        jobs = -1
-    if isinstance(jobs, bool) or not isinstance(jobs, int | np.integer):
-        raise ConfigError(f"jobs must be an integer, got {jobs!r}")
-    if jobs == -1:
-        return max(1, os.cpu_count() or 1)
-    if jobs < 1:
-        raise ConfigError(f"jobs must be -1 (all cores) or a number >= 1, got {jobs}")
-    return int(jobs)
+    """Threads for ``jobs`` (-1 or ``"auto"``: one per core), validated like the
+    runner's worker count (:func:`osumem.evaluate.runner.check_jobs`)."""
+    from osumem.evaluate.runner import check_jobs
+
+    n = check_jobs(-1 if jobs == "auto" else jobs)
+    return max(1, os.cpu_count() or 1) if n == -1 else n
 
 
 class Prefetch:

@@ -43,7 +43,7 @@ from osumem.osu.views import (
     similarity_scope,
     step_keys,
 )
-from osumem.types import IntArray, MemoryView
+from osumem.types import IntArray, MemoryView, segment_bounds
 
 ANNOTATION_VIEWS: tuple[str, ...] = ("entity", "tool", "subgoal")
 
@@ -117,7 +117,7 @@ def segment_stats(
         start = bounds[lo:hi][by_size]
         # active[k]: groups with a k-th member (a prefix of the size-sorted groups)
         active = np.searchsorted(-size[by_size], -np.arange(int(size.max())), side="left")
-        offset = _bounds(active)
+        offset = segment_bounds(active)
         rank = np.repeat(np.arange(active.shape[0]), active)
         group = np.arange(rank.shape[0]) - offset[rank]
         rows = embeddings[steps[start[group] + rank]]
@@ -130,13 +130,6 @@ def segment_stats(
         if out is not None:
             out[lo + by_size] = sums / np.where(nrm > 0, nrm, 1.0)[:, None]
     return norms
-
-
-def _bounds(sizes: IntArray) -> IntArray:
-    """``[0, cumsum(sizes)]``: segment bounds of consecutive groups of ``sizes``."""
-    out = np.zeros(sizes.shape[0] + 1, dtype=np.int64)
-    np.cumsum(sizes, out=out[1:])
-    return out
 
 
 def row_norms(sums: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -680,7 +673,7 @@ class OSUPool:
             [config.view_priority.index(v) if v in config.view_priority else 0 for v in VIEWS],
             dtype=np.int8,
         )
-        bounds = np.r_[0, np.cumsum(sizes)]
+        bounds = segment_bounds(sizes)
         every = flat.tolist()
         pool._g_key = list(keys)
         cuts = bounds.tolist()
@@ -738,17 +731,11 @@ class OSUPool:
         (a fresh build: the slots stay as they are, nothing is re-read from them)."""
         cfg = self.config
         if annotation is None:
+            kept = np.flatnonzero(self._g_view.a[: self.n_slots] != SIMILARITY_CODE).tolist()
             ann = [
-                (VIEWS[int(self._g_view.a[g])], self._g_key[g], self._g_members[g])
-                for g in range(self.n_slots)
-                if self._g_view.a[g] != SIMILARITY_CODE
+                (VIEWS[int(self._g_view.a[g])], self._g_key[g], self._g_members[g]) for g in kept
             ]
-            remap = {
-                g: i
-                for i, g in enumerate(
-                    g for g in range(self.n_slots) if self._g_view.a[g] != SIMILARITY_CODE
-                )
-            }
+            remap = {g: i for i, g in enumerate(kept)}
             last = {k: remap[g] for k, g in self._last.items()}
             self._reset_slots(view.dim)
             self._last = last
@@ -801,7 +788,7 @@ class OSUPool:
         e_steps, e_gids = steps[sel], gids[sel]
         coh = np.zeros(G, dtype=np.float64)
         e_idx = np.flatnonzero(eligible)
-        e_bounds = _bounds(sizes[e_idx])
+        e_bounds = segment_bounds(sizes[e_idx])
         coh[e_idx] = segment_stats(view.embeddings, e_steps, e_bounds) / sizes[e_idx]
         self._coh_raw.v[:] = coh
         # M_max cap: per step, keep the best memberships by (priority, coherence, canon)
@@ -847,7 +834,7 @@ class OSUPool:
         if live.size == 0:
             return
         size = kept_sizes[live]
-        bounds = _bounds(size)
+        bounds = segment_bounds(size)
         # the centroids are written straight into the dense live arrays
         self._live_cent.resize(live.shape[0])
         norms = segment_stats(

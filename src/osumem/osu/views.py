@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from osumem.osu.config import OSUConfig
-from osumem.types import IntArray, MemoryView
+from osumem.types import IntArray, MemoryView, segment_bounds
 
 #: A raw group: (view, key, member positions in increasing order).
 RawGroup = tuple[str, str, IntArray]
@@ -398,7 +398,7 @@ def community_group_arrays(
     if n == 0:
         return [], np.empty(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
     pos = scope[np.concatenate(comms)].astype(np.int64, copy=False)
-    first = np.r_[0, np.cumsum(lens)[:-1]]
+    first = segment_bounds(lens)[:-1]
     comm = np.repeat(np.arange(lens.shape[0], dtype=np.int64), lens)
     within = np.arange(n) - first[comm]
     starts = np.flatnonzero(within % config.max_osu_size == 0)

@@ -32,7 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
-from osumem.types import FloatMatrix, IntArray
+from osumem.types import FloatMatrix, IntArray, segment_bounds
 
 
 def incidence(groups: Sequence[Sequence[int] | NDArray[Any]], n_steps: int) -> sp.csr_matrix:
@@ -64,8 +64,7 @@ def labels_to_incidence(labels: NDArray[Any]) -> sp.csr_matrix:
     rows = lab[cols]
     n_groups = int(rows.max()) + 1 if rows.size else 0
     # CSR arrays directly (rows grouped, positions increasing within each row)
-    indptr = np.zeros(n_groups + 1, dtype=np.int64)
-    np.cumsum(np.bincount(rows, minlength=n_groups), out=indptr[1:])
+    indptr = segment_bounds(np.bincount(rows, minlength=n_groups))
     return sp.csr_matrix(
         (
             np.ones(cols.shape[0], dtype=np.float32),
@@ -164,7 +163,7 @@ def _column_sums(members: sp.spmatrix, rows: IntArray, limit: int) -> NDArray[An
     starts = indptr[rows].astype(np.int64)
     lens = indptr[rows + 1].astype(np.int64) - starts
     total = int(lens.sum())
-    entry = np.arange(total, dtype=np.int64) + np.repeat(starts - _bounds(lens)[:-1], lens)
+    entry = np.arange(total, dtype=np.int64) + np.repeat(starts - segment_bounds(lens)[:-1], lens)
     cols = members.indices[entry]
     sel = cols < limit
     acc = np.result_type(members.dtype, np.float32) if members.dtype.kind == "f" else None
@@ -174,13 +173,6 @@ def _column_sums(members: sp.spmatrix, rows: IntArray, limit: int) -> NDArray[An
         np.add.at(sums, cols[sel], weights)
         return sums
     return np.bincount(cols[sel], weights=weights, minlength=limit)
-
-
-def _bounds(sizes: IntArray) -> IntArray:
-    """``[0, cumsum(sizes)]``."""
-    out = np.zeros(sizes.shape[0] + 1, dtype=np.int64)
-    np.cumsum(sizes, out=out[1:])
-    return out
 
 
 def with_fallback(primary: NDArray[Any], fallback: NDArray[Any], n_steps: int) -> IntArray:
