@@ -141,7 +141,7 @@ def run_llm_stage(
                 for q in by_t[t]:
                     for b in budgets:
                         key = (seed, ep.episode_id, q.qid, label, b)
-                        sel = retriever.retrieve(q.vector, b)
+                        sel = retriever.retrieve(q.vector, b, text=q.text or None)
                         positions = [int(p) for p in sel.positions]
                         s = score_query(np.asarray(positions, dtype=np.int64), q.evidence, t)
                         if key not in recall_of or not np.isclose(recall_of[key], s.recall):

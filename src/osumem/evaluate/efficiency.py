@@ -146,7 +146,7 @@ def _measure(
                 for q in qs:
                     ev = np.asarray(q.evidence, dtype=np.int64) if retriever.is_oracle else None
                     start = time.perf_counter()
-                    retriever.retrieve(q.vector, budget, evidence=ev)
+                    retriever.retrieve(q.vector, budget, evidence=ev, text=q.text or None)
                     latency = time.perf_counter() - start
                     recs.append(
                         {

@@ -249,7 +249,7 @@ def _evaluate_episode(
                 qv = unit[q.qid]
                 for b in budgets:
                     start = time.perf_counter()
-                    sel = retriever.retrieve_unit(qv, b, evidence=ev)
+                    sel = retriever.retrieve_unit(qv, b, evidence=ev, text=q.text or None)
                     latency = time.perf_counter() - start
                     if sel.cost > b or (sel.positions.size and sel.positions.max() >= t):
                         raise RuntimeError(

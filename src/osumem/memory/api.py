@@ -546,7 +546,7 @@ class Memory:
         data = self._namespace(namespace)
         if before is not None and before < data.view.n:
             retriever = self._causal(namespace, before)
-        sel = retriever.retrieve(q, b)
+        sel = retriever.retrieve(q, b, text=text)
         handles = osu_handles(retriever, sel.positions)
         v = data.view
         steps = tuple(

@@ -186,6 +186,7 @@ class Retriever(ABC, Generic[ConfigT]):
         *,
         before: int | None = None,
         evidence: NDArray[Any] | None = None,
+        text: str | None = None,
     ) -> Selection:
         """Select steps for ``query`` under ``budget`` tokens.
 
@@ -196,12 +197,15 @@ class Retriever(ABC, Generic[ConfigT]):
                 ``None`` means every fitted step.
             evidence: ground-truth evidence positions, read only by oracle methods
                 (``is_oracle``); every other method ignores it.
+            text: the query's text, when it has one; read only by methods that rank
+                by words as well as by the vector (:meth:`_select_query`), ignored by
+                the others.
         """
         if self.view_ is None:
             raise InvalidInputError(f"{type(self).__name__}: call fit() before retrieve()")
         b = check_budget(budget)
         q = self.view_.check_query(query)
-        return self.retrieve_unit(q, b, before=before, evidence=evidence)
+        return self.retrieve_unit(q, b, before=before, evidence=evidence, text=text)
 
     def retrieve_unit(
         self,
@@ -210,6 +214,7 @@ class Retriever(ABC, Generic[ConfigT]):
         *,
         before: int | None = None,
         evidence: NDArray[Any] | None = None,
+        text: str | None = None,
     ) -> Selection:
         """:meth:`retrieve` for a query already in the form it uses: the output of
         the fitted view's ``check_query`` (float32, unit length, the memory's
@@ -230,9 +235,22 @@ class Retriever(ABC, Generic[ConfigT]):
         if limit == 0:
             return Selection(np.empty(0, dtype=np.int64), 0)
         ev = None if evidence is None else np.asarray(evidence, dtype=np.int64)
-        positions = self._select(q, b, limit, ev)
+        positions = self._select_query(q, text, b, limit, ev)
         cost = int(view.costs[positions].sum()) if positions.size else 0
         return Selection(positions, cost)
+
+    def _select_query(
+        self,
+        q: NDArray[np.float32],
+        text: str | None,
+        budget: int,
+        limit: int,
+        evidence: IntArray | None,
+    ) -> IntArray:
+        """:meth:`_select` for a query that may carry its text. Methods that read the
+        query's words (lexical rankers, fusions) override this; the default ignores
+        ``text`` and calls :meth:`_select`."""
+        return self._select(q, budget, limit, evidence)
 
     @abstractmethod
     def _select(
