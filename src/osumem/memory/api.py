@@ -33,7 +33,6 @@ from numpy.typing import NDArray
 from osumem.annotate import DEFAULT_BOILERPLATE
 from osumem.embed import Encoder, as_encoder
 from osumem.errors import (
-    BudgetError,
     ConfigError,
     DimensionError,
     DuplicateInputError,
@@ -63,7 +62,8 @@ from osumem.memory.validate import (
     open_call_start,
     step_row,
 )
-from osumem.retrieve.base import Retriever, check_budget
+from osumem.retrieve.base import Retriever
+from osumem.retrieve.budget import check_budget, validated_budget
 from osumem.types import MemoryView, Step, l2_normalise
 
 #: The namespace used when none is given.
@@ -527,9 +527,10 @@ class Memory:
                 ``before - 1`` was added: the structure is rebuilt from those steps
                 alone, so later steps cannot influence it.
         """
-        if isinstance(budget, int) and not isinstance(budget, bool) and abs(budget) > 2**62:
-            raise BudgetError(f"budget must be a positive integer, got {_show(budget)}")
-        b = check_budget(self.config.budget if budget is None else budget)
+        with validated_budget(self.config.budget if budget is None else budget) as b:
+            return self._retrieve(query, b, namespace, before)
+
+    def _retrieve(self, query: Any, b: int, namespace: str, before: int | None) -> Retrieved:
         check_namespace(namespace)
         if before is not None and (
             isinstance(before, bool) or not isinstance(before, int | np.integer)

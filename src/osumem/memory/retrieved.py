@@ -10,6 +10,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from osumem.errors import InvalidInputError
+from osumem.retrieve.base import Retriever
 
 
 @dataclass(frozen=True)
@@ -135,13 +136,11 @@ class Retrieved:
         }
 
 
-def osu_handles(retriever: Any, positions: NDArray[np.int64]) -> list[tuple[OSUHandle, ...]]:
-    """OSU handles of ``positions`` in ``retriever``'s structure, found by duck typing:
-    a retriever exposing an OSU pool as ``pool_`` (with ``osus_of``, ``view_names``,
-    ``keys``, ``spans`` and ``sizes``) gets handles; any other method gets none."""
-    pool = getattr(retriever, "pool_", None)
-    needed = ("osus_of", "view_names", "keys", "spans", "sizes")
-    if pool is None or not all(hasattr(pool, a) for a in needed):
+def osu_handles(retriever: Retriever, positions: NDArray[np.int64]) -> list[tuple[OSUHandle, ...]]:
+    """OSU handles of ``positions`` in ``retriever``'s OSU pool
+    (:meth:`~osumem.retrieve.Retriever.osu_pool`); a method without OSUs gets none."""
+    pool = retriever.osu_pool()
+    if pool is None:
         return [() for _ in positions]
     names = pool.view_names()
     out = []

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from osumem.errors import InvalidInputError
+from osumem.errors import InvalidInputError, show_value
 from osumem.memory.store import StepRow
 from osumem.types import Step
 
@@ -258,15 +258,8 @@ def step_row(s: Any, where: str, namespace: str, max_text_chars: int) -> StepRow
     )
 
 
-def _show(value: Any) -> str:
-    """A short, always printable rendering of a rejected value."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
-        return f"an integer of {value.bit_length()} bits"
-    try:
-        text = repr(value)
-    except Exception:  # a value whose repr fails is still named
-        return f"a {type(value).__name__}"
-    return text if len(text) <= 80 else text[:77] + "..."
+#: A short, always printable rendering of a rejected value.
+_show = show_value
 
 
 def check_namespace(namespace: Any, what: str = "namespace") -> None:

@@ -40,8 +40,8 @@ from numpy.typing import NDArray
 
 from osumem.frozen import Boolean, Constraints, Interval, Options, Subset
 from osumem.osu.config import VIEWS
-from osumem.retrieve.base import pack_first_fit
 from osumem.retrieve.osumem import OSUMem, OSUMemConfig
+from osumem.retrieve.packing import pack_first_fit
 from osumem.types import IntArray
 
 
@@ -141,16 +141,15 @@ class AdaptiveOSUMem(OSUMem[AdaptiveConfig]):
     def binding(self, q: NDArray[np.float32], limit: int) -> BindingDecision:
         """Run the binding test for query ``q`` over the steps before ``limit``."""
         cfg = self.config
-        assert self.pool_ is not None
         cos = self._cosines(q, limit)
         head = np.argsort(-cos, kind="stable")[: cfg.seed_steps].astype(np.int64)
         return self._binding_from_head(head, limit)
 
     def _binding_from_head(self, head: IntArray, limit: int) -> BindingDecision:
         cfg = self.config
-        assert self.pool_ is not None
+        pool = self.fitted_pool
         members, _, _ = self._visible(limit)
-        codes = np.asarray(self.pool_.view_codes)[: members.shape[1]]
+        codes = np.asarray(pool.view_codes)[: members.shape[1]]
         allowed = np.isin(codes, [VIEWS.index(v) for v in cfg.binding_views])
         bmembers = members[:, np.flatnonzero(allowed)]
         cols = np.flatnonzero(allowed).astype(np.int64)
@@ -174,18 +173,18 @@ class AdaptiveOSUMem(OSUMem[AdaptiveConfig]):
     def _in_binding_osu(self, limit: int) -> NDArray[np.bool_]:
         """Which of the steps before ``limit`` belong to some OSU of a binding view."""
         cfg = self.config
-        assert self.pool_ is not None
+        pool = self.fitted_pool
         members, _, _ = self._visible(limit)
-        codes = np.asarray(self.pool_.view_codes)[: members.shape[1]]
+        codes = np.asarray(pool.view_codes)[: members.shape[1]]
         allowed = np.isin(codes, [VIEWS.index(v) for v in cfg.binding_views]).astype(np.float64)
         return np.asarray(members @ allowed).ravel()[:limit] > 0
 
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
-        assert self.view_ is not None
+        view = self.fitted_view
         cfg = self.config
-        costs = self.view_.costs
+        costs = view.costs
         cos = self._cosines(q, limit)
         flat = np.argsort(-cos, kind="stable").astype(np.int64)
         decision = self._binding_from_head(flat[: cfg.seed_steps], limit)

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self, TypeVar
 
@@ -21,11 +22,13 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
+from osumem.errors import InvalidInputError, NotFittedError
 from osumem.frozen import Boolean, Constraints, Interval, Options, Symbols
 from osumem.osu.config import OSUConfig
 from osumem.osu.pool import OSUPool, release_free_memory
 from osumem.osu.views import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M
-from osumem.retrieve.base import Retriever, RetrieverConfig, greedy_pack, pack_first_fit
+from osumem.retrieve.base import Retriever, RetrieverConfig, RetrieverState
+from osumem.retrieve.packing import greedy_pack, novelty_pack, pack_first_fit
 from osumem.types import IntArray, MemoryView
 
 #: Extra centroids asked of the HNSW centroid index beyond K (re-scored exactly).
@@ -226,21 +229,85 @@ def _top_slots(pool: OSUPool, slots: IntArray, scores: NDArray[Any], k: int) -> 
     return slots[np.asarray(best, dtype=np.int64)]
 
 
+#: The construction part of each pool config, made once per process (a config is
+#: immutable; the evaluation makes one retriever per method and episode).
+_CONSTRUCTION_PARTS: dict[PoolRetrieverConfig, OSUConfig] = {}
+
+
+def _construction_part(config: PoolRetrieverConfig) -> OSUConfig:
+    try:
+        part = _CONSTRUCTION_PARTS.get(config)
+    except TypeError:  # a config with unhashable values is not cached
+        return config.osu_config()
+    if part is None:
+        part = _CONSTRUCTION_PARTS[config] = config.osu_config()
+    return part
+
+
 class _PoolRetriever(Retriever[PoolConfigT]):
-    """Shared fit/update over an :class:`OSUPool`."""
+    """Shared fit/update over an :class:`OSUPool`, and the state protocol for it: the
+    state is the pool (:meth:`OSUPool.state` as arrays), keyed by the construction
+    part of the config (methods that build the same pool share one)."""
 
     pool_: OSUPool | None = None
     _centroid_index: CentroidIndex | None = None
     _mean_cost_state: tuple[Any, ...] | None = None
     _mean_cost = 0.0
+    _osu_part: OSUConfig | None = None
+
+    @property
+    def fitted_pool(self) -> OSUPool:
+        """The OSU pool built by ``fit`` (a :class:`~osumem.errors.NotFittedError`
+        before)."""
+        if self.pool_ is None:
+            raise NotFittedError(f"{type(self).__name__}: call fit() before retrieve()")
+        return self.pool_
+
+    def osu_pool(self) -> OSUPool | None:
+        return self.pool_
+
+    def state_key(self) -> OSUConfig:
+        """The construction part of the config (with the seed, it fixes the pool)."""
+        if self._osu_part is None:
+            self._osu_part = _construction_part(self.config)
+        return self._osu_part
+
+    def state_format(self) -> tuple[Any, ...]:
+        """The pool state's layout version, whether the similarity view may use HNSW
+        and the size up to which its k-NN graph is exact."""
+        from osumem.osu import pool as pool_mod
+        from osumem.osu.views import hnsw_available
+
+        return (pool_mod.POOL_STATE_FORMAT, hnsw_available(), pool_mod.EXACT_KNN_MAX)
+
+    def state(self) -> RetrieverState:
+        pool = self.fitted_pool
+        return RetrieverState(key=self.state_key(), n_steps=pool.n_steps, structure=pool)
+
+    def load_state(
+        self, view: MemoryView, state: RetrieverState | Mapping[str, NDArray[Any]]
+    ) -> Self:
+        if isinstance(state, RetrieverState):
+            if state.key != self.state_key() or not isinstance(state.structure, OSUPool):
+                raise InvalidInputError(
+                    f"{type(self).__name__}: the state was built with other settings"
+                )
+            pool = state.structure
+        else:
+            pool = OSUPool.from_state(view, self.state_key(), self.seed, dict(state))
+        self.view_ = view
+        self.step_index.reset()
+        self._centroid_index = None
+        self.pool_ = pool
+        return self
 
     def _build(self, view: MemoryView) -> None:
         """Build the pool; for a memory whose queries use the HNSW indexes, also the
         step index (on a second thread, while the pool builds) and the centroid index
         (while the step index finishes), so the first query builds nothing."""
-        wait = self._start_step_index(view)
+        wait = self.step_index.start_build(view)
         try:
-            self.pool_ = OSUPool.build(view, self.config.osu_config(), self.seed)
+            self.pool_ = OSUPool.build(view, self.state_key(), self.seed)
             if wait is not None:
                 self._centroid_index = CentroidIndex(self.pool_, self.seed)
                 self._centroid_index.sync()
@@ -255,32 +322,22 @@ class _PoolRetriever(Retriever[PoolConfigT]):
         if self.pool_ is None or self.view_ is None:
             return self.fit(view)
         self.pool_.add(view)
-        self._extend_cost_stats(self.view_, view)
+        self.step_index.extend_cost_stats(self.view_, view)
         self.view_ = view
-        return self
-
-    def restore(self, view: MemoryView, pool: OSUPool) -> Self:
-        """Take ``pool`` (this method's pool over ``view``, e.g. loaded from a stored
-        snapshot) as the fitted structure, as ``fit``/``update`` would have left it."""
-        self.view_ = view
-        self._step_index = None
-        self._centroid_index = None
-        self.pool_ = pool
         return self
 
     def _visible(self, limit: int) -> tuple[sp.csc_matrix, NDArray[np.float32], IntArray]:
         """Membership, centroids and costs restricted to steps < ``limit``: later members
         are dropped and centroids/costs recomputed from the visible ones (OSUs left
         empty get a zero centroid and cost 0)."""
-        pool = self.pool_
-        assert pool is not None and self.view_ is not None
+        pool, view = self.fitted_pool, self.fitted_view
         if limit >= pool.n_steps:
             return pool.members, pool.centroids, pool.costs
         members = pool.members[:limit].tocsc()
-        sums = np.asarray(members.T @ self.view_.embeddings[:limit].astype(np.float64))
+        sums = np.asarray(members.T @ view.embeddings[:limit].astype(np.float64))
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
         centroids = (sums / np.where(norms > 0, norms, 1.0)).astype(np.float32)
-        costs = np.asarray(members.T @ self.view_.costs[:limit].astype(np.float64)).astype(np.int64)
+        costs = np.asarray(members.T @ view.costs[:limit].astype(np.float64)).astype(np.int64)
         return members, centroids, costs
 
 
@@ -322,14 +379,13 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
     def _union_k(self, ranked_members: sp.csc_matrix, target: float, limit: int) -> int:
         """Smallest K whose first K OSUs (in rank order) cover ``target`` tokens of
         distinct steps (all of them when the pool holds fewer)."""
-        assert self.view_ is not None
         n_cols = ranked_members.shape[1]
         col_of = np.repeat(np.arange(n_cols), np.diff(ranked_members.indptr))
         first = np.full(limit, n_cols, dtype=np.int64)
         np.minimum.at(first, ranked_members.indices, col_of)
         covered = first < n_cols
         gained = np.bincount(
-            first[covered], weights=self.view_.costs[:limit][covered], minlength=n_cols
+            first[covered], weights=self.fitted_view.costs[:limit][covered], minlength=n_cols
         )
         return int(np.searchsorted(np.cumsum(gained), target, side="left")) + 1
 
@@ -337,15 +393,16 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
         """The coarse stage over the whole pool from its slot-level state: the same
         K OSUs as :meth:`coarse` (ties by canonical order), without assembling the
         pool; returns the distinct positions they keep, increasing."""
-        pool = self.pool_
-        assert pool is not None
+        pool = self.fitted_pool
         cfg = self.config
         slots, cents = pool.live_arrays()
         if slots.size == 0:
             return np.empty(0, dtype=np.int64)
         k = min(math.ceil(cfg.coarse_ratio * budget / self._mean_osu_cost()), slots.size)
         found = None
-        if self._use_ann(pool.n_steps) and k + CENTROID_MARGIN < slots.size:
+        if self.step_index.uses_ann(self.fitted_view, pool.n_steps) and (
+            k + CENTROID_MARGIN < slots.size
+        ):
             if self._centroid_index is None or self._centroid_index.pool is not pool:
                 self._centroid_index = CentroidIndex(pool, self.seed)
             found = self._centroid_index.query(q, k + CENTROID_MARGIN)
@@ -359,8 +416,7 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
 
     def _mean_osu_cost(self) -> float:
         """Mean token cost of the live OSUs (cached until the pool changes)."""
-        pool = self.pool_
-        assert pool is not None
+        pool = self.fitted_pool
         state = (pool, pool.epoch, pool.change_log_position)
         if self._mean_cost_state != state:
             slots, _ = pool.live_arrays()
@@ -371,71 +427,32 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
-        assert self.view_ is not None and self.pool_ is not None
+        view, pool = self.fitted_view, self.fitted_pool
         cfg = self.config
-        costs = self.view_.costs
-        if limit >= self.pool_.n_steps and not self.is_oracle and cfg.coarse_k_rule == "mean_cost":
+        costs = view.costs
+        if limit >= pool.n_steps and not self.is_oracle and cfg.coarse_k_rule == "mean_cost":
             cand = self._coarse_positions(q, budget)
         else:
             coarse = self.coarse(q, budget, limit, evidence)
             cand = np.unique(coarse.members[:, coarse.kept].indices).astype(np.int64)
-        if self._use_ann(limit):
-            cos_cand = self.view_.embeddings[cand] @ q
+        if self.step_index.uses_ann(view, limit):
+            cos_cand = view.embeddings[cand] @ q
         else:
             cos_cand = self._cosines(q, limit)[cand]
         order = np.argsort(-cos_cand, kind="stable")
         cand, rel = cand[order], cos_cand[order]
         if cfg.novelty and budget >= cfg.novelty_min_budget and cand.size:
-            chosen = self._novelty_pack(cand, rel, budget, cfg.novelty_weight)
+            chosen = novelty_pack(view.embeddings, costs, cand, rel, budget, cfg.novelty_weight)
         else:
             chosen = pack_first_fit(cand, costs, budget)
         if not cfg.fill_from_flat:
             return chosen
         left = budget - int(costs[chosen].sum())
-        if left < self._cost_stats()[1]:
+        if left < self.step_index.cost_stats(view)[1]:
             # no step is cheap enough for what is left: the fill would add nothing
             return chosen
         extra = self._flat_pack(q, limit, left, exclude=chosen)
         return np.concatenate([chosen, extra])
-
-    def _novelty_pack(
-        self, cand: IntArray, relevance: NDArray[np.float32], budget: int, gamma: float
-    ) -> IntArray:
-        """Greedy fine stage with the penalty γ·max(0, max cosine to selected steps).
-
-        The same picks, and the same floating-point operations on every score that
-        can still be picked, as :func:`greedy_pack` with the penalty as its update
-        (tested); steps that no longer fit or are taken are set to −inf instead of
-        masked at every pick, which halves the NumPy calls per pick.
-        """
-        assert self.view_ is not None
-        if cand.shape[0] == 0:
-            return np.empty(0, dtype=np.int64)
-        H = self.view_.embeddings[cand]
-        cost = np.asarray(self.view_.costs, dtype=np.int64)[cand]
-        score = relevance.astype(np.float64)
-        score[cost > budget] = -np.inf
-        max_sim = np.zeros(cand.shape[0])
-        new_max = np.empty_like(max_sim)
-        remaining = int(budget)
-        top_cost = int(cost.max())
-        picked: list[int] = []
-        while True:
-            j = int(score.argmax())
-            if score[j] == -np.inf:
-                break
-            picked.append(j)
-            score[j] = -np.inf
-            remaining -= int(cost[j])
-            # score += -γ·(new_max − max_sim), written as score −= γ·(…): equal bits
-            np.maximum(max_sim, H @ H[j], out=new_max)
-            penalty = new_max - max_sim
-            penalty *= gamma
-            score -= penalty
-            max_sim, new_max = new_max, max_sim
-            if remaining < top_cost:
-                score[cost > remaining] = -np.inf
-        return cand[np.asarray(picked, dtype=np.int64)]
 
 
 class OSUMemGF(OSUMem[OSUMemConfig]):
@@ -457,14 +474,14 @@ class OSUMemCoverage(_PoolRetriever[OSUMemCoverageConfig]):
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
-        assert self.view_ is not None
+        view = self.fitted_view
         cfg = self.config
         beta = cfg.beta
         members, _, _ = self._visible(limit)
         cos = self._cosines(q, limit).astype(np.float64)
         if cfg.candidates == "flat_top":
             order = self._flat_head(q, limit, cfg.candidate_ratio * budget)
-            csum = np.cumsum(self.view_.costs[order])
+            csum = np.cumsum(view.costs[order])
             head = int(np.searchsorted(csum, cfg.candidate_ratio * budget, side="right"))
             cand = order[: max(head, 1)]
         else:
@@ -486,4 +503,4 @@ class OSUMemCoverage(_PoolRetriever[OSUMemCoverageConfig]):
             )
             return -beta * np.bincount(hit, minlength=limit)[cand].astype(np.float64)
 
-        return greedy_pack(score, cand, self.view_.costs, budget, on_pick)
+        return greedy_pack(score, cand, view.costs, budget, on_pick)

@@ -115,7 +115,12 @@ def build_mcp(service: MemoryService, tokens: TokenTable | None = None) -> Any:
         ctx: Context,
         namespace: Namespace = "default",
         budget: Annotated[
-            int, Field(description="Token budget of the returned steps.", gt=0)
+            int,
+            Field(
+                description="Token budget of the returned steps (> 0).",
+                # documented for clients; the service checks it (once per call)
+                json_schema_extra={"exclusiveMinimum": 0},
+            ),
         ] = 256,
         method: Annotated[
             str | None,

@@ -32,6 +32,7 @@ import numpy as np
 
 from osumem.errors import BudgetError, InvalidInputError
 from osumem.memory import Memory, MemoryConfig, Retrieved
+from osumem.retrieve.budget import validated_budget
 from osumem.serve.threads import ReadWriteLock, SerializedEncoder, set_torch_threads
 
 T = TypeVar("T")
@@ -200,18 +201,19 @@ class MemoryService:
         """The memory's answer for ``query`` in ``namespace`` under ``budget`` tokens,
         with ``method`` (default: the service's). Equal to ``Memory.retrieve`` on a
         memory opened with that method over the same store."""
-        self._check_retrieve(query, budget)
-        name = self.method if method is None or method == "" else str(method)
-        while True:
-            mem = self._ready(namespace, name)
-            self._lock.acquire_read()
-            if self._is_warm(mem, namespace, name):
-                break
-            self._lock.release_read()  # a write got in between: warm it again
-        try:
-            return mem.retrieve(query, budget, namespace=namespace)
-        finally:
-            self._lock.release_read()
+        with validated_budget(budget) as b:
+            self._check_retrieve(query, b)
+            name = self.method if method is None or method == "" else str(method)
+            while True:
+                mem = self._ready(namespace, name)
+                self._lock.acquire_read()
+                if self._is_warm(mem, namespace, name):
+                    break
+                self._lock.release_read()  # a write got in between: warm it again
+            try:
+                return mem.retrieve(query, b, namespace=namespace)
+            finally:
+                self._lock.release_read()
 
     def namespaces(self) -> list[str]:
         """Namespaces holding steps or held messages, sorted."""
@@ -340,7 +342,8 @@ class MemoryService:
 
         return self._on_store(write)
 
-    def _check_retrieve(self, query: Any, budget: Any) -> None:
+    def _check_retrieve(self, query: Any, budget: int) -> None:
+        """The service's own bounds on a query and an already validated budget."""
         if not isinstance(query, str) or not query.strip():
             raise InvalidInputError(f"query: expected a non-empty text, got {query!r}")
         if len(query) > self.limits.max_query_chars:
@@ -348,8 +351,6 @@ class MemoryService:
                 f"query: {len(query)} characters; the server accepts at most "
                 f"{self.limits.max_query_chars}"
             )
-        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-            raise BudgetError(f"budget: expected a positive integer, got {budget!r}")
         if budget > self.limits.max_budget:
             raise BudgetError(
                 f"budget: {budget} tokens; the server accepts at most {self.limits.max_budget}"
