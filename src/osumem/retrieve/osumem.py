@@ -294,7 +294,7 @@ class _PoolRetriever(Retriever[PoolConfigT]):
                 )
             pool = state.structure
         else:
-            pool = OSUPool.from_state(view, self.state_key(), self.seed, dict(state))
+            pool = OSUPool.from_state(view, self.config.osu_config(), self.seed, dict(state))
         self.view_ = view
         self.step_index.reset()
         self._centroid_index = None
@@ -307,7 +307,9 @@ class _PoolRetriever(Retriever[PoolConfigT]):
         (while the step index finishes), so the first query builds nothing."""
         wait = self.step_index.start_build(view)
         try:
-            self.pool_ = OSUPool.build(view, self.state_key(), self.seed)
+            # each pool holds its own construction config, as fit always made it (the
+            # efficiency tables measure the pool's bytes, its config included)
+            self.pool_ = OSUPool.build(view, self.config.osu_config(), self.seed)
             if wait is not None:
                 self._centroid_index = CentroidIndex(self.pool_, self.seed)
                 self._centroid_index.sync()
