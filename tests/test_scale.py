@@ -126,19 +126,22 @@ def test_hnsw_knn_graph_matches_exact_on_clustered_data(monkeypatch):
 
 
 def test_large_similarity_view_refreshes_from_the_previous_partition(monkeypatch):
-    import osumem.osu.pool as pool_mod
+    import osumem.osu.construct as construct_mod
 
-    monkeypatch.setattr(pool_mod, "EXACT_KNN_MAX", 50)
+    monkeypatch.setattr(construct_mod, "EXACT_KNN_MAX", 50)
     view = generate_episode(SyntheticConfig(n_episodes=1), 1000, 0).view
     cfg = OSUConfig(views=("similarity",), similarity_refresh=20, similarity_refresh_ratio=0.0)
     inc = OSUPool(cfg, seed=0)
     for t in range(60, view.n + 1, 20):
         inc.add(view.prefix(t))
-    assert inc._knn is not None and inc._knn.size == inc._partition.shape[0]
+    assert (
+        inc.similarity.knn is not None
+        and inc.similarity.knn.size == inc.similarity.partition.shape[0]
+    )
     assert inc.n_osus > 1
     assert inc.sizes.max() <= cfg.max_osu_size
     # a batch build over the same steps takes the same (approximate) path
-    batch = OSUPool.build(view.prefix(inc._similarity_upto), cfg, seed=0)
+    batch = OSUPool.build(view.prefix(inc.similarity.upto), cfg, seed=0)
     assert batch.n_osus > 1
 
 

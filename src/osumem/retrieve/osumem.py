@@ -25,7 +25,8 @@ from numpy.typing import NDArray
 from osumem.errors import InvalidInputError, NotFittedError
 from osumem.frozen import Boolean, Constraints, Interval, Options, Symbols
 from osumem.osu.config import OSUConfig
-from osumem.osu.pool import OSUPool, release_free_memory
+from osumem.osu.heap import release_free_memory
+from osumem.osu.pool import OSUPool
 from osumem.osu.views import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M
 from osumem.retrieve.base import Retriever, RetrieverConfig, RetrieverState
 from osumem.retrieve.packing import greedy_pack, novelty_pack, pack_first_fit
@@ -275,10 +276,11 @@ class _PoolRetriever(Retriever[PoolConfigT]):
     def state_format(self) -> tuple[Any, ...]:
         """The pool state's layout version, whether the similarity view may use HNSW
         and the size up to which its k-NN graph is exact."""
-        from osumem.osu import pool as pool_mod
+        from osumem.osu import construct
+        from osumem.osu.pool_state import POOL_STATE_FORMAT
         from osumem.osu.views import hnsw_available
 
-        return (pool_mod.POOL_STATE_FORMAT, hnsw_available(), pool_mod.EXACT_KNN_MAX)
+        return (POOL_STATE_FORMAT, hnsw_available(), construct.EXACT_KNN_MAX)
 
     def state(self) -> RetrieverState:
         pool = self.fitted_pool
