@@ -147,7 +147,7 @@ def test_coarse_positions_cover_the_exact_top_k_with_the_centroid_index():
 @pytest.mark.parametrize("m", [3, 10, 64, 65, 300])
 def test_top_slots_take_the_best_k_with_ties_by_canonical_order(m):
     from osumem.bench.scale import generate
-    from osumem.retrieve.osumem import _top_slots
+    from osumem.retrieve.centroids import top_slots
 
     data = generate(800, 16, 2, n_queries=1)
     pool = create("osumem", seed=0).fit(data.view).fitted_pool
@@ -159,7 +159,7 @@ def test_top_slots_take_the_best_k_with_ties_by_canonical_order(m):
         for k in (1, 2, slots.size // 2, slots.size - 1, slots.size):
             if k < 1:
                 continue
-            got = set(_top_slots(pool, slots, scores.astype(np.float32), k).tolist())
+            got = set(top_slots(pool, slots, scores.astype(np.float32), k).tolist())
             ranked = sorted(
                 range(slots.size), key=lambda i: (-scores[i], pool.canonical_key(int(slots[i])))
             )

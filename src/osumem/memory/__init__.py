@@ -1,24 +1,27 @@
-"""The agent-facing memory: incremental, persistent (SQLite), namespaced.
+"""The agent-facing memory: incremental, persistent, namespaced.
 
 See :class:`Memory` (``Memory.open(path, encoder=..., method="osumem")``),
-:class:`Retrieved` (``.steps``, ``.render()``) and :class:`MemoryStore`.
+:class:`Retrieved` (``.steps``, ``.render()``), the store interface
+:class:`MemoryStore` (:mod:`osumem.memory.backends`; SQLite is
+:class:`~osumem.memory.backends.sqlite.SQLiteStore`) and :func:`open_store`.
 """
 
-from osumem.memory.api import DEFAULT_NAMESPACE, Memory, MemoryConfig, OversizedInputError
-from osumem.memory.retrieved import OSUHandle, Retrieved, RetrievedStep
-from osumem.memory.store import (
-    SCHEMA_VERSION,
+from osumem.errors import (
     ForeignStoreError,
     IncompatibleStoreError,
-    MemoryStore,
     NewerSchemaError,
     StoreBusyError,
     StoreCorruptError,
     StoreError,
-    StoreIntegrityError,
     StoreIOError,
     StoreReadOnlyError,
 )
+from osumem.memory.api import DEFAULT_NAMESPACE, Memory, MemoryConfig, OversizedInputError
+from osumem.memory.backends import SCHEMA_VERSION, MemoryStore, open_store
+from osumem.memory.retrieved import OSUHandle, Retrieved, RetrievedStep
+
+#: The error :meth:`MemoryStore.check` raises (the corrupt-store error under its old name).
+StoreIntegrityError = StoreCorruptError
 
 __all__ = [
     "DEFAULT_NAMESPACE",
@@ -39,4 +42,5 @@ __all__ = [
     "StoreIOError",
     "StoreIntegrityError",
     "StoreReadOnlyError",
+    "open_store",
 ]

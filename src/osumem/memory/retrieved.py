@@ -10,6 +10,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from osumem.errors import InvalidInputError
+from osumem.memory.rows import NamespaceData
 from osumem.retrieve.base import Retriever
 
 
@@ -134,6 +135,38 @@ class Retrieved:
             "query": self.query,
             "steps": [s.to_dict() for s in self.steps],
         }
+
+
+def retrieved_from(
+    retriever: Retriever,
+    positions: NDArray[np.int64],
+    data: NamespaceData,
+    *,
+    namespace: str,
+    method: str,
+    budget: int,
+    query: str | None,
+) -> Retrieved:
+    """The :class:`Retrieved` of ``positions`` (a selection, in rank order) of the
+    namespace's steps ``data``, with the OSU handles of ``retriever``'s pool."""
+    handles = osu_handles(retriever, positions)
+    v = data.view
+    steps = tuple(
+        RetrievedStep(
+            position=int(p),
+            step_id=int(data.step_ids[p]),
+            namespace=namespace,
+            source=str(v.sources[p]),
+            role=str(v.roles[p]),
+            text=str(v.texts[p]),
+            tool_action=str(v.tool_actions[p]),
+            cost=int(v.costs[p]),
+            osus=handles[rank],
+            rank=rank,
+        )
+        for rank, p in enumerate(positions.tolist())
+    )
+    return Retrieved(namespace, method, budget, steps, query)
 
 
 def osu_handles(retriever: Retriever, positions: NDArray[np.int64]) -> list[tuple[OSUHandle, ...]]:

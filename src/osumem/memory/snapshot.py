@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from osumem.memory.store import NamespaceData, SnapshotRow
+from osumem.memory.rows import NamespaceData, SnapshotRow
 from osumem.retrieve.base import Retriever
 from osumem.types import MemoryView
 

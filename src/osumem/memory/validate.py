@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from osumem.errors import InvalidInputError, show_value
-from osumem.memory.store import StepRow
+from osumem.memory.rows import StepRow
 from osumem.types import Step
 
 
@@ -190,6 +190,14 @@ def _check_utf8(value: str, where: str, name: str) -> None:
         ) from None
 
 
+def check_cost(cost: Any, where: str) -> None:
+    """A step's token cost: a positive integer of at most :data:`MAX_STEP_COST`."""
+    if isinstance(cost, bool) or not isinstance(cost, int | np.integer) or cost <= 0:
+        raise InvalidInputError(f"{where}: cost must be a positive integer, got {_show(cost)}")
+    if cost > MAX_STEP_COST:
+        raise InvalidInputError(f"{where}: cost {_show(cost)} exceeds the maximum {MAX_STEP_COST}")
+
+
 def step_row(s: Any, where: str, namespace: str, max_text_chars: int) -> StepRow:
     """Validate one :class:`Step` and turn it into a store row (``where`` names it)."""
     if not isinstance(s, Step):
@@ -213,12 +221,7 @@ def step_row(s: Any, where: str, namespace: str, max_text_chars: int) -> StepRow
             )
     if len(s.role) > MAX_ROLE_CHARS:
         raise InvalidInputError(f"{where}: role longer than {MAX_ROLE_CHARS} characters")
-    if isinstance(s.cost, bool) or not isinstance(s.cost, int | np.integer) or s.cost <= 0:
-        raise InvalidInputError(f"{where}: cost must be a positive integer, got {_show(s.cost)}")
-    if s.cost > MAX_STEP_COST:
-        raise InvalidInputError(
-            f"{where}: cost {_show(s.cost)} exceeds the maximum {MAX_STEP_COST}"
-        )
+    check_cost(s.cost, where)
     try:
         entities = list(s.entities)
     except TypeError:
