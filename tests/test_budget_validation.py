@@ -112,9 +112,9 @@ def test_service_and_http_route_check_once(tmp_path, calls):
 
     _memory(tmp_path / "mem.db").close()
     with MemoryService(tmp_path / "mem.db", encoder="hashing:d32") as svc:
-        svc.retrieve("ns", "reservation", 64)  # warms the namespace
+        svc.retrieve("reservation", 64, namespace="ns")  # warms the namespace
         calls.clear()
-        svc.retrieve("ns", "reservation", 64)
+        svc.retrieve("reservation", 64, namespace="ns")
         assert calls == [64]
         with TestClient(build_app(svc)) as http:
             calls.clear()

@@ -312,7 +312,6 @@ def remote_query(
     with MemoryClient(server) as client:
         answer = client.retrieve(text, budget, namespace=namespace, method=method)
     if as_json:
-        answer.pop("rendered", None)
-        click.echo(json.dumps(answer, indent=2, ensure_ascii=False))
+        click.echo(json.dumps(answer.to_dict(), indent=2, ensure_ascii=False))
     else:
-        click.echo(answer["rendered"])
+        click.echo(answer.render())

@@ -63,8 +63,12 @@ from osumem.retrieve.base import Retriever
 from osumem.retrieve.budget import validated_budget
 from osumem.types import MemoryView, Step
 
+#: Most other methods a memory keeps built for ``retrieve(method=...)`` at once.
+MAX_OTHER_METHODS = 4
+
 __all__ = [
     "DEFAULT_NAMESPACE",
+    "MAX_OTHER_METHODS",
     "MEMORY_ANN_MIN_STEPS",
     "ON_DUPLICATE",
     "Memory",
@@ -97,15 +101,9 @@ class Memory:
         self._encoder_spec = encoder_spec
         self._owns_encoder = owns_encoder or encoder_spec is not None
         self._views = NamespaceCache(store, on_forget=self._forget_retrievers)
-        self._retrievers = RetrieverCache(
-            self._views,
-            method=config.method,
-            params=config.params,
-            seed=config.seed,
-            ann_min_steps=config.ann_min_steps,
-            replay_batches=config.replay_batches,
-            snapshots=True,
-        )
+        self._retrievers = self._retriever_cache(config.method, config.params, snapshots=True)
+        # the retrievers of other methods asked for by ``retrieve(method=...)``, newest last
+        self._other_methods: dict[str, RetrieverCache] = {}
         self._planner = MessagePlanner(config, store, self._need_encoder, lambda: self._encoder)
 
     @classmethod
@@ -198,10 +196,44 @@ class Memory:
     def _refresh(self) -> None:
         """Bring the cached namespaces up to what other writers committed."""
         if self._views.refresh():
-            self._retrievers.drop_causal()
+            for cache in (self._retrievers, *self._other_methods.values()):
+                cache.drop_causal()
 
     def _forget_retrievers(self, namespace: str | None) -> None:
-        self._retrievers.forget(namespace)
+        for cache in (self._retrievers, *self._other_methods.values()):
+            cache.forget(namespace)
+
+    def _retriever_cache(
+        self, method: str, params: Mapping[str, Any] | None, *, snapshots: bool
+    ) -> RetrieverCache:
+        return RetrieverCache(
+            self._views,
+            method=method,
+            params=params,
+            seed=self.config.seed,
+            ann_min_steps=self.config.ann_min_steps,
+            replay_batches=self.config.replay_batches,
+            snapshots=snapshots,
+        )
+
+    def _method_cache(self, method: str | None) -> RetrieverCache:
+        """The retrievers of ``method`` (``None``: the memory's own): another method
+        runs with its default parameters, reads and writes no snapshots, and at most
+        :data:`MAX_OTHER_METHODS` of them are kept built (the oldest goes first)."""
+        if method is None or method == self.config.method:
+            return self._retrievers
+        if not isinstance(method, str):
+            raise InvalidInputError(f"method: expected a method name, got {_show(method)}")
+        cache = self._other_methods.pop(method, None)
+        if cache is None:
+            from osumem.retrieve.registry import make_config
+
+            make_config(method, None)  # an unknown method fails here, typed
+            cache = self._retriever_cache(method, None, snapshots=False)
+            while len(self._other_methods) >= MAX_OTHER_METHODS:
+                self._other_methods.pop(next(iter(self._other_methods)))
+        self._other_methods[method] = cache
+        return cache
 
     @contextmanager
     def transaction(self) -> Iterator[Memory]:
@@ -272,6 +304,7 @@ class Memory:
         budget: int | None = None,
         *,
         namespace: str = DEFAULT_NAMESPACE,
+        method: str | None = None,
         before: int | None = None,
     ) -> Retrieved:
         """Select past steps of ``namespace`` for ``query`` under ``budget`` tokens.
@@ -281,16 +314,22 @@ class Memory:
                 query vector; anything else is an ``InvalidInputError``.
             budget: token budget (default: the memory's ``budget``).
             namespace: which episode to search.
+            method: a registered retrieval method to answer with instead of the
+                memory's own (default parameters, built on first use over the same
+                steps); ``None``: the memory's method.
             before: only steps at positions ``< before`` (causality); ``None``: all.
                 The answer is what the memory would have given right after step
                 ``before - 1`` was added: the structure is rebuilt from those steps
                 alone, so later steps cannot influence it.
         """
         with validated_budget(self.config.budget if budget is None else budget) as b:
-            return self._retrieve(query, b, namespace, before)
+            return self._retrieve(query, b, namespace, method, before)
 
-    def _retrieve(self, query: Any, b: int, namespace: str, before: int | None) -> Retrieved:
+    def _retrieve(
+        self, query: Any, b: int, namespace: str, method: str | None, before: int | None
+    ) -> Retrieved:
         check_namespace(namespace)
+        cache = self._method_cache(method)
         if before is not None and (
             isinstance(before, bool) or not isinstance(before, int | np.integer)
         ):
@@ -306,16 +345,21 @@ class Memory:
             encode=lambda t: self._need_encoder("retrieve(query text)").encode([t])[0],
         )
         self._refresh()
-        retriever = self._retrievers.sync(namespace)
-        method = self.config.method
+        retriever = cache.sync(namespace)
         if retriever is None or before == 0:
-            return Retrieved(namespace, method, b, (), text)
+            return Retrieved(namespace, cache.method, b, (), text)
         data = self._views.data(namespace)
         if before is not None and before < data.view.n:
-            retriever = self._retrievers.causal(namespace, before)
+            retriever = cache.causal(namespace, before)
         sel = retriever.retrieve(q, b, text=text)
         return retrieved_from(
-            retriever, sel.positions, data, namespace=namespace, method=method, budget=b, query=text
+            retriever,
+            sel.positions,
+            data,
+            namespace=namespace,
+            method=cache.method,
+            budget=b,
+            query=text,
         )
 
     # --- writing --------------------------------------------------------------------

@@ -224,7 +224,9 @@ def build_app(
         """The past steps of a namespace that best support the query, under the budget:
         a rendered context block and the structured steps."""
         allowed(request, namespace)
-        result = await service.aretrieve(namespace, body.query, body.budget, body.method)
+        result = await service.aretrieve(
+            body.query, body.budget, namespace=namespace, method=body.method
+        )
         # the response model documents the shape; the dict is built straight from the
         # result (no second validation pass on the hot path)
         return JSONResponse(result.to_dict() | {"rendered": result.render()})
@@ -242,7 +244,7 @@ def build_app(
     async def delete_namespace(namespace: str, request: Request) -> DeleteResponse:
         """Delete every step of a namespace (one transaction)."""
         allowed(request, namespace)
-        n = await service.adelete(namespace)
+        n = await service.adelete_namespace(namespace)
         return DeleteResponse(namespace=namespace, deleted_steps=n)
 
     return LimitsAndAuth(app, table, service.limits.max_body_bytes)

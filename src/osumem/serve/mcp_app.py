@@ -132,7 +132,7 @@ def build_mcp(service: MemoryService, tokens: TokenTable | None = None) -> Any:
         order) and `steps` (each with position, role, tool, token cost, OSUs, text)."""
         authorize(ctx, namespace)
         checked(namespace)
-        result = await guarded(service.aretrieve(namespace, query, budget, method))
+        result = await guarded(service.aretrieve(query, budget, namespace=namespace, method=method))
         return RetrieveResponse.of(result)
 
     @tool(
@@ -158,7 +158,7 @@ def build_mcp(service: MemoryService, tokens: TokenTable | None = None) -> Any:
         deleted (0 when the namespace held none)."""
         authorize(ctx, namespace)
         checked(namespace)
-        n = await guarded(service.adelete(namespace))
+        n = await guarded(service.adelete_namespace(namespace))
         return DeleteResponse(namespace=namespace, deleted_steps=n)
 
     return server

@@ -105,7 +105,11 @@ class RetrieveRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     query: str = Field(strict=True, description="What the agent needs to know, in words.")
-    budget: int = Field(strict=True, description="Token budget of the returned steps (> 0).")
+    budget: int | None = Field(
+        default=None,
+        strict=True,
+        description="Token budget of the returned steps (> 0; default: the server's).",
+    )
     method: str | None = Field(
         default=None, description="Retrieval method (default: the server's)."
     )

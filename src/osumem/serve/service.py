@@ -21,7 +21,9 @@ overlap each other and wait for a write only while it commits and updates the in
 from __future__ import annotations
 
 import asyncio
+import functools
 import queue
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,7 +33,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from osumem.errors import BudgetError, InvalidInputError
-from osumem.memory import Memory, MemoryConfig, Retrieved
+from osumem.memory import DEFAULT_NAMESPACE, Memory, MemoryConfig, Retrieved
 from osumem.retrieve.budget import validated_budget
 from osumem.serve.threads import ReadWriteLock, SerializedEncoder, set_torch_threads
 
@@ -196,12 +198,24 @@ class MemoryService:
         return self._add(namespace, messages, options).result()
 
     def retrieve(
-        self, namespace: str, query: str, budget: int, method: str | None = None
+        self,
+        query: str,
+        budget: int | None = None,
+        *old: Any,
+        namespace: str = DEFAULT_NAMESPACE,
+        method: str | None = None,
     ) -> Retrieved:
-        """The memory's answer for ``query`` in ``namespace`` under ``budget`` tokens,
-        with ``method`` (default: the service's). Equal to ``Memory.retrieve`` on a
-        memory opened with that method over the same store."""
-        with validated_budget(budget) as b:
+        """The memory's answer for ``query`` in ``namespace`` under ``budget`` tokens
+        (default: the memory's), with ``method`` (default: the service's): the
+        signature of ``Memory.retrieve`` and ``MemoryClient.retrieve``. Equal to
+        ``Memory.retrieve`` on a memory opened with that method over the same store.
+
+        The spelling of earlier releases, ``retrieve(namespace, query, budget[,
+        method])``, still works for one release (a DeprecationWarning)."""
+        query, budget, namespace, method = _retrieve_args(
+            "MemoryService.retrieve", query, budget, old, namespace, method
+        )
+        with validated_budget(self.memory.config.budget if budget is None else budget) as b:
             self._check_retrieve(query, b)
             name = self.method if method is None or method == "" else str(method)
             while True:
@@ -223,10 +237,15 @@ class MemoryService:
         """Number of steps stored in ``namespace``."""
         return self._on_store(lambda: self.memory.n_steps(namespace)).result()
 
-    def delete(self, namespace: str) -> int:
+    def delete_namespace(self, namespace: str = DEFAULT_NAMESPACE) -> int:
         """Delete every step and held message of ``namespace`` (one transaction);
         returns the number of steps deleted (0 for an unknown namespace)."""
         return self._delete_future(namespace).result()
+
+    def delete(self, namespace: str) -> int:
+        """Deprecated spelling of :meth:`delete_namespace` (for one release)."""
+        _deprecated("MemoryService.delete", "MemoryService.delete_namespace")
+        return self.delete_namespace(namespace)
 
     # --- asynchronous API (for the HTTP and MCP faces) --------------------------------------
 
@@ -246,21 +265,36 @@ class MemoryService:
         return await asyncio.wrap_future(fut)
 
     async def aretrieve(
-        self, namespace: str, query: str, budget: int, method: str | None = None
+        self,
+        query: str,
+        budget: int | None = None,
+        *old: Any,
+        namespace: str = DEFAULT_NAMESPACE,
+        method: str | None = None,
     ) -> Retrieved:
         """:meth:`retrieve` without blocking the event loop (runs on a reader thread)."""
+        query, budget, namespace, method = _retrieve_args(
+            "MemoryService.aretrieve", query, budget, old, namespace, method
+        )
         if self._closed:
             raise RuntimeError("the memory service is closed")
-        fut = self._readers.submit(self.retrieve, namespace, query, budget, method)
+        fut = self._readers.submit(
+            functools.partial(self.retrieve, query, budget, namespace=namespace, method=method)
+        )
         return await asyncio.wrap_future(fut)
 
     async def anamespaces(self) -> list[str]:
         """:meth:`namespaces` without blocking the event loop."""
         return await asyncio.wrap_future(self._on_store(lambda: self.memory.namespaces()))
 
-    async def adelete(self, namespace: str) -> int:
-        """:meth:`delete` without blocking the event loop."""
+    async def adelete_namespace(self, namespace: str = DEFAULT_NAMESPACE) -> int:
+        """:meth:`delete_namespace` without blocking the event loop."""
         return await asyncio.wrap_future(self._delete_future(namespace))
+
+    async def adelete(self, namespace: str) -> int:
+        """Deprecated spelling of :meth:`adelete_namespace` (for one release)."""
+        _deprecated("MemoryService.adelete", "MemoryService.adelete_namespace")
+        return await self.adelete_namespace(namespace)
 
     # --- internals ------------------------------------------------------------------------
 
@@ -450,3 +484,33 @@ class MemoryService:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=3)
+
+
+def _retrieve_args(
+    name: str,
+    query: Any,
+    budget: Any,
+    old: tuple[Any, ...],
+    namespace: str,
+    method: str | None,
+) -> tuple[Any, Any, str, str | None]:
+    """``(query, budget, namespace, method)`` of a retrieve call, in the shared
+    signature or the service's spelling of earlier releases, ``(namespace, query,
+    budget[, method])`` (recognised by a text in the budget's place; a warning)."""
+    if not isinstance(budget, str):
+        if old:
+            raise TypeError(f"{name}: namespace and method are keyword arguments")
+        return query, budget, namespace, method
+    warnings.warn(
+        f"{name}(namespace, query, budget) is deprecated; use "
+        f"{name}(query, budget, namespace=..., method=...)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    if not old or len(old) > 2:
+        raise TypeError(f"{name}(namespace, query, budget[, method]): give the budget")
+    return budget, old[0], str(query), old[1] if len(old) == 2 else method
