@@ -28,11 +28,12 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
 from osumem.errors import BudgetError, InvalidInputError
+from osumem.frozen import Constraints, FrozenConfig, Interval
 from osumem.memory import DEFAULT_NAMESPACE, Memory, MemoryConfig, Retrieved
 from osumem.retrieve.budget import validated_budget
 from osumem.serve.threads import ReadWriteLock, SerializedEncoder, set_torch_threads
@@ -41,8 +42,9 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ServiceLimits:
-    """Bounds on what one request may ask (all keyword-only, validated on construction).
+class ServiceLimits(FrozenConfig):
+    """Bounds on what one request may ask (all keyword-only, validated on construction:
+    every bad value is reported at once in one :class:`~osumem.errors.ConfigError`).
 
     Attributes:
         max_budget: largest token budget of a retrieval.
@@ -58,15 +60,28 @@ class ServiceLimits:
     max_body_bytes: int = 4 * 1024 * 1024
     max_methods: int = 4
 
-    def __post_init__(self) -> None:
-        for name in ("max_budget", "max_messages", "max_query_chars", "max_body_bytes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidInputError(f"{name}: expected a positive integer, got {value!r}")
-        if isinstance(self.max_methods, bool) or self.max_methods < 0:
-            raise InvalidInputError(
-                f"max_methods: expected an integer >= 0, got {self.max_methods}"
-            )
+    config_name = "ServiceLimits"
+    parameter_constraints: ClassVar[Constraints] = {
+        "max_budget": Interval(int, 1, None),
+        "max_messages": Interval(int, 1, None),
+        "max_query_chars": Interval(int, 1, None),
+        "max_body_bytes": Interval(int, 1, None),
+        "max_methods": Interval(int, 0, None),
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceThreads(FrozenConfig):
+    """The threads of a :class:`MemoryService` (see its arguments)."""
+
+    readers: int = 4
+    torch_threads: int | None = 1
+
+    config_name = "MemoryService"
+    parameter_constraints: ClassVar[Constraints] = {
+        "readers": Interval(int, 1, None),
+        "torch_threads": (Interval(int, 1, None), None),
+    }
 
 
 @dataclass(frozen=True)
@@ -107,24 +122,15 @@ class MemoryService:
         torch_threads: int | None = 1,
         **memory_settings: Any,
     ) -> None:
-        if isinstance(readers, bool) or not isinstance(readers, int) or readers < 1:
-            raise InvalidInputError(f"readers: expected a positive integer, got {readers!r}")
-        if torch_threads is not None and (
-            isinstance(torch_threads, bool)
-            or not isinstance(torch_threads, int)
-            or torch_threads < 1
-        ):
-            raise InvalidInputError(
-                f"torch_threads: expected a positive integer, got {torch_threads!r}"
-            )
-        self._torch_threads = torch_threads
+        threads = ServiceThreads(readers=readers, torch_threads=torch_threads)
+        self._torch_threads = threads.torch_threads
         self.limits = limits or ServiceLimits()
         self.path = Path(path)
         self._settings = dict(memory_settings)
         self._lock = ReadWriteLock()
         self._store = ThreadPoolExecutor(max_workers=1, thread_name_prefix="osumem-store")
         self._readers = ThreadPoolExecutor(
-            max_workers=readers,
+            max_workers=threads.readers,
             thread_name_prefix="osumem-read",
             initializer=lambda: set_torch_threads(self._torch_threads),  # per thread
         )
