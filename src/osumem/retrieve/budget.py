@@ -11,9 +11,7 @@ inside a validated scope a nested entry point handed the same budget skips the c
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from typing import Any
 
 import numpy as np
@@ -41,26 +39,33 @@ def check_budget(budget: Any) -> int:
     return int(budget)
 
 
-def _already_validated(budget: Any) -> bool:
-    checked = _VALIDATED.get()
-    return checked is not None and type(budget) is int and budget == checked
-
-
-@contextmanager
-def validated_budget(budget: Any) -> Iterator[int]:
+class validated_budget:
     """The budget of a public entry point, validated unless an enclosing entry point
     already validated this same budget; inside the ``with`` block nested entry points
     given it skip their check.
 
     >>> with validated_budget(256) as b:                          # doctest: +SKIP
     ...     retriever.retrieve(q, b)    # does not check b again
+
+    (A class, not a generator: the evaluation enters one per retrieval.)
     """
-    if _already_validated(budget):
-        yield budget
-        return
-    checked = check_budget(budget)
-    token = _VALIDATED.set(checked)
-    try:
-        yield checked
-    finally:
-        _VALIDATED.reset(token)
+
+    __slots__ = ("_budget", "_token")
+
+    def __init__(self, budget: Any) -> None:
+        self._budget = budget
+        self._token: Token[int | None] | None = None
+
+    def __enter__(self) -> int:
+        budget = self._budget
+        checked = _VALIDATED.get()
+        if checked is not None and type(budget) is int and budget == checked:
+            return budget
+        value = check_budget(budget)
+        self._token = _VALIDATED.set(value)
+        return value
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _VALIDATED.reset(self._token)
+            self._token = None
