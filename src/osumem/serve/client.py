@@ -11,7 +11,6 @@ from urllib.parse import quote
 from osumem.errors import OSUMemError
 from osumem.serve.auth import TOKEN_ENV
 
-
 #: Most steps one ``GET /v1/namespaces/{ns}/steps`` returns.
 MAX_STEPS_PAGE = 10_000
 
