@@ -35,6 +35,7 @@ from osumem.serve.schemas import (
     AddResponse,
     DeleteResponse,
     ImportResponse,
+    NamespaceDetailsResponse,
     NamespaceInfo,
     NamespacesResponse,
     RetrieveRequest,
@@ -260,15 +261,21 @@ def build_app(
         # result (no second validation pass on the hot path)
         return JSONResponse(result.to_dict(explain=body.explain) | {"rendered": result.render()})
 
-    @app.get("/v1/namespaces", response_model=NamespacesResponse, tags=["memory"])
-    async def list_namespaces(request: Request, details: bool = False) -> NamespacesResponse:
+    @app.get(
+        "/v1/namespaces",
+        response_model=NamespaceDetailsResponse | NamespacesResponse,
+        tags=["memory"],
+    )
+    async def list_namespaces(
+        request: Request, details: bool = False
+    ) -> NamespaceDetailsResponse | NamespacesResponse:
         """The namespaces holding steps (those this token may use); with
         ``details=true``, each with its step count and held messages."""
         grant = grant_of(request)
         if details:
             info = await service.acall("namespace_info")
             info = [i for i in info if grant is None or grant.allows(i["namespace"])]
-            return NamespacesResponse(
+            return NamespaceDetailsResponse(
                 namespaces=[i["namespace"] for i in info],
                 details=[NamespaceInfo(**i) for i in info],
             )

@@ -171,11 +171,15 @@ class NamespaceInfo(BaseModel):
 
 
 class NamespacesResponse(BaseModel):
-    """The namespaces holding steps (those this token may use); with ``details``, their
-    counts too."""
+    """The namespaces holding steps (those this token may use)."""
 
     namespaces: list[str]
-    details: list[NamespaceInfo] | None = None
+
+
+class NamespaceDetailsResponse(NamespacesResponse):
+    """The namespaces with their counts (``GET /v1/namespaces?details=true``)."""
+
+    details: list[NamespaceInfo]
 
 
 class StepRecord(BaseModel):
