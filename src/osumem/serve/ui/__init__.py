@@ -41,7 +41,7 @@ def _sha256(text: str) -> str:
 def _fill(csp: str, title: str, style: str, data: str, script: str) -> str:
     page = asset("page.html")
     for mark, value in (
-        ("__CSP__", html.escape(csp, quote=True)),
+        ("__CSP__", html.escape(csp, quote=False).replace('"', "&quot;")),
         ("__TITLE__", html.escape(title)),
         ("__STYLE__", style),
         ("__DATA__", data),
@@ -76,8 +76,10 @@ def standalone_page(data: dict[str, Any]) -> str:
 
 def server_page() -> str:
     """The viewer page of ``/ui`` (no data inside; see the module doc)."""
+    # the header carries the whole policy; a <meta> policy cannot hold frame-ancestors
+    meta = "; ".join(p for p in SERVER_CSP.split("; ") if not p.startswith("frame-ancestors"))
     return _fill(
-        SERVER_CSP,
+        meta,
         "OSU-Mem viewer",
         '<link rel="stylesheet" href="/ui/app.css">',
         "",
