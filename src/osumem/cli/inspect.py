@@ -183,7 +183,7 @@ def _remote_steps(
 @click.option(
     "--no-embeddings",
     is_flag=True,
-    help="Leave the embeddings out (about 4x smaller; import encodes the texts again).",
+    help="Leave the embeddings out (most of the file; import encodes the texts again).",
 )
 @handle_errors
 def export_cmd(
