@@ -24,8 +24,8 @@ from osumem.memory.store import (
 
 __all__ = [
     "DEFAULT_NAMESPACE",
-    "Explanation",
     "SCHEMA_VERSION",
+    "Explanation",
     "ForeignStoreError",
     "IncompatibleStoreError",
     "Memory",
