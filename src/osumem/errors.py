@@ -94,3 +94,7 @@ class NewerSchemaError(IncompatibleStoreError):
 
 class DuplicateInputError(InvalidInputError):
     """A log already stored in the namespace was added again with ``on_duplicate="error"``."""
+
+
+class UnknownNamespaceError(InvalidInputError):
+    """A namespace named for reading (show, export, view) holds no steps in the store."""

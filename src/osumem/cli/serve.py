@@ -300,6 +300,7 @@ def remote_query(
     params: tuple[str, ...],
     before: int | None,
     as_json: bool,
+    explain: bool = False,
 ) -> None:
     """``osumem query --server``: print the server's answer as the local query would."""
     from osumem.errors import ConfigError
@@ -310,8 +311,10 @@ def remote_query(
     if before is not None:
         raise ConfigError("--before is answered from a local --store only")
     with MemoryClient(server) as client:
-        answer = client.retrieve(text, budget, namespace=namespace, method=method)
+        answer = client.retrieve(text, budget, namespace=namespace, method=method, explain=explain)
     if as_json:
-        click.echo(json.dumps(answer.to_dict(), indent=2, ensure_ascii=False))
+        click.echo(json.dumps(answer.to_dict(explain=explain), indent=2, ensure_ascii=False))
     else:
         click.echo(answer.render())
+        if explain:
+            click.echo(answer.explain().render())

@@ -1,9 +1,10 @@
 """The agent-facing memory: incremental, persistent, namespaced.
 
 See :class:`Memory` (``Memory.open(path, encoder=..., method="osumem")``),
-:class:`Retrieved` (``.steps``, ``.render()``), the store interface
+:class:`Retrieved` (``.steps``, ``.render()``, ``.explain()``), the store interface
 :class:`MemoryStore` (:mod:`osumem.memory.backends`; SQLite is
-:class:`~osumem.memory.backends.sqlite.SQLiteStore`) and :func:`open_store`.
+:class:`~osumem.memory.backends.sqlite.SQLiteStore`) and :func:`open_store`;
+:mod:`osumem.memory.export` exports a memory to JSON Lines and imports it back.
 """
 
 from osumem.errors import (
@@ -18,6 +19,7 @@ from osumem.errors import (
 )
 from osumem.memory.api import DEFAULT_NAMESPACE, Memory, MemoryConfig, OversizedInputError
 from osumem.memory.backends import SCHEMA_VERSION, MemoryStore, open_store
+from osumem.memory.explain import Explanation, StaleResultError
 from osumem.memory.retrieved import OSUHandle, Retrieved, RetrievedStep
 
 #: The error :meth:`MemoryStore.check` raises (the corrupt-store error under its old name).
@@ -26,6 +28,7 @@ StoreIntegrityError = StoreCorruptError
 __all__ = [
     "DEFAULT_NAMESPACE",
     "SCHEMA_VERSION",
+    "Explanation",
     "ForeignStoreError",
     "IncompatibleStoreError",
     "Memory",
@@ -36,6 +39,7 @@ __all__ = [
     "OversizedInputError",
     "Retrieved",
     "RetrievedStep",
+    "StaleResultError",
     "StoreBusyError",
     "StoreCorruptError",
     "StoreError",

@@ -46,6 +46,7 @@ from osumem.memory.config import (
     MemoryConfig,
 )
 from osumem.memory.encoders import EXTERNAL_PREFIX, resolve_encoder
+from osumem.memory.explain import Explanation
 from osumem.memory.namespaces import NamespaceCache
 from osumem.memory.planner import MessagePlanner, Plan, canonical
 from osumem.memory.query import query_vector
@@ -347,19 +348,21 @@ class Memory:
         self._refresh()
         retriever = cache.sync(namespace)
         if retriever is None or before == 0:
-            return Retrieved(namespace, cache.method, b, (), text)
+            empty = Explanation(cache.method, b, 0)
+            return Retrieved(namespace, cache.method, b, (), text, explanation=empty)
         data = self._views.data(namespace)
         if before is not None and before < data.view.n:
             retriever = cache.causal(namespace, before)
         sel = retriever.retrieve(q, b, text=text)
         return retrieved_from(
             retriever,
+            q,
             sel.positions,
             data,
             namespace=namespace,
             method=cache.method,
             budget=b,
-            query=text,
+            text=text,
         )
 
     # --- writing --------------------------------------------------------------------

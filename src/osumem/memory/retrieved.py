@@ -4,14 +4,15 @@ rendering of them as a context block for a prompt."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from osumem.errors import InvalidInputError
+from osumem.memory.explain import Explanation, explainer
 from osumem.memory.rows import NamespaceData
 from osumem.retrieve.base import Retriever
 
@@ -126,6 +127,30 @@ class Retrieved:
     budget: int
     steps: tuple[RetrievedStep, ...]
     query: str | None = None
+    #: The explanation, once computed (or as a server sent it).
+    explanation: Explanation | None = field(default=None, compare=False, repr=False)
+    _explainer: Callable[[], Explanation] | None = field(default=None, compare=False, repr=False)
+
+    def explain(self) -> Explanation:
+        """Why these steps: per step its score parts (cosine, flat rank, lexical score,
+        the unit and view that brought it in, its units' coarse-stage ranks) and what
+        the budget left out (see :mod:`osumem.memory.explain`). Computed on first call.
+
+        Raises:
+            StaleResultError: the namespace was written after this retrieval (retrieve
+                again to explain the current answer).
+            InvalidInputError: a result that carries no way to explain it (built by
+                hand, or from a server answer without ``explanation``).
+        """
+        if self.explanation is None:
+            if self._explainer is None:
+                raise InvalidInputError(
+                    "this result carries no explanation; retrieve it from a Memory, or ask "
+                    "the server with explain=true"
+                )
+            object.__setattr__(self, "explanation", self._explainer())
+        assert self.explanation is not None
+        return self.explanation
 
     @property
     def cost(self) -> int:
@@ -160,9 +185,10 @@ class Retrieved:
             lines.append(f"[step {s.position}] {s.text}")
         return "\n".join(lines)
 
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict of the whole result."""
-        return {
+    def to_dict(self, *, explain: bool = False) -> dict[str, Any]:
+        """A JSON-serialisable dict of the whole result; with ``explain``, also its
+        ``explanation`` (:meth:`explain`)."""
+        out: dict[str, Any] = {
             "namespace": self.namespace,
             "method": self.method,
             "budget": self.budget,
@@ -170,15 +196,20 @@ class Retrieved:
             "query": self.query,
             "steps": [s.to_dict() for s in self.steps],
         }
+        if explain:
+            out["explanation"] = self.explain().to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Retrieved:
         """The result :meth:`to_dict` wrote, or the HTTP retrieve answer (whose
-        ``rendered`` block is :meth:`render` again): how the client turns a server's
-        answer back into a :class:`Retrieved`."""
+        ``rendered`` block is :meth:`render` again, and whose ``explanation``, when
+        asked for, is :meth:`explain`): how the client turns a server's answer back
+        into a :class:`Retrieved`."""
         if not isinstance(data, Mapping) or not isinstance(data.get("steps"), list):
             raise InvalidInputError("retrieved: expected a dict with a list of steps")
         query = data.get("query")
+        why = data.get("explanation")
         try:
             return cls(
                 namespace=str(data["namespace"]),
@@ -186,6 +217,7 @@ class Retrieved:
                 budget=int(data["budget"]),
                 steps=tuple(RetrievedStep.from_dict(s) for s in data["steps"]),
                 query=None if query is None else str(query),
+                explanation=None if why is None else Explanation.from_dict(why),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, InvalidInputError):
@@ -199,7 +231,7 @@ class Retrieved:
             DeprecationWarning,
             stacklevel=3,
         )
-        return {**self.to_dict(), "rendered": self.render()}
+        return {**self.to_dict(explain=self.explanation is not None), "rendered": self.render()}
 
     def __getitem__(self, key: str) -> Any:
         """Deprecated: ``result["rendered"]``, ``result["steps"]`` ... (the client's dict
@@ -213,16 +245,18 @@ class Retrieved:
 
 def retrieved_from(
     retriever: Retriever,
+    query: NDArray[np.float32],
     positions: NDArray[np.int64],
     data: NamespaceData,
     *,
     namespace: str,
     method: str,
     budget: int,
-    query: str | None,
+    text: str | None,
 ) -> Retrieved:
-    """The :class:`Retrieved` of ``positions`` (a selection, in rank order) of the
-    namespace's steps ``data``, with the OSU handles of ``retriever``'s pool."""
+    """The :class:`Retrieved` of ``positions`` (``retriever``'s selection for
+    ``query``, in rank order) of the namespace's steps ``data``, with the OSU handles of
+    the retriever's pool and the means to explain it later."""
     handles = osu_handles(retriever, positions)
     v = data.view
     steps = tuple(
@@ -240,13 +274,17 @@ def retrieved_from(
         )
         for rank, p in enumerate(positions.tolist())
     )
-    return Retrieved(namespace, method, budget, steps, query)
+    why = explainer(retriever, query, text, budget, positions, method)
+    return Retrieved(namespace, method, budget, steps, text, _explainer=why)
 
 
-def osu_handles(retriever: Retriever, positions: NDArray[np.int64]) -> list[tuple[OSUHandle, ...]]:
+def osu_handles(
+    retriever: Retriever | None, positions: NDArray[np.int64]
+) -> list[tuple[OSUHandle, ...]]:
     """OSU handles of ``positions`` in ``retriever``'s OSU pool
-    (:meth:`~osumem.retrieve.Retriever.osu_pool`); a method without OSUs gets none."""
-    pool = retriever.osu_pool()
+    (:meth:`~osumem.retrieve.Retriever.osu_pool`); a method without OSUs (or no
+    retriever) gets none."""
+    pool = None if retriever is None else retriever.osu_pool()
     if pool is None:
         return [() for _ in positions]
     names = pool.view_names()

@@ -13,6 +13,18 @@ from numpy.typing import NDArray
 
 from osumem.types import MemoryView
 
+#: The text columns of a stored step, as a store names them.
+STEP_TEXT_COLUMNS = (
+    "role",
+    "text",
+    "tool_action",
+    "arguments",
+    "tool_signature",
+    "entities",
+    "subgoal",
+    "source",
+)
+
 
 @dataclass(frozen=True)
 class StepRow:

@@ -70,7 +70,7 @@ class MemoryStore(ABC, metaclass=_Constructible):
     digests and retriever snapshots (see the module docstring for the guarantees).
 
     Attributes:
-        name: how messages name the store (``"memory store <where>"``).
+        name: how messages name the store (``"memory store <location>"``).
         read_only: opened for queries only; every write raises
             :class:`~osumem.errors.StoreReadOnlyError`.
         created: this open created the store (so :meth:`discard` may remove it).
@@ -83,6 +83,12 @@ class MemoryStore(ABC, metaclass=_Constructible):
     created: bool
 
     # --- lifecycle --------------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def location(self) -> str:
+        """Where the store is, as :func:`~osumem.memory.backends.open_store` takes it
+        (a path, a URL; ``":memory:"`` in RAM)."""
 
     @property
     @abstractmethod
@@ -197,6 +203,11 @@ class MemoryStore(ABC, metaclass=_Constructible):
     @abstractmethod
     def has_digest(self, namespace: str, digest: str) -> bool:
         """Whether a log with ``digest`` was recorded in ``namespace``."""
+
+    @abstractmethod
+    def digests(self, namespace: str) -> list[tuple[str, int]]:
+        """The log digests recorded for ``namespace`` as ``(digest, end position)``,
+        ordered by end position then digest (what an export carries)."""
 
     # --- snapshots (a cache of a retriever's structure) ---------------------------------
 

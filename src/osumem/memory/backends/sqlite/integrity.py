@@ -15,8 +15,9 @@ from osumem.errors import StoreCorruptError
 from osumem.memory.backends.sqlite import schema, sql
 from osumem.memory.backends.sqlite.connection import Connection
 from osumem.memory.backends.sqlite.rows import decode_pending
+from osumem.memory.rows import STEP_TEXT_COLUMNS
 
-_TEXT_COLUMNS = ("ns", *schema.STEP_TEXT_COLUMNS)
+_TEXT_COLUMNS = ("ns", *STEP_TEXT_COLUMNS)
 
 
 def collect_problems(conn: Connection, problems: list[str], library_version: str) -> None:

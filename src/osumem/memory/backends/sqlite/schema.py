@@ -16,18 +16,7 @@ from osumem.errors import ForeignStoreError, NewerSchemaError, StoreCorruptError
 from osumem.memory.backends.base import SCHEMA_VERSION, STORE_FORMAT
 from osumem.memory.backends.sqlite import sql
 from osumem.memory.backends.sqlite.connection import Connection
-
-#: The text columns of a stored step.
-STEP_TEXT_COLUMNS = (
-    "role",
-    "text",
-    "tool_action",
-    "arguments",
-    "tool_signature",
-    "entities",
-    "subgoal",
-    "source",
-)
+from osumem.memory.rows import STEP_TEXT_COLUMNS
 
 TABLES: dict[str, str] = {
     "meta": "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",

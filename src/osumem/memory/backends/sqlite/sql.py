@@ -32,6 +32,7 @@ UPSERT_PENDING = (
 DELETE_PENDING = "DELETE FROM pending WHERE ns = ?"
 
 HAS_DIGEST = "SELECT 1 FROM digests WHERE ns = ? AND digest = ?"
+SELECT_DIGESTS = "SELECT digest, end_pos FROM digests WHERE ns = ? ORDER BY end_pos, digest"
 INSERT_DIGEST = "INSERT OR IGNORE INTO digests (ns, digest, end_pos) VALUES (?, ?, ?)"
 
 SELECT_SNAPSHOT = "SELECT steps, config, fingerprint, checksum, payload FROM snapshots WHERE ns = ?"

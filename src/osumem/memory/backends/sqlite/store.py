@@ -126,6 +126,10 @@ class SQLiteStore(MemoryStore):
         return self.conn.path
 
     @property
+    def location(self) -> str:
+        return ":memory:" if self.conn.path is None else str(self.conn.path)
+
+    @property
     def name(self) -> str:  # type: ignore[override]
         return self.conn.name
 
@@ -228,6 +232,13 @@ class SQLiteStore(MemoryStore):
         if not self._has_digests:
             return False
         return self.conn.execute(sql.HAS_DIGEST, (namespace, digest)).fetchone() is not None
+
+    @guarded
+    def digests(self, namespace: str) -> list[tuple[str, int]]:
+        if not self._has_digests:
+            return []
+        rows = self.conn.execute(sql.SELECT_DIGESTS, (namespace,)).fetchall()
+        return [(str(d), int(e)) for d, e in rows]
 
     @guarded
     def step_ids(self) -> list[int]:
