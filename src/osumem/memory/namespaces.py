@@ -51,12 +51,11 @@ class NamespaceCache:
 
     def forget(self, namespace: str | None = None) -> None:
         """Drop the cached steps (of one namespace, or all)."""
-        if namespace is None:
-            self._buffers.clear()
-            self._counts.clear()
-        else:
-            self._buffers.pop(namespace, None)
-            self._counts.pop(namespace, None)
+        for cached in (self._buffers, self._counts):
+            if namespace is None:
+                cached.clear()
+            else:
+                cached.pop(namespace, None)
         self._on_forget(namespace)
 
     def buffer(self, namespace: str) -> NamespaceBuffer:

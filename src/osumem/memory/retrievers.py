@@ -60,8 +60,7 @@ class RetrieverCache:
     def forget(self, namespace: str | None = None) -> None:
         """Drop the retrievers (of one namespace, or all)."""
         if namespace is None:
-            self._fitted.clear()
-            self._snapshot_steps.clear()
+            self._fitted, self._snapshot_steps = {}, {}
         else:
             self._fitted.pop(namespace, None)
             self._snapshot_steps.pop(namespace, None)

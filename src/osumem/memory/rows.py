@@ -4,7 +4,7 @@ into the :class:`~osumem.types.MemoryView` the retrievers read."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,22 @@ class StepRow:
     subgoal: str
     source: str
     cost: int
+
+
+@dataclass(frozen=True)
+class AddBatch:
+    """One add as a backend writes it (:meth:`MemoryStore.append
+    <osumem.memory.backends.base.MemoryStore.append>` checked it): the namespace,
+    the rows, their embeddings (little-endian float32, C-contiguous, one row per
+    step), the encoder id, the held messages to keep (``None``: leave them) and the
+    log digest to record (``None``: none)."""
+
+    namespace: str
+    rows: Sequence[StepRow]
+    embeddings: NDArray[np.float32]
+    encoder_id: str
+    pending: Sequence[Mapping[str, Any]] | None
+    digest: str | None
 
 
 @dataclass(frozen=True)

@@ -420,8 +420,7 @@ class OSUMemCoverage(_PoolRetriever[OSUMemCoverageConfig]):
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
-        view = self.fitted_view
-        cfg = self.config
+        cfg, view = self.config, self.fitted_view
         beta = cfg.beta
         members, _, _ = self._visible(limit)
         cos = self._cosines(q, limit).astype(np.float64)

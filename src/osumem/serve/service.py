@@ -62,10 +62,10 @@ class ServiceLimits(FrozenConfig):
 
     config_name = "ServiceLimits"
     parameter_constraints: ClassVar[Constraints] = {
-        "max_budget": Interval(int, 1, None),
-        "max_messages": Interval(int, 1, None),
-        "max_query_chars": Interval(int, 1, None),
-        "max_body_bytes": Interval(int, 1, None),
+        **dict.fromkeys(
+            ("max_budget", "max_messages", "max_query_chars", "max_body_bytes"),
+            Interval(int, 1, None),
+        ),
         "max_methods": Interval(int, 0, None),
     }
 

@@ -36,8 +36,8 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from osumem.errors import StoreCorruptError
-from osumem.memory.rows import NamespaceData, SnapshotRow, StepRow
+from osumem.errors import StoreCorruptError, StoreError
+from osumem.memory.rows import AddBatch, NamespaceData, SnapshotRow, StepRow
 
 #: The format name written into every store.
 STORE_FORMAT = "osumem-memory"
@@ -153,7 +153,6 @@ class MemoryStore(ABC, metaclass=_Constructible):
 
     # --- steps ------------------------------------------------------------------------
 
-    @abstractmethod
     def append(
         self,
         namespace: str,
@@ -169,7 +168,17 @@ class MemoryStore(ABC, metaclass=_Constructible):
         the namespace's held messages are replaced by ``pending`` (when given) and
         ``digest`` is recorded. The first add records ``encoder_id`` and the dimension;
         a later add with another raises :class:`~osumem.errors.IncompatibleStoreError`.
-        Returns the new step ids. Callers validate first."""
+        Returns the new step ids. Callers validate first; the backend writes the
+        checked :class:`~osumem.memory.rows.AddBatch` (:meth:`_append`)."""
+        emb = np.ascontiguousarray(embeddings, dtype="<f4")
+        if emb.ndim != 2 or emb.shape[0] != len(rows):
+            raise StoreError(f"append: {len(rows)} rows but embeddings of shape {emb.shape}")
+        return self._append(AddBatch(namespace, rows, emb, encoder_id, pending, digest))
+
+    @abstractmethod
+    def _append(self, batch: AddBatch) -> list[int]:
+        """Write ``batch`` as :meth:`append` describes (one transaction, positions and
+        ids assigned inside it)."""
 
     @abstractmethod
     def n_steps(self, namespace: str) -> int:

@@ -34,13 +34,10 @@ import hashlib
 import json
 import sqlite3
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-from numpy.typing import NDArray
 
 from osumem.errors import (
     IncompatibleStoreError,
@@ -58,7 +55,7 @@ from osumem.memory.backends.sqlite.rows import (
     encode_pending,
     step_params,
 )
-from osumem.memory.rows import NamespaceData, SnapshotRow, StepRow
+from osumem.memory.rows import AddBatch, NamespaceData, SnapshotRow
 
 
 def _library_version() -> str:
@@ -255,20 +252,9 @@ class SQLiteStore(MemoryStore):
     # --- writing ----------------------------------------------------------------------
 
     @guarded
-    def append(
-        self,
-        namespace: str,
-        rows: Sequence[StepRow],
-        embeddings: NDArray[np.float32],
-        *,
-        encoder_id: str,
-        pending: Sequence[Mapping[str, Any]] | None = None,
-        digest: str | None = None,
-    ) -> list[int]:
+    def _append(self, add: AddBatch) -> list[int]:
         conn = self.conn
-        emb = np.ascontiguousarray(embeddings, dtype="<f4")
-        if emb.shape[0] != len(rows):
-            raise StoreError(f"append: {len(rows)} rows but {emb.shape[0]} embeddings")
+        namespace, rows, emb, encoder_id = add.namespace, add.rows, add.embeddings, add.encoder_id
         with conn.transaction():
             meta = schema.meta_rows(conn)
             schema.check_meta(self.name, meta)
@@ -295,13 +281,13 @@ class SQLiteStore(MemoryStore):
                     sql.INSERT_STEP, step_params(namespace, start + i, batch, r, emb[i])
                 )
                 ids.append(int(cur.lastrowid or 0))
-            if pending is not None:
-                if pending:
-                    conn.execute(sql.UPSERT_PENDING, (namespace, encode_pending(pending)))
+            if add.pending is not None:
+                if add.pending:
+                    conn.execute(sql.UPSERT_PENDING, (namespace, encode_pending(add.pending)))
                 else:
                     conn.execute(sql.DELETE_PENDING, (namespace,))
-            if digest is not None and self._has_digests:
-                conn.execute(sql.INSERT_DIGEST, (namespace, digest, start + len(rows)))
+            if add.digest is not None and self._has_digests:
+                conn.execute(sql.INSERT_DIGEST, (namespace, add.digest, start + len(rows)))
         return ids
 
     @guarded
