@@ -41,6 +41,8 @@ def register(name: str, target: str, description: str = "", **overrides: Any) ->
 _B = "osumem.retrieve"
 register("no_memory", f"{_B}.flat:NoMemory", "No LT Memory: empty context")
 register("flat", f"{_B}.flat:FlatVector", "Flat Vector: top cosine")
+register("bm25", f"{_B}.hybrid:BM25Retriever", "BM25 over the step texts (English stoplist)")
+register("hybrid", f"{_B}.hybrid:HybridRetriever", "BM25 + dense, reciprocal-rank fusion (k = 60)")
 register("flat_mmr", f"{_B}.mmr:FlatMMR", "Flat + MMR (lambda = 0.7)")
 register("truncated_replay", f"{_B}.recency:TruncatedReplay", "Budget-Truncated Replay")
 register("sliding_window", f"{_B}.recency:SlidingWindow", "Sliding Window of W steps")
