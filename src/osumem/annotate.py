@@ -19,8 +19,7 @@ MAX_ENTITY_LEN = 80
 #: The English stop words of the Glasgow Information Retrieval Group, as scikit-learn
 #: ships them (``sklearn.feature_extraction.text.ENGLISH_STOP_WORDS``; a test checks
 #: this copy against it, so importing scikit-learn is not needed at query time).
-ENGLISH_STOP_WORDS: frozenset[str] = frozenset(
-    """a about above across after afterwards again against all almost alone along
+_STOP_WORDS_TEXT = """a about above across after afterwards again against all almost alone along
     already also although always am among amongst amoungst amount an and another any
     anyhow anyone anything anyway anywhere are around as at back be became because
     become becomes becoming been before beforehand behind being below beside besides
@@ -43,8 +42,8 @@ ENGLISH_STOP_WORDS: frozenset[str] = frozenset(
     twelve twenty two un under until up upon us very via was we well were what
     whatever when whence whenever where whereafter whereas whereby wherein whereupon
     wherever whether which while whither who whoever whole whom whose why will with
-    within without would yet you your yours yourself yourselves""".split()
-)
+    within without would yet you your yours yourself yourselves"""
+ENGLISH_STOP_WORDS: frozenset[str] = frozenset(_STOP_WORDS_TEXT.split())
 
 
 def _walk(value: Any) -> Iterator[str]:
@@ -136,16 +135,17 @@ _CODE_RE = re.compile(r"\b(?=[\w-]*[A-Za-z])(?=[\w-]*\d)[A-Za-z0-9][\w-]{2,}\b|\
 _WORD_RE = re.compile(r"[^\W\d_][\w'’-]*")
 _CONNECTORS = frozenset({"of", "de", "la", "del", "the", "von", "van", "da", "di"})
 #: Capitalised words that start sentences and name nothing.
-_NOT_NAMES = frozenset(
-    """yes yeah yep no nope ok okay oh wow hey hi hello thanks thank sure great well so
+_NOT_NAMES_TEXT = """yes yeah yep no nope ok okay oh wow hey hi hello thanks thank sure great well so
     good nice cool awesome sorry please congrats congratulations haha lol hmm ah aw
     definitely absolutely totally really actually anyway also let lets let's i'm i've
     i'll i'd that's it's what's there's here's don't can't didn't won't isn't
     yesterday today tomorrow tonight last next this these those that it its my our your
     his her their we you they he she i me us them just maybe guess glad happy exactly
-    true right love like thanks! user assistant call result""".split()
+    true right love like thanks! user assistant call result"""
+_NOT_NAMES = frozenset(_NOT_NAMES_TEXT.split())
+_WEEKDAYS = frozenset(
+    ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 )
-_WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday".split())
 _MONTH_NAMES = frozenset(_MONTHS.split("|"))
 
 

@@ -308,8 +308,8 @@ def _say(progress: bool, text: str) -> None:
 #: The benchmark summaries appended to the report (ours beside the paper's), by
 #: benchmark: ``(results, spec) -> markdown``, and the file each is also written to.
 def _summaries() -> dict[str, tuple[Callable[[Path, Spec], str], str]]:
-    from osumem.bench.taubench_report import summary_markdown as taubench_summary
     from osumem.bench.locomo_report import summary_markdown as locomo_summary
+    from osumem.bench.taubench_report import summary_markdown as taubench_summary
     from osumem.bench.toolbench_report import summary_markdown as toolbench_summary
 
     return {
