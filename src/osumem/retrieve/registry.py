@@ -81,6 +81,11 @@ register(
     "osumem_adaptive's first frozen version (every orphan protected)",
     orphan_share=0.0,
 )
+register(
+    "osumem_hybrid",
+    f"{_B}.osumem_hybrid:HybridOSUMem",
+    "Dense + BM25 fusion, neighbours, text entities, adaptive OSU expansion",
+)
 register("osumem_gf", f"{_B}.osumem:OSUMemGF", "OSU-Mem + GF (ground-truth filtering ORACLE)")
 register(
     "osumem_coverage", f"{_B}.osumem:OSUMemCoverage", "OSU-Mem coverage-guided greedy (overlap)"
