@@ -10,11 +10,12 @@ subgoal OSUs; otherwise the ranking itself, packed first fit):
    its stored text plus the words of its ``context_fields`` (by default its source,
    e.g. a speaker's name, and its subgoal label, e.g. a dated session). Only scoring
    reads the context: what is returned and charged is the step as stored.
-2. **Fusion**: ``lexical_weight · bm25 / max bm25 + (1 − lexical_weight) · (cos − min
-   cos) / (max cos − min cos)`` over the visible steps (both parts in [0, 1]).
-3. **Neighbours**: each step adds ``neighbour_weight`` times the better fused score of
-   the steps just before and after it in the same subgoal segment (a reply carries the
-   relevance of the turn it answers).
+2. **Neighbours**: each step's lexical score adds ``neighbour_weight`` times the
+   better score of the steps just before and after it in the same subgoal segment (a
+   reply carries the words of the turn it answers).
+3. **Fusion**: reciprocal-rank fusion (k = 60) of the dense ranking (cosine of the
+   query vector with the stored embeddings) and that lexical ranking, ties by dense
+   rank.
 4. **Entities from text** (``entity_source``): the entity view of the OSU pool also
    takes the strings a step's text names (:func:`osumem.annotate.extract_text_entities`:
    names, dates, quantities, codes, e-mails; prefixed with the step's source when the
@@ -30,6 +31,7 @@ Defaults and their development-data measurements: docs/decisions.md.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self, cast
 
@@ -40,13 +42,18 @@ from osumem.annotate import extract_text_entities, prefix_entities
 from osumem.frozen import Boolean, Constraints, Interval, Options, Subset
 from osumem.osu.pool import OSUPool
 from osumem.retrieve.adaptive import AdaptiveConfig, AdaptiveOSUMem
+from osumem.retrieve.base import FLAT_HEAD_MIN, pack_first_fit
 from osumem.retrieve.hybrid import LEXICAL_KEY
 from osumem.retrieve.lexical import LexicalIndex
 from osumem.types import IntArray, MemoryView
 
+#: Steps whose cosines estimate the dense rank of a lexical match outside the step
+#: index's head (large memories).
+RANK_SAMPLE = 2048
+
 #: The step columns whose words may join a step's scoring text.
 CONTEXT_FIELDS: tuple[str, ...] = ("sources", "subgoals", "tool_actions")
-ENTITY_SOURCES: tuple[str, ...] = ("arguments", "text", "both")
+ENTITY_SOURCES: tuple[str, ...] = ("arguments", "fallback", "text", "both")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,38 +63,53 @@ class HybridOSUMemConfig(AdaptiveConfig):
 
     Attributes:
         k1, b, stem: the BM25 index (see :class:`~osumem.retrieve.hybrid.LexicalConfig`).
-        lexical_weight: weight of the max-normalised BM25 score in the fusion (the
-            min-max normalised cosine gets the rest).
+        fusion: ``"rrf"``: reciprocal-rank fusion of the dense ranking and the
+            lexical ranking, ``1/(rrf_k + rank)`` each; ``"scores"``: a convex
+            combination of the max-normalised lexical score (``lexical_weight``) and
+            the min-max normalised cosine.
+        rrf_k: the reciprocal-rank-fusion constant.
+        lexical_weight: weight of the lexical score when ``fusion="scores"``.
         context_fields: view columns whose words join each step's scoring text
             (``sources``, ``subgoals``, ``tool_actions``).
-        neighbour_weight: share of the better adjacent step's fused score (same
-            subgoal) added to a step's score; 0 turns it off.
+        neighbour_weight: share of the better adjacent step's score (same subgoal)
+            added to a step's score; 0 turns it off.
+        neighbour_on: which score the neighbours share: ``"lexical"`` (the BM25
+            score, before fusion) or ``"fused"``.
         entity_source: where the entity view's entities come from: ``"arguments"``
-            (tool-call arguments, the paper's rule), ``"text"`` (the step text) or
-            ``"both"``.
-        expand: run the adaptive OSU expansion over the fused ranking; off, the
-            fused ranking is packed first fit.
+            (tool-call arguments, the paper's rule), ``"fallback"`` (the arguments;
+            a step whose arguments name none takes the entities of its text),
+            ``"text"`` (the step text only) or ``"both"``.
+        expand_text: run the adaptive OSU expansion over the fused ranking for a
+            query with text too; off (the default, measured on development data), such
+            a query gets the fused ranking packed first fit, and the expansion serves
+            queries given as vectors only.
     """
 
     k1: float = 1.2
     b: float = 0.75
     stem: bool = False
+    fusion: str = "rrf"
+    rrf_k: float = 60.0
     lexical_weight: float = 0.5
     context_fields: tuple[str, ...] = ("sources", "subgoals")
     neighbour_weight: float = 0.5
-    entity_source: str = "both"
-    expand: bool = True
+    neighbour_on: str = "lexical"
+    entity_source: str = "fallback"
+    expand_text: bool = False
 
     config_name = "osumem_hybrid"
     parameter_constraints: ClassVar[Constraints] = {
         "k1": Interval(float, 0, None),
         "b": Interval(float, 0, 1),
         "stem": Boolean(),
+        "fusion": Options(("rrf", "scores")),
+        "rrf_k": Interval(float, 0, None),
         "lexical_weight": Interval(float, 0, 1),
+        "neighbour_on": Options(("lexical", "fused")),
         "context_fields": Subset(CONTEXT_FIELDS, nonempty=False),
         "neighbour_weight": Interval(float, 0, None),
         "entity_source": Options(ENTITY_SOURCES),
-        "expand": Boolean(),
+        "expand_text": Boolean(),
     }
 
 
@@ -144,6 +166,8 @@ class HybridOSUMem(AdaptiveOSUMem):
             known.append(prefix_entities(src, ents) if prefixed and src else ents)
         if mode == "text":
             ents = tuple(known[: view.n])
+        elif mode == "fallback":
+            ents = tuple(a or t for a, t in zip(view.entities, known[: view.n], strict=True))
         else:
             ents = tuple(a | t for a, t in zip(view.entities, known[: view.n], strict=True))
         return dataclasses.replace(view, entities=ents)
@@ -221,30 +245,48 @@ class HybridOSUMem(AdaptiveOSUMem):
 
     # --- retrieval -----------------------------------------------------------------------
 
+    def _neighbours(self, score: NDArray[np.float64], limit: int) -> NDArray[np.float64]:
+        """``score`` plus ``neighbour_weight`` times the better score of the steps
+        just before and after (same subgoal)."""
+        assert self.view_ is not None
+        beta = self.cfg.neighbour_weight
+        if beta <= 0 or limit < 2:
+            return score
+        sg = self.view_.subgoals[:limit]
+        same = sg[1:] == sg[:-1]
+        best = np.zeros(limit)
+        best[1:] = np.where(same, score[:-1], 0.0)
+        best[:-1] = np.maximum(best[:-1], np.where(same, score[1:], 0.0))
+        return score + beta * best
+
     def fused_scores(
         self, q: NDArray[np.float32], text: str | None, limit: int
     ) -> NDArray[np.float64]:
-        """The fused score (lexical + dense, then neighbours) of every step before
+        """The fused score (dense and lexical, with neighbours) of every step before
         ``limit`` (see the module docstring)."""
         assert self.view_ is not None and self.lexical_ is not None
         cfg = self.cfg
         cos = self._cosines(q, limit).astype(np.float64)
         bm = self.lexical_.score_all(text, limit)
-        top = float(bm.max()) if bm.shape[0] else 0.0
-        lo, hi = float(cos.min()), float(cos.max())
-        dense = (cos - lo) / (hi - lo) if hi > lo else np.zeros_like(cos)
-        fused = (1.0 - cfg.lexical_weight) * dense
-        if top > 0:
-            fused += cfg.lexical_weight * (bm / top)
-        if cfg.neighbour_weight > 0 and limit > 1:
-            sg = self.view_.subgoals[:limit]
-            same = sg[1:] == sg[:-1]
-            prev = np.full(limit, -np.inf)
-            nxt = np.full(limit, -np.inf)
-            prev[1:] = np.where(same, fused[:-1], -np.inf)
-            nxt[:-1] = np.where(same, fused[1:], -np.inf)
-            best = np.maximum(prev, nxt)
-            fused = fused + cfg.neighbour_weight * np.where(np.isfinite(best), best, 0.0)
+        if cfg.neighbour_on == "lexical":
+            bm = self._neighbours(bm, limit)
+        if cfg.fusion == "rrf":
+            dense = np.argsort(-cos, kind="stable")
+            fused = np.empty(limit)
+            fused[dense] = 1.0 / (cfg.rrf_k + np.arange(1, limit + 1, dtype=np.float64))
+            lex = np.flatnonzero(bm > 0)
+            lex = lex[np.lexsort((lex, -bm[lex]))]
+            fused[lex] += 1.0 / (cfg.rrf_k + np.arange(1, lex.shape[0] + 1, dtype=np.float64))
+        else:
+            top = float(bm.max()) if bm.shape[0] else 0.0
+            lo, hi = float(cos.min()), float(cos.max())
+            fused = (1.0 - cfg.lexical_weight) * (
+                (cos - lo) / (hi - lo) if hi > lo else np.zeros_like(cos)
+            )
+            if top > 0:
+                fused += cfg.lexical_weight * (bm / top)
+        if cfg.neighbour_on == "fused":
+            fused = self._neighbours(fused, limit)
         return fused
 
     def _select_query(
@@ -258,10 +300,70 @@ class HybridOSUMem(AdaptiveOSUMem):
         assert self.lexical_ is not None and self.view_ is not None
         if not text or self.lexical_.query_terms(text).shape[0] == 0:
             return self._select(q, budget, limit, evidence)
+        if self._use_ann(limit) and not self.cfg.expand_text and self.cfg.fusion == "rrf":
+            return self._ann_fused(q, text, budget)
         score = self.fused_scores(q, text, limit)
         order = np.argsort(-score, kind="stable").astype(np.int64)
-        if not self.cfg.expand:
-            from osumem.retrieve.base import pack_first_fit
-
+        if not self.cfg.expand_text:
             return pack_first_fit(order, self.view_.costs, budget)
         return self._select_ranked(q, budget, limit, evidence, order, score)
+
+    def _rank_sample(self, n: int) -> IntArray:
+        """A fixed, seeded sample of ``RANK_SAMPLE`` positions of the first ``n``
+        steps (kept until the memory grows by a quarter)."""
+        cached = getattr(self, "_sample", None)
+        if cached is None or not (cached[0] <= n < 1.25 * cached[0]):
+            rng = np.random.default_rng([self.seed, 17])
+            k = min(n, RANK_SAMPLE)
+            cached = (n, np.sort(rng.choice(n, size=k, replace=False)).astype(np.int64))
+            self._sample = cached
+        return cached[1]
+
+    def _ann_fused(self, q: NDArray[np.float32], text: str, budget: int) -> IntArray:
+        """The fused ranking of a large memory (from :attr:`ann_min_steps` steps on):
+        reciprocal-rank fusion of the step index's top ``k`` by cosine (lexical
+        matches outside it ranked after it, by their cosine) and the top ``k`` by
+        lexical score, packed first fit; ``k`` grows (×4) while budget is left that an
+        unseen step could use."""
+        assert self.view_ is not None and self.lexical_ is not None
+        view = self.view_
+        n = view.n
+        costs = view.costs
+        rrf_k = self.cfg.rrf_k
+        bm = self._neighbours(self.lexical_.score_all(text, n), n)
+        matched = np.flatnonzero(bm > 0)
+        mean_cost, min_cost, _ = self._cost_stats()
+        k = min(n, max(FLAT_HEAD_MIN, 4 * math.ceil(budget / mean_cost)))
+        while True:
+            head = self._ann_top(q, k)
+            lex = matched
+            if lex.shape[0] > k:
+                lex = lex[np.argpartition(-bm[lex], k - 1)[:k]]
+            lex = lex[np.lexsort((lex, -bm[lex]))]
+            cand = np.unique(np.concatenate([head, lex]))
+            at = {int(p): r for r, p in enumerate(cand.tolist())}
+            fused = np.zeros(cand.shape[0])
+            dense_rank = np.full(cand.shape[0], head.shape[0] + 1, dtype=np.int64)
+            rows = np.fromiter((at[int(p)] for p in head.tolist()), np.int64, head.shape[0])
+            fused[rows] += 1.0 / (rrf_k + np.arange(1, head.shape[0] + 1))
+            dense_rank[rows] = np.arange(head.shape[0])
+            # lexical matches outside the head: their dense rank estimated from the
+            # share of a fixed sample of steps with a higher cosine (at least past
+            # the head; among themselves in cosine order)
+            out = np.flatnonzero(dense_rank > head.shape[0])
+            if out.shape[0]:
+                cos_out = view.embeddings[cand[out]] @ q
+                sample = np.sort(view.embeddings[self._rank_sample(n)] @ q)
+                above = sample.shape[0] - np.searchsorted(sample, cos_out, side="right")
+                est = np.maximum(head.shape[0] + 1, np.rint(n * above / sample.shape[0]))
+                order_out = np.lexsort((-cos_out, est))
+                ranks = np.maximum.accumulate(est[order_out] + np.arange(out.shape[0]))
+                fused[out[order_out]] += 1.0 / (rrf_k + ranks)
+                dense_rank[out[order_out]] = ranks.astype(np.int64)
+            rows = np.fromiter((at[int(p)] for p in lex.tolist()), np.int64, lex.shape[0])
+            fused[rows] += 1.0 / (rrf_k + np.arange(1, lex.shape[0] + 1))
+            order = cand[np.lexsort((cand, dense_rank, -fused))]
+            taken = pack_first_fit(order, costs, budget)
+            if k >= n or budget - int(costs[taken].sum()) < min_cost:
+                return taken
+            k = min(n, 4 * k)
