@@ -22,7 +22,7 @@ from osumem.cli._common import (
 from osumem.evaluate.defaults import BUDGETS, as_option
 
 #: The methods ``osumem bench locomo`` compares by default.
-LOCOMO_METHODS = "flat,bm25,hybrid,osumem,osumem_adaptive"
+LOCOMO_METHODS = "flat,bm25,hybrid,osumem,osumem_adaptive,osumem_hybrid"
 
 #: ``--data``, shared by ``bench locomo`` and ``reproduce locomo``.
 DATA_OPTION = click.option(

@@ -299,7 +299,8 @@ class LexicalIndex:
         (zeros for a text without indexed terms)."""
         limit = self.n if limit is None else max(0, min(int(limit), self.n))
         docs, contrib = self._term_scores(text, limit)
-        return np.bincount(docs, weights=contrib, minlength=limit)[:limit]
+        full = np.bincount(docs, weights=contrib, minlength=limit)[:limit]
+        return np.asarray(full, dtype=np.float64)
 
     def scores(
         self,
@@ -334,7 +335,7 @@ class LexicalIndex:
         keep = total > 0
         uniq, total = uniq[keep], total[keep]
         order = np.lexsort((uniq, -total))
-        return uniq[order], total[order]
+        return uniq[order].astype(np.int64), np.asarray(total[order], dtype=np.float64)
 
     # --- state ---------------------------------------------------------------------------
 

@@ -1,31 +1,35 @@
 """OSU-Mem hybrid: every signal a step carries, with the adaptive method's safety.
 
-:class:`HybridOSUMem` (``osumem_hybrid``) ranks the visible steps by a fused score and
-then runs :class:`~osumem.retrieve.adaptive.AdaptiveOSUMem`'s per-query logic over that
-ranking (OSU expansion only when the head of the ranking is bound by entity, tool or
-subgoal OSUs; otherwise the ranking itself, packed first fit):
+:class:`HybridOSUMem` (``osumem_hybrid``) answers a query with words by a fused ranking
+and a query given as a vector only by :class:`~osumem.retrieve.adaptive.AdaptiveOSUMem`
+(OSU expansion only when the head of the cosine ranking is bound by entity, tool or
+subgoal OSUs):
 
 1. **Lexical score**: BM25 (:class:`~osumem.retrieve.lexical.LexicalIndex`, English
    stoplist, k1 = 1.2, b = 0.75) of the query text against each step's *scoring text*:
    its stored text plus the words of its ``context_fields`` (by default its source,
    e.g. a speaker's name, and its subgoal label, e.g. a dated session). Only scoring
    reads the context: what is returned and charged is the step as stored.
-2. **Neighbours**: each step's lexical score adds ``neighbour_weight`` times the
+2. **Neighbours**: each step's lexical score adds ``neighbour_weight`` (.5) times the
    better score of the steps just before and after it in the same subgoal segment (a
    reply carries the words of the turn it answers).
 3. **Fusion**: reciprocal-rank fusion (k = 60) of the dense ranking (cosine of the
    query vector with the stored embeddings) and that lexical ranking, ties by dense
-   rank.
-4. **Entities from text** (``entity_source``): the entity view of the OSU pool also
-   takes the strings a step's text names (:func:`osumem.annotate.extract_text_entities`:
-   names, dates, quantities, codes, e-mails; prefixed with the step's source when the
-   memory prefixes its argument entities), so people's and tools' words form OSUs.
+   rank, packed first fit. From :attr:`ann_min_steps` steps on, the dense ranking's
+   head comes from the HNSW step index and the dense rank of a lexical match outside
+   it is estimated from a fixed sample of steps (approximate, like Flat's ANN path).
+4. **Entities from text** (``entity_source="fallback"``): a step whose tool-call
+   arguments name no entity takes the strings its text names
+   (:func:`osumem.annotate.extract_text_entities`: names, dates, quantities, codes,
+   e-mails; prefixed with the step's source when the memory prefixes its argument
+   entities), so the entity view also groups what people say (chat turns, user
+   messages); steps with argument entities keep exactly those.
 
-A query without text (a vector only) has no lexical score: the ranking is the cosine
-one, and the rest is ``osumem_adaptive``'s; over steps without text (the synthetic
-benchmark) there are no text entities either, and the selection is exactly
-``osumem_adaptive``'s.
-Defaults and their development-data measurements: docs/decisions.md.
+On development data (docs/decisions.md) running the adaptive OSU expansion over the
+fused ranking lost on every benchmark whose queries have words (``expand_text=True``
+keeps it as an option), so words get the fused ranking and vectors the expansion.
+Over a memory whose steps all carry argument entities (the synthetic benchmark) and a
+query without text, the selection is exactly ``osumem_adaptive``'s.
 """
 
 from __future__ import annotations
@@ -42,10 +46,14 @@ from osumem.annotate import extract_text_entities, prefix_entities
 from osumem.frozen import Boolean, Constraints, Interval, Options, Subset
 from osumem.osu.pool import OSUPool
 from osumem.retrieve.adaptive import AdaptiveConfig, AdaptiveOSUMem
-from osumem.retrieve.base import FLAT_HEAD_MIN, pack_first_fit
+from osumem.retrieve.base import FLAT_HEAD_MIN, pack_first_fit, top_order
 from osumem.retrieve.hybrid import LEXICAL_KEY
 from osumem.retrieve.lexical import LexicalIndex
 from osumem.types import IntArray, MemoryView
+
+#: Up to this many visible steps the fused ranking is computed over every step (full
+#: reciprocal-rank fusion); above, over the heads of both rankings (``_head_fused``).
+EXACT_FUSION_MAX = 4096
 
 #: Steps whose cosines estimate the dense rank of a lexical match outside the step
 #: index's head (large memories).
@@ -128,6 +136,8 @@ class HybridOSUMem(AdaptiveOSUMem):
 
     lexical_: LexicalIndex | None = None
     _text_entities: list[frozenset[str]]
+    _sample: tuple[int, NDArray[np.float32], int] | None = None
+    _same: NDArray[np.bool_] | None = None
 
     @property
     def cfg(self) -> HybridOSUMemConfig:
@@ -161,21 +171,23 @@ class HybridOSUMem(AdaptiveOSUMem):
             known = self._text_entities = []
         prefixed = self._prefixed(view)
         for i in range(len(known), view.n):
-            ents = extract_text_entities(str(view.texts[i]))
+            found = extract_text_entities(str(view.texts[i]))
             src = str(view.sources[i])
-            known.append(prefix_entities(src, ents) if prefixed and src else ents)
+            known.append(prefix_entities(src, found) if prefixed and src else found)
+        mine = known[: view.n]
         if mode == "text":
-            ents = tuple(known[: view.n])
+            ents = tuple(mine)
         elif mode == "fallback":
-            ents = tuple(a or t for a, t in zip(view.entities, known[: view.n], strict=True))
+            ents = tuple(a or t for a, t in zip(view.entities, mine, strict=True))
         else:
-            ents = tuple(a | t for a, t in zip(view.entities, known[: view.n], strict=True))
+            ents = tuple(a | t for a, t in zip(view.entities, mine, strict=True))
         return dataclasses.replace(view, entities=ents)
 
     # --- fit / update / state ----------------------------------------------------------
 
     def _build(self, view: MemoryView) -> None:
         self._text_entities = []
+        self._sample = None
         super()._build(self._with_text_entities(view))
         self.lexical_ = self._new_lexical()
         self._index_texts(view)
@@ -187,6 +199,12 @@ class HybridOSUMem(AdaptiveOSUMem):
     def _index_texts(self, view: MemoryView) -> None:
         index = self.lexical_
         assert index is not None
+        # same[i]: steps i and i + 1 share a subgoal segment (kept incrementally)
+        start = max(index.n - 1, 0)
+        old = self._same
+        old = old[:start] if old is not None and index.n else np.zeros(0, dtype=bool)
+        sg = view.subgoals
+        self._same = np.concatenate([old, sg[start + 1 : view.n] == sg[start : view.n - 1]])
         fields = self.cfg.context_fields
         index.add([scoring_text(view, i, fields) for i in range(index.n, view.n)])
 
@@ -207,6 +225,7 @@ class HybridOSUMem(AdaptiveOSUMem):
         the texts (the runner shares pools between methods of one construction)."""
         super().restore(view, pool)
         self._text_entities = []
+        self._sample = None
         self._with_text_entities(view)
         self.lexical_ = self._new_lexical()
         self._index_texts(view)
@@ -232,6 +251,8 @@ class HybridOSUMem(AdaptiveOSUMem):
         pool = OSUPool.from_state(entity_view, self.config.osu_config(), self.seed, pool_state)
         AdaptiveOSUMem.restore(self, view, pool)
         self.lexical_ = index
+        self._same = view.subgoals[1:] == view.subgoals[:-1]
+        self._sample = None
         return self
 
     def lexical_scores(
@@ -247,17 +268,26 @@ class HybridOSUMem(AdaptiveOSUMem):
 
     def _neighbours(self, score: NDArray[np.float64], limit: int) -> NDArray[np.float64]:
         """``score`` plus ``neighbour_weight`` times the better score of the steps
-        just before and after (same subgoal)."""
-        assert self.view_ is not None
+        just before and after (same subgoal segment); only steps next to a positive
+        score change."""
         beta = self.cfg.neighbour_weight
         if beta <= 0 or limit < 2:
             return score
-        sg = self.view_.subgoals[:limit]
-        same = sg[1:] == sg[:-1]
-        best = np.zeros(limit)
-        best[1:] = np.where(same, score[:-1], 0.0)
-        best[:-1] = np.maximum(best[:-1], np.where(same, score[1:], 0.0))
-        return score + beta * best
+        assert self._same is not None
+        same = self._same[: limit - 1]
+        hit = np.flatnonzero(score[:limit] > 0)
+        if hit.shape[0] == 0:
+            return score
+        at = np.unique(np.concatenate([hit - 1, hit + 1]))
+        at = at[(at >= 0) & (at < limit)]
+        best = np.zeros(at.shape[0])
+        left = at > 0
+        best[left] = np.where(same[at[left] - 1], score[at[left] - 1], 0.0)
+        right = at < limit - 1
+        best[right] = np.maximum(best[right], np.where(same[at[right]], score[at[right] + 1], 0.0))
+        out = score.copy()
+        out[at] += beta * best
+        return out
 
     def fused_scores(
         self, q: NDArray[np.float32], text: str | None, limit: int
@@ -300,70 +330,72 @@ class HybridOSUMem(AdaptiveOSUMem):
         assert self.lexical_ is not None and self.view_ is not None
         if not text or self.lexical_.query_terms(text).shape[0] == 0:
             return self._select(q, budget, limit, evidence)
-        if self._use_ann(limit) and not self.cfg.expand_text and self.cfg.fusion == "rrf":
-            return self._ann_fused(q, text, budget)
+        if limit > EXACT_FUSION_MAX and not self.cfg.expand_text and self.cfg.fusion == "rrf":
+            return self._head_fused(q, text, budget, limit)
         score = self.fused_scores(q, text, limit)
         order = np.argsort(-score, kind="stable").astype(np.int64)
         if not self.cfg.expand_text:
             return pack_first_fit(order, self.view_.costs, budget)
         return self._select_ranked(q, budget, limit, evidence, order, score)
 
-    def _rank_sample(self, n: int) -> IntArray:
-        """A fixed, seeded sample of ``RANK_SAMPLE`` positions of the first ``n``
-        steps (kept until the memory grows by a quarter)."""
-        cached = getattr(self, "_sample", None)
-        if cached is None or not (cached[0] <= n < 1.25 * cached[0]):
+    def _rank_sample(self, n: int) -> NDArray[np.float32]:
+        """The embeddings of a fixed, seeded sample of :data:`RANK_SAMPLE` of the first
+        ``n`` steps (kept, contiguous, until the memory grows by a quarter)."""
+        assert self.view_ is not None
+        cached = self._sample
+        if cached is None or not (cached[0] <= n < 1.25 * cached[0]) or cached[2] != self.seed:
             rng = np.random.default_rng([self.seed, 17])
             k = min(n, RANK_SAMPLE)
-            cached = (n, np.sort(rng.choice(n, size=k, replace=False)).astype(np.int64))
+            rows = np.sort(rng.choice(n, size=k, replace=False))
+            cached = (n, np.ascontiguousarray(self.view_.embeddings[rows]), self.seed)
             self._sample = cached
         return cached[1]
 
-    def _ann_fused(self, q: NDArray[np.float32], text: str, budget: int) -> IntArray:
-        """The fused ranking of a large memory (from :attr:`ann_min_steps` steps on):
-        reciprocal-rank fusion of the step index's top ``k`` by cosine (lexical
-        matches outside it ranked after it, by their cosine) and the top ``k`` by
-        lexical score, packed first fit; ``k`` grows (×4) while budget is left that an
-        unseen step could use."""
+    def _head_fused(self, q: NDArray[np.float32], text: str, budget: int, limit: int) -> IntArray:
+        """The fused ranking of a large memory (over :data:`EXACT_FUSION_MAX` steps):
+        reciprocal-rank fusion of the dense ranking's top ``k`` (an exact scan, or the
+        HNSW step index from :attr:`ann_min_steps` steps on) and the top ``k`` by
+        lexical score, a lexical match outside the dense top ranked by an estimate
+        (the share of a fixed sample of steps with a higher cosine), packed first
+        fit; ``k`` grows (×4) while budget is left that an unseen step could use. No
+        step is sorted beyond the candidates."""
         assert self.view_ is not None and self.lexical_ is not None
         view = self.view_
-        n = view.n
         costs = view.costs
         rrf_k = self.cfg.rrf_k
-        bm = self._neighbours(self.lexical_.score_all(text, n), n)
+        ann = self._use_ann(limit)
+        cos_all = None if ann else self._cosines(q, limit)
+        bm = self._neighbours(self.lexical_.score_all(text, limit), limit)
         matched = np.flatnonzero(bm > 0)
+        sample = self._rank_sample(limit) @ q
+        sample.sort()
         mean_cost, min_cost, _ = self._cost_stats()
-        k = min(n, max(FLAT_HEAD_MIN, 4 * math.ceil(budget / mean_cost)))
+        k = min(limit, max(FLAT_HEAD_MIN, 4 * math.ceil(budget / mean_cost)))
         while True:
-            head = self._ann_top(q, k)
+            head = self._ann_top(q, k) if cos_all is None else top_order(cos_all, k)
             lex = matched
             if lex.shape[0] > k:
                 lex = lex[np.argpartition(-bm[lex], k - 1)[:k]]
             lex = lex[np.lexsort((lex, -bm[lex]))]
-            cand = np.unique(np.concatenate([head, lex]))
-            at = {int(p): r for r, p in enumerate(cand.tolist())}
+            cand = np.union1d(head, lex)
             fused = np.zeros(cand.shape[0])
-            dense_rank = np.full(cand.shape[0], head.shape[0] + 1, dtype=np.int64)
-            rows = np.fromiter((at[int(p)] for p in head.tolist()), np.int64, head.shape[0])
+            dense_rank = np.full(cand.shape[0], limit + 1, dtype=np.float64)
+            rows = np.searchsorted(cand, head)
             fused[rows] += 1.0 / (rrf_k + np.arange(1, head.shape[0] + 1))
-            dense_rank[rows] = np.arange(head.shape[0])
-            # lexical matches outside the head: their dense rank estimated from the
-            # share of a fixed sample of steps with a higher cosine (at least past
-            # the head; among themselves in cosine order)
-            out = np.flatnonzero(dense_rank > head.shape[0])
+            dense_rank[rows] = np.arange(1, head.shape[0] + 1)
+            out = np.flatnonzero(dense_rank > limit)
             if out.shape[0]:
                 cos_out = view.embeddings[cand[out]] @ q
-                sample = np.sort(view.embeddings[self._rank_sample(n)] @ q)
                 above = sample.shape[0] - np.searchsorted(sample, cos_out, side="right")
-                est = np.maximum(head.shape[0] + 1, np.rint(n * above / sample.shape[0]))
+                est = np.maximum(head.shape[0] + 1, np.rint(limit * above / sample.shape[0]))
                 order_out = np.lexsort((-cos_out, est))
                 ranks = np.maximum.accumulate(est[order_out] + np.arange(out.shape[0]))
                 fused[out[order_out]] += 1.0 / (rrf_k + ranks)
-                dense_rank[out[order_out]] = ranks.astype(np.int64)
-            rows = np.fromiter((at[int(p)] for p in lex.tolist()), np.int64, lex.shape[0])
+                dense_rank[out[order_out]] = ranks
+            rows = np.searchsorted(cand, lex)
             fused[rows] += 1.0 / (rrf_k + np.arange(1, lex.shape[0] + 1))
             order = cand[np.lexsort((cand, dense_rank, -fused))]
             taken = pack_first_fit(order, costs, budget)
-            if k >= n or budget - int(costs[taken].sum()) < min_cost:
+            if k >= limit or budget - int(costs[taken].sum()) < min_cost:
                 return taken
-            k = min(n, 4 * k)
+            k = min(limit, 4 * k)
