@@ -136,8 +136,11 @@ class HybridOSUMem(AdaptiveOSUMem):
 
     lexical_: LexicalIndex | None = None
     _text_entities: list[frozenset[str]]
+    _combined: tuple[frozenset[str], ...] = ()
+    _prefix_state: tuple[bool | None, int] = (None, 0)
     _sample: tuple[int, NDArray[np.float32], int] | None = None
     _same: NDArray[np.bool_] | None = None
+    _same_buf: NDArray[np.bool_] | None = None
 
     @property
     def cfg(self) -> HybridOSUMemConfig:
@@ -154,39 +157,57 @@ class HybridOSUMem(AdaptiveOSUMem):
 
     def _prefixed(self, view: MemoryView) -> bool:
         """Whether the view's argument entities carry their step's source prefix
-        (the memory prefixes them; text entities then follow suit)."""
-        for ents, src in zip(view.entities, view.sources, strict=True):
+        (the memory prefixes them; text entities then follow suit): read from the
+        first step that has argument entities and a source (remembered once found;
+        the scan resumes where it stopped)."""
+        state = self._prefix_state
+        if state[0] is not None:
+            return state[0]
+        for i in range(state[1], view.n):
+            ents, src = view.entities[i], view.sources[i]
             if ents and src:
-                return all(str(e).startswith(f"{src}::") for e in ents)
+                found = all(str(e).startswith(f"{src}::") for e in ents)
+                self._prefix_state = (found, i)
+                return found
+        self._prefix_state = (None, view.n)
         return False
 
     def _with_text_entities(self, view: MemoryView) -> MemoryView:
-        """``view`` with the entity column the pool should see (text entities of the
-        steps not yet extracted are computed once and kept)."""
+        """``view`` with the entity column the pool should see. Text entities and the
+        combined column are kept and extended by the new steps only, so an add costs
+        O(new steps)."""
         mode = self.cfg.entity_source
         if mode == "arguments":
             return view
-        known = getattr(self, "_text_entities", None)
-        if known is None or len(known) > view.n:
-            known = self._text_entities = []
+        known = self._text_entities
+        if len(known) > view.n:
+            self._reset_entities()
+            known = self._text_entities
         prefixed = self._prefixed(view)
+        start = len(self._combined)
         for i in range(len(known), view.n):
             found = extract_text_entities(str(view.texts[i]))
             src = str(view.sources[i])
             known.append(prefix_entities(src, found) if prefixed and src else found)
-        mine = known[: view.n]
+        args = view.entities
         if mode == "text":
-            ents = tuple(mine)
+            new = tuple(known[start : view.n])
         elif mode == "fallback":
-            ents = tuple(a or t for a, t in zip(view.entities, mine, strict=True))
+            new = tuple(args[i] or known[i] for i in range(start, view.n))
         else:
-            ents = tuple(a | t for a, t in zip(view.entities, mine, strict=True))
-        return dataclasses.replace(view, entities=ents)
+            new = tuple(args[i] | known[i] for i in range(start, view.n))
+        self._combined = self._combined + new if new else self._combined
+        return dataclasses.replace(view, entities=self._combined[: view.n])
+
+    def _reset_entities(self) -> None:
+        self._text_entities = []
+        self._combined = ()
+        self._prefix_state = (None, 0)
 
     # --- fit / update / state ----------------------------------------------------------
 
     def _build(self, view: MemoryView) -> None:
-        self._text_entities = []
+        self._reset_entities()
         self._sample = None
         super()._build(self._with_text_entities(view))
         self.lexical_ = self._new_lexical()
@@ -199,12 +220,20 @@ class HybridOSUMem(AdaptiveOSUMem):
     def _index_texts(self, view: MemoryView) -> None:
         index = self.lexical_
         assert index is not None
-        # same[i]: steps i and i + 1 share a subgoal segment (kept incrementally)
+        # same[i]: steps i and i + 1 share a subgoal segment (kept incrementally, in a
+        # buffer that doubles, so an add costs O(new steps))
         start = max(index.n - 1, 0)
-        old = self._same
-        old = old[:start] if old is not None and index.n else np.zeros(0, dtype=bool)
         sg = view.subgoals
-        self._same = np.concatenate([old, sg[start + 1 : view.n] == sg[start : view.n - 1]])
+        tail = np.asarray(sg[start + 1 : view.n] == sg[start : view.n - 1], dtype=bool)
+        buf = self._same_buf if index.n else None
+        if buf is None or buf.shape[0] < start + tail.shape[0]:
+            grown = np.zeros(max(16, 2 * (start + tail.shape[0])), dtype=bool)
+            if buf is not None:
+                grown[:start] = buf[:start]
+            buf = grown
+        buf[start : start + tail.shape[0]] = tail
+        self._same_buf = buf
+        self._same = buf[: start + tail.shape[0]]
         fields = self.cfg.context_fields
         index.add([scoring_text(view, i, fields) for i in range(index.n, view.n)])
 
@@ -224,7 +253,7 @@ class HybridOSUMem(AdaptiveOSUMem):
         """Take ``pool`` (built over this method's entity view of ``view``) and index
         the texts (the runner shares pools between methods of one construction)."""
         super().restore(view, pool)
-        self._text_entities = []
+        self._reset_entities()
         self._sample = None
         self._with_text_entities(view)
         self.lexical_ = self._new_lexical()
@@ -246,12 +275,13 @@ class HybridOSUMem(AdaptiveOSUMem):
         index = LexicalIndex.from_state(lex)
         if index.n != view.n:
             raise ValueError(f"lexical index holds {index.n} steps, the view {view.n}")
-        self._text_entities = []
+        self._reset_entities()
         entity_view = self._with_text_entities(view)
         pool = OSUPool.from_state(entity_view, self.config.osu_config(), self.seed, pool_state)
         AdaptiveOSUMem.restore(self, view, pool)
         self.lexical_ = index
-        self._same = view.subgoals[1:] == view.subgoals[:-1]
+        self._same_buf = np.asarray(view.subgoals[1:] == view.subgoals[:-1], dtype=bool)
+        self._same = self._same_buf
         self._sample = None
         return self
 
