@@ -46,7 +46,7 @@ from osumem.annotate import extract_text_entities, prefix_entities
 from osumem.frozen import Boolean, Constraints, Interval, Options, Subset
 from osumem.osu.pool import OSUPool
 from osumem.retrieve.adaptive import AdaptiveConfig, AdaptiveOSUMem
-from osumem.retrieve.base import FLAT_HEAD_MIN, pack_first_fit, top_order
+from osumem.retrieve.base import ANN_HEAD_MIN, pack_first_fit, top_order
 from osumem.retrieve.hybrid import LEXICAL_KEY
 from osumem.retrieve.lexical import LexicalIndex
 from osumem.types import IntArray, MemoryView
@@ -296,26 +296,30 @@ class HybridOSUMem(AdaptiveOSUMem):
 
     # --- retrieval -----------------------------------------------------------------------
 
-    def _neighbours(self, score: NDArray[np.float64], limit: int) -> NDArray[np.float64]:
+    def _neighbours(
+        self, score: NDArray[np.float64], limit: int, *, in_place: bool = False
+    ) -> NDArray[np.float64]:
         """``score`` plus ``neighbour_weight`` times the better score of the steps
         just before and after (same subgoal segment); only steps next to a positive
-        score change."""
+        score change (``in_place``: ``score`` itself is updated and returned)."""
         beta = self.cfg.neighbour_weight
         if beta <= 0 or limit < 2:
             return score
         assert self._same is not None
         same = self._same[: limit - 1]
-        hit = np.flatnonzero(score[:limit] > 0)
+        hit = np.flatnonzero(score[:limit])
         if hit.shape[0] == 0:
             return score
-        at = np.unique(np.concatenate([hit - 1, hit + 1]))
-        at = at[(at >= 0) & (at < limit)]
+        near = np.zeros(limit + 1, dtype=bool)
+        near[hit + 1] = True
+        near[hit[hit > 0] - 1] = True
+        at = np.flatnonzero(near[:limit])
         best = np.zeros(at.shape[0])
         left = at > 0
         best[left] = np.where(same[at[left] - 1], score[at[left] - 1], 0.0)
         right = at < limit - 1
         best[right] = np.maximum(best[right], np.where(same[at[right]], score[at[right] + 1], 0.0))
-        out = score.copy()
+        out = score if in_place else score.copy()
         out[at] += beta * best
         return out
 
@@ -329,7 +333,7 @@ class HybridOSUMem(AdaptiveOSUMem):
         cos = self._cosines(q, limit).astype(np.float64)
         bm = self.lexical_.score_all(text, limit)
         if cfg.neighbour_on == "lexical":
-            bm = self._neighbours(bm, limit)
+            bm = self._neighbours(bm, limit, in_place=True)
         if cfg.fusion == "rrf":
             dense = np.argsort(-cos, kind="stable")
             fused = np.empty(limit)
@@ -395,19 +399,19 @@ class HybridOSUMem(AdaptiveOSUMem):
         rrf_k = self.cfg.rrf_k
         ann = self._use_ann(limit)
         cos_all = None if ann else self._cosines(q, limit)
-        bm = self._neighbours(self.lexical_.score_all(text, limit), limit)
-        matched = np.flatnonzero(bm > 0)
+        bm = self._neighbours(self.lexical_.score_all(text, limit), limit, in_place=True)
+        matched = np.flatnonzero(bm)
         sample = self._rank_sample(limit) @ q
         sample.sort()
         mean_cost, min_cost, _ = self._cost_stats()
-        k = min(limit, max(FLAT_HEAD_MIN, 4 * math.ceil(budget / mean_cost)))
+        k = min(limit, max(ANN_HEAD_MIN, 4 * math.ceil(budget / mean_cost)))
         while True:
             head = self._ann_top(q, k) if cos_all is None else top_order(cos_all, k)
             lex = matched
             if lex.shape[0] > k:
                 lex = lex[np.argpartition(-bm[lex], k - 1)[:k]]
             lex = lex[np.lexsort((lex, -bm[lex]))]
-            cand = np.union1d(head, lex)
+            cand = np.unique(np.concatenate([head, lex]))
             fused = np.zeros(cand.shape[0])
             dense_rank = np.full(cand.shape[0], limit + 1, dtype=np.float64)
             rows = np.searchsorted(cand, head)
