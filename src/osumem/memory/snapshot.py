@@ -106,10 +106,9 @@ def fingerprint(data: NamespaceData, steps: int) -> str:
 
 def encode(retriever: Retriever, data: NamespaceData, steps: int) -> SnapshotRow:
     """The snapshot row of ``retriever``, fitted on the first ``steps`` steps of ``data``."""
-    if _has_state(retriever):
-        state = retriever.state()  # type: ignore[attr-defined]
-    else:
-        state = retriever.pool_.state()  # type: ignore[attr-defined]
+    # a retriever's own state() (e.g. pool + lexical index), else its pool's
+    owner: Any = retriever if _has_state(retriever) else retriever.pool_  # type: ignore[attr-defined]
+    state = owner.state()
     buf = io.BytesIO()
     np.savez_compressed(buf, **state)
     payload = buf.getvalue()
