@@ -71,16 +71,26 @@ def test_methods_that_build_the_same_pool_share_a_key():
     assert create("osumem").state_key() != create("osumem_disjoint").state_key()
 
 
-def test_methods_without_state_say_so():
+def test_methods_without_shared_state_say_so_and_snapshot_what_they_keep():
+    view = _view(12)
+    q = np.random.default_rng(3).standard_normal(8)
     for name in available():
         r = create(name)
-        if r.state_key() is None:
-            assert r.state_format() is None and r.osu_pool() is None
-            r.fit(_view(10))
+        if r.state_key() is not None:
+            continue
+        assert r.osu_pool() is None
+        r.fit(view)
+        with pytest.raises(InvalidInputError, match="state"):
+            r.state()
+        if r.state_format() is None:  # keeps nothing a snapshot could restore
             with pytest.raises(InvalidInputError, match="keeps no state"):
-                r.state()
-            with pytest.raises(InvalidInputError, match="keeps no state"):
-                r.load_state(_view(10), {})
+                r.load_state(view, {})
+            continue
+        again = create(name).load_state(view, r.state_arrays())  # e.g. a lexical index
+        for budget in (15, 60):
+            assert again.retrieve(q, budget).positions.tolist() == (
+                r.retrieve(q, budget).positions.tolist()
+            )
 
 
 def test_state_checks():

@@ -66,6 +66,11 @@ class RetrieverCache:
             self._snapshot_steps.pop(namespace, None)
         self._causal = None
 
+    def snapshot_steps(self, namespace: str) -> int:
+        """The steps of the stored snapshot this cache loaded or wrote for
+        ``namespace`` (0: none)."""
+        return self._snapshot_steps.get(namespace, 0)
+
     def drop_causal(self) -> None:
         """Forget the kept causal retriever (another writer committed)."""
         self._causal = None

@@ -96,7 +96,7 @@ def fingerprint(data: NamespaceData, steps: int) -> str:
 def encode(retriever: Retriever, data: NamespaceData, steps: int) -> SnapshotRow:
     """The snapshot row of ``retriever``, fitted on the first ``steps`` steps of ``data``."""
     buf = io.BytesIO()
-    arrays: dict[str, Any] = retriever.state().arrays()
+    arrays: dict[str, Any] = retriever.state_arrays()
     np.savez_compressed(buf, **arrays)
     payload = buf.getvalue()
     return SnapshotRow(

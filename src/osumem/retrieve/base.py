@@ -8,10 +8,12 @@ boundary and returns step positions packed under the budget by the shared packer
 for large memories, is the retriever's :class:`~osumem.retrieve.step_index.StepIndex`.
 
 A fitted structure can be handed over without refitting through the state protocol:
-:meth:`Retriever.state_key` says what determines it, :meth:`Retriever.state` detaches
-it (a :class:`RetrieverState`, shared read-only, or written as plain arrays) and
-:meth:`Retriever.load_state` takes one, as ``fit`` would have left it. Methods that
-keep no such structure answer ``None`` to :meth:`Retriever.state_key`.
+:meth:`Retriever.state_key` says what determines it (``None``: nothing to share),
+:meth:`Retriever.state` detaches it (a :class:`RetrieverState`, shared read-only),
+:meth:`Retriever.state_arrays` writes it as plain arrays (snapshots; a method may
+have arrays without a shareable structure) and :meth:`Retriever.load_state` takes
+either, as ``fit`` would have left it. :meth:`Retriever.state_format` is ``None`` for
+methods that keep nothing a snapshot could restore.
 """
 
 from __future__ import annotations
@@ -179,6 +181,13 @@ class Retriever(ABC, Generic[ConfigT]):
     def state(self) -> RetrieverState:
         """The fitted structure, detached (see :class:`RetrieverState`)."""
         raise InvalidInputError(f"{type(self).__name__} keeps no state to hand over")
+
+    def state_arrays(self) -> dict[str, NDArray[Any]]:
+        """The fitted structure as plain arrays (what a snapshot stores;
+        :meth:`load_state` reads them back). The default: :meth:`state`'s arrays; a
+        method whose snapshot holds more than its shareable structure (an index of
+        its own) adds it here."""
+        return self.state().arrays()
 
     def load_state(
         self, view: MemoryView, state: RetrieverState | Mapping[str, NDArray[Any]]

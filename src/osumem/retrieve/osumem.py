@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self, TypeVar
 
@@ -159,11 +159,13 @@ class _PoolRetriever(Retriever[PoolConfigT]):
     def osu_pool(self) -> OSUPool | None:
         return self.pool_
 
-    def state_key(self) -> OSUConfig:
-        """The construction part of the config (with the seed, it fixes the pool)."""
+    def state_key(self) -> Hashable:
+        """The construction part of the config and the :meth:`pool_variant` (with the
+        seed, they fix the pool): retrievers with equal keys share one pool."""
         if self._osu_part is None:
             self._osu_part = _construction_part(self.config)
-        return self._osu_part
+        variant = self.pool_variant()
+        return self._osu_part if variant is None else (self._osu_part, variant)
 
     def state_format(self) -> tuple[Any, ...]:
         """The pool state's layout version, whether the similarity view may use HNSW
@@ -189,6 +191,10 @@ class _PoolRetriever(Retriever[PoolConfigT]):
             pool = state.structure
         else:
             pool = OSUPool.from_state(view, self.config.osu_config(), self.seed, dict(state))
+        return self._take_pool(view, pool)
+
+    def _take_pool(self, view: MemoryView, pool: OSUPool) -> Self:
+        """Take ``pool`` (over ``view``) as the fitted structure."""
         self.view_ = view
         self.step_index.reset()
         self._centroid_index = None
@@ -212,6 +218,12 @@ class _PoolRetriever(Retriever[PoolConfigT]):
                 wait()
         if wait is not None:
             release_free_memory()
+
+    def pool_variant(self) -> Any:
+        """What, besides the construction settings (``config.osu_config()``), shapes
+        this method's pool (``None``: nothing; pools of equal settings and variant are
+        the same pool, and the evaluation runner shares them between methods)."""
+        return None
 
     def update(self, view: MemoryView) -> Self:
         """Add the new tail steps of ``view`` to the OSU pool incrementally."""
