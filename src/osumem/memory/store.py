@@ -7,38 +7,37 @@ The interface is :class:`osumem.memory.backends.MemoryStore`, opened with
 DeprecationWarning.
 """
 
-from osumem.errors import (
-    ForeignStoreError,
-    IncompatibleStoreError,
-    NewerSchemaError,
-    StoreBusyError,
-    StoreCorruptError,
-    StoreError,
-    StoreIOError,
-    StoreReadOnlyError,
-)
-from osumem.memory import StoreIntegrityError
-from osumem.memory.backends import SCHEMA_VERSION, STORE_FORMAT, MemoryStore, open_store
-from osumem.memory.backends.sqlite import SQLiteStore, remove_store_files
-from osumem.memory.rows import NamespaceData, SnapshotRow, StepRow
+from importlib import import_module
+from typing import Any
 
-__all__ = [
-    "SCHEMA_VERSION",
-    "STORE_FORMAT",
-    "ForeignStoreError",
-    "IncompatibleStoreError",
-    "MemoryStore",
-    "NamespaceData",
-    "NewerSchemaError",
-    "SQLiteStore",
-    "SnapshotRow",
-    "StepRow",
-    "StoreBusyError",
-    "StoreCorruptError",
-    "StoreError",
-    "StoreIOError",
-    "StoreIntegrityError",
-    "StoreReadOnlyError",
-    "open_store",
-    "remove_store_files",
-]
+#: Each name this module held, and the module that holds it now.
+_MOVED = {
+    **dict.fromkeys(
+        (
+            "ForeignStoreError",
+            "IncompatibleStoreError",
+            "NewerSchemaError",
+            "StoreBusyError",
+            "StoreCorruptError",
+            "StoreError",
+            "StoreIOError",
+            "StoreReadOnlyError",
+        ),
+        "osumem.errors",
+    ),
+    **dict.fromkeys(
+        ("SCHEMA_VERSION", "STORE_FORMAT", "MemoryStore", "open_store"), "osumem.memory.backends"
+    ),
+    **dict.fromkeys(("SQLiteStore", "remove_store_files"), "osumem.memory.backends.sqlite"),
+    **dict.fromkeys(("NamespaceData", "SnapshotRow", "StepRow"), "osumem.memory.rows"),
+    "StoreIntegrityError": "osumem.memory",
+}
+
+__all__ = sorted(_MOVED)
+
+
+def __getattr__(name: str) -> Any:
+    module = _MOVED.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(module), name)

@@ -193,22 +193,6 @@ class AdaptiveOSUMem(OSUMem[AdaptiveConfig]):
         flat = np.argsort(-cos, kind="stable").astype(np.int64)
         return self._stages_ranked(q, budget, limit, evidence, flat, cos.astype(np.float64))
 
-    def _select_ranked(
-        self,
-        q: NDArray[np.float32],
-        budget: int,
-        limit: int,
-        evidence: IntArray | None,
-        flat: IntArray,
-        cos: NDArray[np.float64],
-    ) -> IntArray:
-        """The method over a given ranking of the visible steps: ``flat`` (every step
-        before ``limit``, best first) and the score ``cos`` it sorts by (Flat's cosine
-        here; a subclass may rank by another score). The binding test reads the head
-        of ``flat``, expansion candidates are ordered by ``cos``, orphans and the fill
-        come from ``flat``."""
-        return self._stages_ranked(q, budget, limit, evidence, flat, cos).positions
-
     def _stages_ranked(
         self,
         q: NDArray[np.float32],
@@ -218,7 +202,11 @@ class AdaptiveOSUMem(OSUMem[AdaptiveConfig]):
         flat: IntArray,
         cos: NDArray[np.float64],
     ) -> AdaptiveStages:
-        """:meth:`_select_ranked` in its three parts."""
+        """The method over a given ranking of the visible steps, in its three parts:
+        ``flat`` (every step before ``limit``, best first) and the score ``cos`` it
+        sorts by (Flat's cosine here; a subclass may rank by another score). The
+        binding test reads the head of ``flat``, expansion candidates are ordered by
+        ``cos``, orphans and the fill come from ``flat``."""
         view = self.fitted_view
         cfg = self.config
         costs = view.costs

@@ -171,16 +171,12 @@ class _LexicalRetriever(LexicalMixin[ConfigT]):
         docs, scores = lexical.ranking(text, limit)
         if docs.shape[0] == 0:
             return self._select(q, budget, limit, evidence)
-        order = self._order(q, limit, docs, scores)
+        order = self._order(self._flat_order(q, limit), docs, scores)
         return pack_first_fit(order, view.costs, budget)
 
-    def _order(
-        self,
-        q: NDArray[np.float32],
-        limit: int,
-        docs: IntArray,
-        scores: NDArray[np.float64],
-    ) -> IntArray:
+    def _order(self, dense: IntArray, docs: IntArray, scores: NDArray[np.float64]) -> IntArray:
+        """The ranking of every visible step from the ``dense`` (cosine) order and the
+        lexical matches ``docs`` (best first) with their ``scores``."""
         raise NotImplementedError
 
 
@@ -190,15 +186,8 @@ class BM25Retriever(_LexicalRetriever[LexicalConfig]):
     name = "bm25"
     Config = LexicalConfig
 
-    def _order(
-        self,
-        q: NDArray[np.float32],
-        limit: int,
-        docs: IntArray,
-        scores: NDArray[np.float64],
-    ) -> IntArray:
-        dense = self._flat_order(q, limit)
-        seen = np.zeros(limit, dtype=bool)
+    def _order(self, dense: IntArray, docs: IntArray, scores: NDArray[np.float64]) -> IntArray:
+        seen = np.zeros(dense.shape[0], dtype=bool)
         seen[docs] = True
         return np.concatenate([docs, dense[~seen[dense]]])
 
@@ -209,15 +198,9 @@ class HybridRetriever(_LexicalRetriever[HybridConfig]):
     name = "hybrid"
     Config = HybridConfig
 
-    def _order(
-        self,
-        q: NDArray[np.float32],
-        limit: int,
-        docs: IntArray,
-        scores: NDArray[np.float64],
-    ) -> IntArray:
+    def _order(self, dense: IntArray, docs: IntArray, scores: NDArray[np.float64]) -> IntArray:
         k = self.config.rrf_k
-        dense = self._flat_order(q, limit)
+        limit = dense.shape[0]
         fused = np.empty(limit, dtype=np.float64)
         fused[dense] = 1.0 / (k + np.arange(1, limit + 1, dtype=np.float64))
         fused[docs] += 1.0 / (k + np.arange(1, docs.shape[0] + 1, dtype=np.float64))

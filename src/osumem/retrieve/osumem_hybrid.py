@@ -376,7 +376,7 @@ class HybridOSUMem(AdaptiveOSUMem):
         order = np.argsort(-score, kind="stable").astype(np.int64)
         if not self.cfg.expand_text:
             return pack_first_fit(order, view.costs, budget)
-        return self._select_ranked(q, budget, limit, evidence, order, score)
+        return self._stages_ranked(q, budget, limit, evidence, order, score).positions
 
     def _rank_sample(self, n: int) -> NDArray[np.float32]:
         """The embeddings of a fixed, seeded sample of :data:`RANK_SAMPLE` of the first
