@@ -51,7 +51,7 @@ from osumem.memory.namespaces import NamespaceCache
 from osumem.memory.planner import MessagePlanner, Plan, canonical
 from osumem.memory.query import query_vector
 from osumem.memory.retrieved import Retrieved, retrieved_from
-from osumem.memory.retrievers import RetrieverCache
+from osumem.memory.retrievers import MAX_OTHER_METHODS, MethodCaches
 from osumem.memory.rows import StepRow
 from osumem.memory.validate import (
     OversizedInputError,
@@ -63,9 +63,6 @@ from osumem.memory.validate import (
 from osumem.retrieve.base import Retriever
 from osumem.retrieve.budget import validated_budget
 from osumem.types import MemoryView, Step
-
-#: Most other methods a memory keeps built for ``retrieve(method=...)`` at once.
-MAX_OTHER_METHODS = 4
 
 __all__ = [
     "DEFAULT_NAMESPACE",
@@ -101,10 +98,10 @@ class Memory:
         self._encoder = encoder
         self._encoder_spec = encoder_spec
         self._owns_encoder = owns_encoder or encoder_spec is not None
-        self._views = NamespaceCache(store, on_forget=self._forget_retrievers)
-        self._retrievers = self._retriever_cache(config.method, config.params, snapshots=True)
-        # the retrievers of other methods asked for by ``retrieve(method=...)``, newest last
-        self._other_methods: dict[str, RetrieverCache] = {}
+        # dropped namespaces take their retrievers along (every method's)
+        self._views = NamespaceCache(store, on_forget=lambda ns: self._methods.forget(ns))
+        self._methods = MethodCaches(self._views, config)
+        self._retrievers = self._methods.own
         self._planner = MessagePlanner(config, store, self._need_encoder, lambda: self._encoder)
 
     @classmethod
@@ -197,44 +194,7 @@ class Memory:
     def _refresh(self) -> None:
         """Bring the cached namespaces up to what other writers committed."""
         if self._views.refresh():
-            for cache in (self._retrievers, *self._other_methods.values()):
-                cache.drop_causal()
-
-    def _forget_retrievers(self, namespace: str | None) -> None:
-        for cache in (self._retrievers, *self._other_methods.values()):
-            cache.forget(namespace)
-
-    def _retriever_cache(
-        self, method: str, params: Mapping[str, Any] | None, *, snapshots: bool
-    ) -> RetrieverCache:
-        return RetrieverCache(
-            self._views,
-            method=method,
-            params=params,
-            seed=self.config.seed,
-            ann_min_steps=self.config.ann_min_steps,
-            replay_batches=self.config.replay_batches,
-            snapshots=snapshots,
-        )
-
-    def _method_cache(self, method: str | None) -> RetrieverCache:
-        """The retrievers of ``method`` (``None``: the memory's own): another method
-        runs with its default parameters, reads and writes no snapshots, and at most
-        :data:`MAX_OTHER_METHODS` of them are kept built (the oldest goes first)."""
-        if method is None or method == self.config.method:
-            return self._retrievers
-        if not isinstance(method, str):
-            raise InvalidInputError(f"method: expected a method name, got {_show(method)}")
-        cache = self._other_methods.pop(method, None)
-        if cache is None:
-            from osumem.retrieve.registry import make_config
-
-            make_config(method, None)  # an unknown method fails here, typed
-            cache = self._retriever_cache(method, None, snapshots=False)
-            while len(self._other_methods) >= MAX_OTHER_METHODS:
-                self._other_methods.pop(next(iter(self._other_methods)))
-        self._other_methods[method] = cache
-        return cache
+            self._methods.drop_causal()
 
     @contextmanager
     def transaction(self) -> Iterator[Memory]:
@@ -330,7 +290,7 @@ class Memory:
         self, query: Any, b: int, namespace: str, method: str | None, before: int | None
     ) -> Retrieved:
         check_namespace(namespace)
-        cache = self._method_cache(method)
+        cache = self._methods.cache(method)
         if before is not None and (
             isinstance(before, bool) or not isinstance(before, int | np.integer)
         ):
@@ -537,7 +497,7 @@ class Memory:
         they cover more than the stored ones), so the next open need not replay every
         add."""
         if self.store.is_open and not self.store.in_transaction:
-            self._retrievers.save_all()
+            self._retrievers.save_all()  # the memory's own method keeps snapshots
         self.store.close()
         close = getattr(self._encoder, "close", None)
         if self._owns_encoder and callable(close):

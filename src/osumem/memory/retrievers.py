@@ -15,11 +15,15 @@ from collections.abc import Mapping
 from contextlib import suppress
 from typing import Any
 
-from osumem.errors import StoreError
+from osumem.errors import InvalidInputError, StoreError, show_value
 from osumem.memory import snapshot
+from osumem.memory.config import MemoryConfig
 from osumem.memory.namespaces import NamespaceCache
 from osumem.memory.rows import NamespaceData
 from osumem.retrieve.base import Retriever
+
+#: Most other methods a memory keeps built for ``retrieve(method=...)`` at once.
+MAX_OTHER_METHODS = 4
 
 
 class RetrieverCache:
@@ -175,3 +179,57 @@ class RetrieverCache:
             retriever = retriever.fit(v) if fitted == 0 else retriever.update(v)
             fitted = end
         return retriever, fitted
+
+
+class MethodCaches:
+    """The retriever caches of one memory over ``namespaces``: its own method's
+    (:attr:`own`, with snapshots) and those of other methods asked for by
+    ``retrieve(method=...)`` (their default parameters, no snapshots, at most
+    :data:`MAX_OTHER_METHODS` kept, the oldest dropped first)."""
+
+    def __init__(self, namespaces: NamespaceCache, config: MemoryConfig) -> None:
+        self.namespaces = namespaces
+        self.config = config
+        self.own = self._new(config.method, config.params, snapshots=True)
+        self._others: dict[str, RetrieverCache] = {}  # newest last
+
+    def _new(
+        self, method: str, params: Mapping[str, Any] | None, *, snapshots: bool
+    ) -> RetrieverCache:
+        cfg = self.config
+        return RetrieverCache(
+            self.namespaces,
+            method=method,
+            params=params,
+            seed=cfg.seed,
+            ann_min_steps=cfg.ann_min_steps,
+            replay_batches=cfg.replay_batches,
+            snapshots=snapshots,
+        )
+
+    def cache(self, method: str | None) -> RetrieverCache:
+        """The retrievers of ``method`` (``None``: the memory's own)."""
+        if method is None or method == self.config.method:
+            return self.own
+        if not isinstance(method, str):
+            raise InvalidInputError(f"method: expected a method name, got {show_value(method)}")
+        found = self._others.pop(method, None)
+        if found is None:
+            from osumem.retrieve.registry import make_config
+
+            make_config(method, None)  # an unknown method fails here, typed
+            found = self._new(method, None, snapshots=False)
+            while len(self._others) >= MAX_OTHER_METHODS:
+                self._others.pop(next(iter(self._others)))
+        self._others[method] = found
+        return found
+
+    def forget(self, namespace: str | None) -> None:
+        """Drop the retrievers of ``namespace`` (``None``: all) in every cache."""
+        for c in (self.own, *self._others.values()):
+            c.forget(namespace)
+
+    def drop_causal(self) -> None:
+        """Forget every kept causal retriever (another writer committed)."""
+        for c in (self.own, *self._others.values()):
+            c.drop_causal()
