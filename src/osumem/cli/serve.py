@@ -19,6 +19,12 @@ from osumem.cli._common import (
     method_option,
     store_option,
 )
+from osumem.serve.connections import (
+    BODY_TIMEOUT,
+    HEADER_TIMEOUT,
+    MAX_CONNECTIONS,
+    MAX_PER_CLIENT,
+)
 
 
 def _need_serve_extra() -> None:
@@ -84,6 +90,45 @@ def _need_serve_extra() -> None:
     help="torch intra-op threads per request (SBERT); 0 keeps torch's default.",
 )
 @click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="HTTP: another name clients reach the server by (its Host header); "
+    "repeatable. Loopback names and --host are always allowed; other Host headers get "
+    "421 (DNS rebinding guard). '*' allows any.",
+)
+@click.option(
+    "--header-timeout",
+    type=float,
+    default=HEADER_TIMEOUT,
+    show_default=True,
+    help="HTTP: seconds a connection may take to send a complete request head.",
+)
+@click.option(
+    "--body-timeout",
+    type=float,
+    default=BODY_TIMEOUT,
+    show_default=True,
+    help="HTTP: seconds a request body may take to arrive (then 408).",
+)
+@click.option(
+    "--max-connections",
+    type=int,
+    default=MAX_CONNECTIONS,
+    show_default=True,
+    help="HTTP: open connections in all; a new one over it replaces the connection "
+    "waiting longest for its request head.",
+)
+@click.option(
+    "--max-connections-per-client",
+    "max_per_client",
+    type=int,
+    default=MAX_PER_CLIENT,
+    show_default=True,
+    help="HTTP: open connections per client address (the same rule per client).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
     default="warning",
@@ -105,6 +150,11 @@ def serve_cmd(
     max_messages: int,
     readers: int,
     torch_threads: int,
+    allowed_hosts: tuple[str, ...],
+    header_timeout: float,
+    body_timeout: float,
+    max_connections: int,
+    max_per_client: int,
     log_level: str,
 ) -> None:
     """Serve a memory store to agents: MCP tools (stdio or streamable HTTP) and an HTTP
@@ -112,11 +162,18 @@ def serve_cmd(
     writer and are acknowledged after they commit."""
     _need_serve_extra()
     from osumem.serve.auth import TokenTable, load_tokens
-    from osumem.serve.run import check_http_security, run_http, run_stdio
+    from osumem.serve.run import HttpSettings, check_http_security, run_http, run_stdio
     from osumem.serve.service import MemoryService, ServiceLimits
 
     limits = ServiceLimits(
         max_budget=max_budget, max_messages=max_messages, max_body_bytes=max_body_bytes
+    )
+    settings = HttpSettings(
+        allowed_hosts=allowed_hosts,
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
+        max_connections=max_connections,
+        max_per_client=max_per_client,
     )
     tokens = TokenTable()
     if transport == "http":
@@ -142,7 +199,7 @@ def serve_cmd(
             f"encoder {svc.encoder_id}, {auth}",
             err=True,
         )
-        run_http(svc, tokens, host=host, port=port, log_level=log_level)
+        run_http(svc, tokens, host=host, port=port, log_level=log_level, settings=settings)
 
 
 @click.command("serve")

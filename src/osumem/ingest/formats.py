@@ -144,6 +144,27 @@ def detect_format(log: Any, *, where: str = "messages") -> str:
     return "openai-legacy" if legacy else "openai"
 
 
+def _check_shapes(messages: Sequence[Any], where: str) -> None:
+    """Fields every format types the same way: a ``role`` is a string and a content
+    part's ``text`` is a string (anything else is a :class:`LogFormatError` naming it,
+    before any reader compares or joins them)."""
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, Mapping):
+            continue  # each reader names a message that is not an object
+        role = msg.get("role")
+        if role is not None and not isinstance(role, str):
+            raise LogFormatError(f"{where}[{i}].role: expected a string, got {_kind_of(role)}")
+        content = msg.get("content")
+        if not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            if isinstance(part, Mapping) and "text" in part and not isinstance(part["text"], str):
+                raise LogFormatError(
+                    f"{where}[{i}].content[{j}].text: expected a string, "
+                    f"got {_kind_of(part['text'])}"
+                )
+
+
 def _audit(
     messages: Sequence[Mapping[str, Any]], origin: Sequence[int], fmt: str, where: str
 ) -> list[Skip]:
@@ -224,6 +245,7 @@ def normalize_messages(
         origin = list(range(len(out)))
     else:
         msgs, system, where = _unwrap(messages, where)
+        _check_shapes(msgs, where)
         if fmt == "anthropic":
             out, origin, block_skips = anthropic_to_openai(msgs, system=system, where=where)
             skips = [Skip(index=i, where=w, reason=r) for i, w, r in block_skips]

@@ -44,7 +44,7 @@ from osumem.errors import (
 from osumem.frozen import Constraints, FrozenConfig, Interval
 from osumem.memory import snapshot
 from osumem.memory.buffer import NamespaceBuffer
-from osumem.memory.encoders import EXTERNAL_PREFIX, resolve_encoder
+from osumem.memory.encoders import EXTERNAL_PREFIX, check_available, resolve_encoder
 from osumem.memory.retrieved import Retrieved, RetrievedStep, osu_handles
 from osumem.memory.store import (
     IncompatibleStoreError,
@@ -120,11 +120,12 @@ class MemoryConfig(FrozenConfig):
     }
 
     def __post_init__(self) -> None:
-        from osumem.retrieve.registry import make_config
+        from osumem.retrieve.registry import check_deployable, make_config
 
         check_budget(self.budget)  # a BudgetError, as every budget check raises
         super().__post_init__()
         make_config(self.method, self.params)  # unknown method / parameter fails here
+        check_deployable(self.method)  # an oracle needs ground truth a memory lacks
 
 
 class Memory:
@@ -211,6 +212,8 @@ class Memory:
                     f"{store.dim}); opened with {enc.encoder_id!r} (dim {enc.dim})"
                 )
             spec = None if enc is not None else (recorded or "sbert")
+            if spec is not None:
+                check_available(spec)  # a missing extra fails here, not at the first add
             memory = cls(
                 store,
                 enc,

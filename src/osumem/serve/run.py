@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from osumem.errors import ConfigError
 from osumem.serve.auth import TokenTable, is_loopback
+from osumem.serve.connections import (
+    BODY_TIMEOUT,
+    HEADER_TIMEOUT,
+    MAX_CONNECTIONS,
+    MAX_PER_CLIENT,
+    ConnectionGuard,
+    guarded_protocol,
+)
 from osumem.serve.service import MemoryService
 
 
@@ -36,6 +46,51 @@ def check_http_security(host: str, tokens: TokenTable, no_auth: bool) -> None:
         )
 
 
+@dataclass(frozen=True, kw_only=True)
+class HttpSettings:
+    """How the HTTP face guards itself (see :mod:`osumem.serve.connections`,
+    :mod:`osumem.serve.hosts` and :class:`osumem.serve.http_app.LimitsAndAuth`)."""
+
+    allowed_hosts: tuple[str, ...] = ()
+    header_timeout: float = HEADER_TIMEOUT
+    body_timeout: float = BODY_TIMEOUT
+    max_connections: int = MAX_CONNECTIONS
+    max_per_client: int = MAX_PER_CLIENT
+
+    def __post_init__(self) -> None:
+        for name in ("header_timeout", "body_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ConfigError(
+                    f"--{name.replace('_', '-')}: expected seconds > 0, got {value!r}"
+                )
+        for name, flag in (
+            ("max_connections", "max-connections"),
+            ("max_per_client", "max-connections-per-client"),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"--{flag}: expected a number >= 1, got {value!r}")
+
+
+def _room_for(connections: int) -> None:
+    """Raise the open-file limit so ``connections`` sockets fit (or say it cannot)."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = connections + 64  # the store, the encoder, the listening socket, ...
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise ConfigError(
+            f"--max-connections {connections}: the open-file limit is {hard}; "
+            f"give at most {hard - 64} or raise the limit (ulimit -n)"
+        )
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+
+
 def run_http(
     service: MemoryService,
     tokens: TokenTable,
@@ -43,20 +98,30 @@ def run_http(
     host: str = "127.0.0.1",
     port: int = 8765,
     log_level: str = "warning",
-    max_connections: int = 256,
+    settings: HttpSettings | None = None,
 ) -> None:
-    """Serve the HTTP JSON API with MCP at ``/mcp`` under uvicorn until interrupted."""
+    """Serve the HTTP JSON API with MCP at ``/mcp`` under uvicorn until interrupted,
+    behind a :class:`~osumem.serve.connections.ConnectionGuard`."""
     import uvicorn
 
     from osumem.serve.http_app import build_app
 
-    app = build_app(service, tokens, host=host)
+    cfg = settings or HttpSettings()
+    _room_for(cfg.max_connections)
+    app = build_app(
+        service, tokens, host=host, allowed_hosts=cfg.allowed_hosts, body_timeout=cfg.body_timeout
+    )
+    guard = ConnectionGuard(
+        header_timeout=cfg.header_timeout,
+        max_connections=cfg.max_connections,
+        max_per_client=cfg.max_per_client,
+    )
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level=log_level,
-        limit_concurrency=max_connections,
+        http=guarded_protocol(guard),  # bounds connections: no uvicorn concurrency limit
         timeout_graceful_shutdown=10,
         server_header=False,
     )

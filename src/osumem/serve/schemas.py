@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from osumem.errors import InvalidInputError, OSUMemError, UnknownMethodError
+from osumem.errors import InvalidInputError, OSUMemError
 from osumem.memory import Retrieved
 from osumem.serve.service import AddResult
 
@@ -60,14 +60,18 @@ class AddRequest(BaseModel):
         "tool_calls, tool_call_id)."
     )
     source: str | None = Field(
-        default=None, description="Source name of the new steps (default: the namespace)."
+        default=None,
+        min_length=1,
+        description="Source name of the new steps (default: the namespace).",
     )
     prefix_namespace: bool | None = Field(
         default=None,
+        strict=True,
         description="Prefix entities and tool signatures with the source name.",
     )
     hold_open_calls: bool = Field(
         default=True,
+        strict=True,
         description="Hold a trailing tool call without its result until the result "
         "arrives in a later add.",
     )
@@ -104,8 +108,13 @@ class RetrieveRequest(BaseModel):
     """Body of ``POST /v1/namespaces/{ns}/retrieve``."""
 
     model_config = ConfigDict(extra="forbid")
-    query: str = Field(strict=True, description="What the agent needs to know, in words.")
-    budget: int = Field(strict=True, description="Token budget of the returned steps (> 0).")
+    query: str = Field(
+        strict=True,
+        min_length=1,
+        pattern=r"\S",
+        description="What the agent needs to know, in words (not only white space).",
+    )
+    budget: int = Field(strict=True, ge=1, description="Token budget of the returned steps (> 0).")
     method: str | None = Field(
         default=None, description="Retrieval method (default: the server's)."
     )
@@ -171,19 +180,13 @@ def check_namespace_name(namespace: str) -> None:
 
 
 def error_status(exc: BaseException) -> int:
-    """The HTTP status of a library error: 422 for bad input (what and where in the
-    message), 503 for a store that cannot be used, 500 otherwise."""
+    """The HTTP status of a library error: 503 for a store that cannot be used, 422 for
+    every other library error (bad input: what and where in the message), 500 for
+    anything else."""
     from osumem.memory import StoreError
 
-    if isinstance(exc, InvalidInputError | UnknownMethodError):
-        return 422
     if isinstance(exc, StoreError):
         return 503
     if isinstance(exc, OSUMemError):
-        return 400
+        return 422
     return 500
-
-
-def error_body(exc: BaseException) -> dict[str, Any]:
-    """The JSON error body: the error type and its message."""
-    return {"error": {"type": type(exc).__name__, "message": str(exc)}}
