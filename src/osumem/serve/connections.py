@@ -32,9 +32,9 @@ HEADER_TIMEOUT = 10.0
 #: Seconds a request body may take to arrive in full, once its head has (then 408).
 BODY_TIMEOUT = 30.0
 #: Open connections in all.
-MAX_CONNECTIONS = 256
+MAX_CONNECTIONS = 1024
 #: Open connections per client address.
-MAX_PER_CLIENT = 128
+MAX_PER_CLIENT = 256
 
 _REFUSAL = (
     b'{"error": {"type": "ServiceUnavailable", "message": "too many connections, '

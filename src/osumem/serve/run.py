@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 from osumem.errors import ConfigError
@@ -73,22 +74,28 @@ class HttpSettings:
                 raise ConfigError(f"--{flag}: expected a number >= 1, got {value!r}")
 
 
-def _room_for(connections: int) -> None:
-    """Raise the open-file limit so ``connections`` sockets fit (or say it cannot)."""
+def _room_for(connections: int) -> int:
+    """Raise the open-file limit so ``connections`` sockets fit; where the hard limit
+    is lower, the number of connections that fit (said on stderr)."""
     try:
         import resource
     except ImportError:  # not POSIX
-        return
+        return connections
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     need = connections + 64  # the store, the encoder, the listening socket, ...
     if soft == resource.RLIM_INFINITY or soft >= need:
-        return
+        return connections
     if hard != resource.RLIM_INFINITY and hard < need:
-        raise ConfigError(
-            f"--max-connections {connections}: the open-file limit is {hard}; "
-            f"give at most {hard - 64} or raise the limit (ulimit -n)"
+        fit = max(hard - 64, 1)
+        print(
+            f"osumem serve: note: the open-file limit is {hard}; serving at most {fit} "
+            f"connections instead of {connections} (raise it with ulimit -n)",
+            file=sys.stderr,
         )
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        return fit
     resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    return connections
 
 
 def run_http(
@@ -107,14 +114,14 @@ def run_http(
     from osumem.serve.http_app import build_app
 
     cfg = settings or HttpSettings()
-    _room_for(cfg.max_connections)
+    max_connections = _room_for(cfg.max_connections)
     app = build_app(
         service, tokens, host=host, allowed_hosts=cfg.allowed_hosts, body_timeout=cfg.body_timeout
     )
     guard = ConnectionGuard(
         header_timeout=cfg.header_timeout,
-        max_connections=cfg.max_connections,
-        max_per_client=cfg.max_per_client,
+        max_connections=max_connections,
+        max_per_client=min(cfg.max_per_client, max_connections),
     )
     config = uvicorn.Config(
         app,
