@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -162,7 +163,13 @@ def serve_cmd(
     writer and are acknowledged after they commit."""
     _need_serve_extra()
     from osumem.serve.auth import TokenTable, load_tokens
-    from osumem.serve.run import HttpSettings, check_http_security, run_http, run_stdio
+    from osumem.serve.run import (
+        HttpSettings,
+        check_http_security,
+        run_http,
+        run_stdio,
+        stop_on_signals,
+    )
     from osumem.serve.service import MemoryService, ServiceLimits
 
     limits = ServiceLimits(
@@ -179,27 +186,38 @@ def serve_cmd(
     if transport == "http":
         tokens = load_tokens(token_file)
         check_http_security(host, tokens, no_auth)
-    with MemoryService(
-        store,
-        encoder=encoder,
-        method=method,
-        readers=readers,
-        limits=limits,
-        torch_threads=torch_threads or None,
-    ) as svc:
+    with (
+        stop_on_signals() as stopped,
+        MemoryService(
+            store,
+            encoder=encoder,
+            method=method,
+            readers=readers,
+            limits=limits,
+            torch_threads=torch_threads or None,
+        ) as svc,
+    ):
         if transport == "stdio":
             click.echo(
                 f"osumem serve: MCP over stdio, store {store}, encoder {svc.encoder_id}", err=True
             )
             run_stdio(svc)
-            return
-        auth = f"{len(tokens.grants)} token(s)" if tokens.enabled else "NO AUTH (loopback only)"
-        click.echo(
-            f"osumem serve: http://{host}:{port} (MCP at /mcp), store {store}, "
-            f"encoder {svc.encoder_id}, {auth}",
-            err=True,
-        )
-        run_http(svc, tokens, host=host, port=port, log_level=log_level, settings=settings)
+        else:
+            auth = f"{len(tokens.grants)} token(s)" if tokens.enabled else "NO AUTH (loopback only)"
+            click.echo(
+                f"osumem serve: http://{host}:{port} (MCP at /mcp), store {store}, "
+                f"encoder {svc.encoder_id}, {auth}",
+                err=True,
+            )
+            run_http(svc, tokens, host=host, port=port, log_level=log_level, settings=settings)
+    if stopped.name:
+        click.echo(f"osumem serve: stopped by {stopped.name}; store {store} closed", err=True)
+        if transport == "stdio":
+            # the MCP SDK's stdin reader thread stays blocked on a pipe that never
+            # closes; everything is closed and flushed, so leave without waiting for it
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
 
 
 @click.command("serve")

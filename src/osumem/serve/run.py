@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from osumem.errors import ConfigError
@@ -16,6 +19,41 @@ from osumem.serve.connections import (
     guarded_protocol,
 )
 from osumem.serve.service import MemoryService
+
+
+class ServeStopped(KeyboardInterrupt):
+    """A stop asked for by a signal (SIGTERM); unwinds like Ctrl-C, so every ``with``
+    block closes (requests finish, the store is snapshotted and checkpointed)."""
+
+
+@dataclass
+class StopSignal:
+    """The signal that stopped the server (``None``: it was not stopped by one)."""
+
+    name: str | None = None
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[StopSignal]:
+    """Treat SIGTERM as SIGINT inside the block: either unwinds the block (closing
+    what it opened) and the block ends normally, saying which signal it was. A second
+    SIGTERM while closing kills the process as the default action does."""
+    stopped = StopSignal()
+
+    def on_term(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one forces
+        raise ServeStopped("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield stopped
+    except ServeStopped:
+        stopped.name = "SIGTERM"
+    except KeyboardInterrupt:
+        stopped.name = "SIGINT"
+    finally:
+        with contextlib.suppress(ValueError):  # not the main thread
+            signal.signal(signal.SIGTERM, previous)
 
 
 def run_stdio(service: MemoryService) -> None:
