@@ -60,10 +60,10 @@ def run_stdio(service: MemoryService) -> None:
     """Serve MCP over stdin/stdout until the client closes the pipe."""
     import anyio
 
-    from osumem.serve.mcp_app import build_mcp
+    from osumem.serve.mcp_app import build_mcp, serve_stdio
 
     server = build_mcp(service)
-    anyio.run(server.run_stdio_async)
+    anyio.run(serve_stdio, server)
 
 
 def check_http_security(host: str, tokens: TokenTable, no_auth: bool) -> None:
