@@ -45,6 +45,7 @@ from osumem.frozen import Constraints, FrozenConfig, Interval
 from osumem.memory import snapshot
 from osumem.memory.buffer import NamespaceBuffer
 from osumem.memory.encoders import EXTERNAL_PREFIX, check_available, resolve_encoder
+from osumem.memory.held import HeldSnapshot, check_answers, split_held
 from osumem.memory.retrieved import Retrieved, RetrievedStep, osu_handles
 from osumem.memory.store import (
     IncompatibleStoreError,
@@ -368,8 +369,13 @@ class Memory:
         self._counts[namespace] = (n, users)
         return users
 
-    def _snapshot(self, namespace: str) -> tuple[list[dict[str, Any]], int]:
-        return self.store.pending(namespace), self._users(namespace)
+    def _snapshot(self, namespace: str, source: str) -> HeldSnapshot:
+        """What an add from ``source`` continues: its held messages, the namespace's
+        user-step count, and the other sources' held messages with their sources
+        (:mod:`osumem.memory.held`)."""
+        held = self.store.pending(namespace)
+        mine, others, of = split_held(held, self.store.pending_sources(namespace), source)
+        return mine, self._users(namespace), others, of
 
     def _sync(self, namespace: str) -> Retriever | None:
         data = self._namespace(namespace)
@@ -659,20 +665,27 @@ class Memory:
         self._refresh()
         if on_duplicate != "append" and self._is_duplicate(namespace, digest, on_duplicate):
             return []
-        snapshot = self._snapshot(namespace)
+        snapshot = self._snapshot(namespace, src)
         plan = self._plan(clean, snapshot, namespace, src, prefix, hold_open_calls)
         with self.store.transaction():
             self._refresh()
             if on_duplicate != "append" and self._is_duplicate(namespace, digest, on_duplicate):
                 return []
-            now = self._snapshot(namespace)
+            now = self._snapshot(namespace, src)
             if now != snapshot:  # another writer moved the namespace meanwhile
                 plan = self._plan(clean, now, namespace, src, prefix, hold_open_calls)
             rows, emb, new_held = plan
             # an agent's streaming adds (append, no id) are not logs: no digest kept
             keep = on_duplicate != "append" or log_id is not None
+            others, of = now[2], now[3]  # other sources' held messages stay held
             ids = self._write(
-                namespace, rows, emb, False, pending=new_held, digest=digest if keep else None
+                namespace,
+                rows,
+                emb,
+                False,
+                pending=[*others, *new_held],
+                pending_sources=[*of, *([src] * len(new_held))],
+                digest=digest if keep else None,
             )
         self._extend_cache(namespace, rows, emb, ids)
         return ids
@@ -705,7 +718,7 @@ class Memory:
     def _plan(
         self,
         messages: list[dict[str, Any]],
-        snapshot: tuple[list[dict[str, Any]], int],
+        snapshot: HeldSnapshot,
         namespace: str,
         source: str,
         prefix: bool,
@@ -715,7 +728,8 @@ class Memory:
         messages to hold (everything an add writes, computed before the write)."""
         from osumem.ingest.openai_chat import read_messages
 
-        held, users_before = snapshot
+        held, users_before = snapshot[0], snapshot[1]
+        check_answers(messages, held, snapshot[2], snapshot[3], source)
         combined = [*held, *messages]
         where = "messages" if not held else f"held+messages (the first {len(held)} held)"
         read = functools.partial(
@@ -795,6 +809,7 @@ class Memory:
         external: bool,
         *,
         pending: Sequence[Mapping[str, Any]] | None,
+        pending_sources: Sequence[str | None] | None = None,
         digest: str | None = None,
     ) -> list[int]:
         """Store validated rows (inside the caller's transaction)."""
@@ -806,7 +821,13 @@ class Memory:
         encoder_id = self._encoder_id_for(external, emb.shape[1])
         users = self._users(namespace) if rows else 0
         ids = self.store.append(
-            namespace, rows, emb, encoder_id=encoder_id, pending=pending, digest=digest
+            namespace,
+            rows,
+            emb,
+            encoder_id=encoder_id,
+            pending=pending,
+            pending_sources=pending_sources,
+            digest=digest,
         )
         if rows:
             n = self.store.n_steps(namespace)
