@@ -57,3 +57,50 @@ def test_missing_sbert_extra_fails_at_open_with_the_install_hint(tmp_path):
     assert "pip install 'osumem[sbert]'" in first["message"] and "\n" not in first["message"]
     assert first["file"] is False  # nothing created
     assert second == {"hashing_steps": 1}  # a store with the light encoder still works
+
+
+def test_one_on_duplicate_default_everywhere():
+    import inspect
+
+    from osumem.cli.memory import ingest_cmd
+    from osumem.memory import MemoryConfig
+    from osumem.serve.client import MemoryClient
+    from osumem.serve.schemas import AddRequest
+    from osumem.serve.service import MemoryService
+
+    calls = {  # None: the memory's own setting
+        "Memory.add_messages": Memory.add_messages,
+        "MemoryService.add_messages": MemoryService.add_messages,
+        "MemoryService.aadd_messages": MemoryService.aadd_messages,
+    }
+    for name, fn in calls.items():
+        assert inspect.signature(fn).parameters["on_duplicate"].default is None, name
+    got = {"MemoryConfig": MemoryConfig().on_duplicate}
+    got["MemoryClient"] = (
+        inspect.signature(MemoryClient.add_messages).parameters["on_duplicate"].default
+    )
+    got["HTTP AddRequest"] = AddRequest.model_fields["on_duplicate"].default
+    got["osumem ingest"] = next(p.default for p in ingest_cmd.params if p.name == "on_duplicate")
+    assert set(got.values()) == {"skip"}, got
+
+
+def test_streaming_twice_adds_once_and_log_ids_keep_verbatim_repeats(tmp_path):
+    trajectory = [
+        {"role": "user", "content": "book flight HAT001"},
+        {"role": "assistant", "content": "Shall I book it?"},
+        {"role": "user", "content": "Yes."},
+        {"role": "assistant", "content": "Which seat?"},
+        {"role": "user", "content": "Yes."},  # the same words again, a new turn
+    ]
+    for _ in range(2):  # the README's snippet, run twice
+        with Memory.open(tmp_path / "m.db", encoder="hashing") as mem:
+            for i, message in enumerate(trajectory):
+                mem.add_messages([message], namespace="task-0", log_id=f"task-0/{i}")
+    with Memory.open(tmp_path / "m.db") as mem:
+        assert mem.n_steps("task-0") == 5
+    with Memory.open(None, encoder="hashing") as mem:  # without ids: content is the identity
+        for message in trajectory:
+            mem.add_messages([message], namespace="t")
+        assert mem.n_steps("t") == 4
+        mem.add_messages([trajectory[2]], namespace="t", on_duplicate="append")
+        assert mem.n_steps("t") == 5

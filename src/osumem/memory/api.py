@@ -41,7 +41,7 @@ from osumem.errors import (
     NonFiniteError,
     StoreError,
 )
-from osumem.frozen import Constraints, FrozenConfig, Interval
+from osumem.frozen import Constraints, FrozenConfig, Interval, Options
 from osumem.memory import snapshot
 from osumem.memory.buffer import NamespaceBuffer
 from osumem.memory.encoders import EXTERNAL_PREFIX, check_available, resolve_encoder
@@ -102,6 +102,9 @@ class MemoryConfig(FrozenConfig):
         ann_min_steps: from this many steps in a namespace on, queries over all of it
             take their candidates from HNSW indexes (hnswlib, the ``scale`` extra),
             built when the namespace is loaded; below it they scan exactly.
+        on_duplicate: the default of :meth:`Memory.add_messages`' ``on_duplicate``
+            (``"skip"``; ``"append"`` for an agent that repeats messages on purpose and
+            gives no ``log_id``).
     """
 
     method: str = "osumem"
@@ -113,8 +116,10 @@ class MemoryConfig(FrozenConfig):
     prefix_namespace: bool = False
     replay_batches: bool = True
     ann_min_steps: int = MEMORY_ANN_MIN_STEPS
+    on_duplicate: str = "skip"
 
     parameter_constraints: ClassVar[Constraints] = {
+        "on_duplicate": Options(ON_DUPLICATE),
         "budget": Interval(int, 1, None),  # checked first, as a BudgetError
         "max_text_chars": Interval(int, 1, None),
         "ann_min_steps": Interval(int, 1, None),
@@ -613,7 +618,7 @@ class Memory:
         source: str | None = None,
         prefix_namespace: bool | None = None,
         hold_open_calls: bool = True,
-        on_duplicate: str = "append",
+        on_duplicate: str | None = None,
         log_id: str | None = None,
         format: str = "auto",
     ) -> list[int]:
@@ -634,12 +639,15 @@ class Memory:
                 and, with ``prefix_namespace``, prefixes entities and signatures.
             prefix_namespace: default: the memory's ``prefix_namespace`` setting.
             on_duplicate: what to do when these messages (same content, or the same
-                ``log_id``) were added to the namespace before: ``"append"`` (default:
-                add them again, as an agent repeating itself does), ``"skip"`` (add
-                nothing, return ``[]``) or ``"error"`` (``DuplicateInputError``).
-                Only adds made with ``"skip"``/``"error"`` or a ``log_id`` are
-                remembered for this (whole logs, as ``osumem ingest`` adds them).
-            log_id: a caller-given identity of the log (instead of its content hash).
+                ``log_id``) were added to the namespace before: ``"skip"`` (add
+                nothing, return ``[]``, so a re-run or a retried add stores nothing
+                twice), ``"append"`` (add them again) or ``"error"``
+                (``DuplicateInputError``); ``None``: the memory's ``on_duplicate``
+                setting (``"skip"`` unless opened with another). Adds made with ``"append"`` and no
+                ``log_id`` are not remembered for this. An agent that may send the
+                same message twice on purpose passes a ``log_id`` per message (its
+                index or id in the run) or ``"append"``.
+            log_id: a caller-given identity of the messages (instead of their content).
             format: the messages' shape: ``"openai"`` (``tool_calls``),
                 ``"openai-legacy"`` (``function_call`` / ``role: "function"``),
                 ``"anthropic"`` (``tool_use`` / ``tool_result`` blocks) or ``"auto"``
@@ -648,6 +656,8 @@ class Memory:
                 (a system prompt, an empty assistant message) are not stored.
         """
         check_namespace(namespace)
+        if on_duplicate is None:
+            on_duplicate = self.config.on_duplicate
         if on_duplicate not in ON_DUPLICATE:
             raise ConfigError(
                 f"on_duplicate: expected one of {ON_DUPLICATE}, got {_show(on_duplicate)}"

@@ -285,6 +285,7 @@ def build_app(
             prefix_namespace=body.prefix_namespace,
             hold_open_calls=body.hold_open_calls,
             on_duplicate=body.on_duplicate,
+            log_id=body.log_id,
         )
         return AddResponse.of(result)
 

@@ -162,14 +162,24 @@ def build_mcp(service: MemoryService, tokens: TokenTable | None = None) -> Any:
         namespace: Namespace,
         messages: Messages,
         ctx: Context,
+        log_id: Annotated[
+            str | None,
+            Field(
+                description="Identity of these messages (e.g. their index in the run): "
+                "messages added before under the same id, or with the same content when "
+                "no id is given, are not stored twice.",
+                min_length=1,
+            ),
+        ] = None,
     ) -> AddResponse:
         """Store new chat messages of the agent (OpenAI format) in a namespace. Each user
         message, assistant text and tool call (with its result) becomes one step; a tool
         call whose result has not arrived yet is held until it does. Returns once the
-        steps are durably stored. Invalid messages are rejected whole, naming which
+        steps are durably stored. Messages added before (the same log_id, or the
+        same content) are skipped. Invalid messages are rejected whole, naming which
         message and field is wrong."""
         authorize(ctx, namespace)
-        result = await service.aadd_messages(namespace, messages)
+        result = await service.aadd_messages(namespace, messages, log_id=log_id)
         return AddResponse.of(result)
 
     @tool(

@@ -75,11 +75,17 @@ class AddRequest(BaseModel):
         description="Hold a trailing tool call without its result until the result "
         "arrives in a later add.",
     )
-    on_duplicate: Literal["append", "skip", "error"] = Field(
-        default="append",
-        description="These messages were added to the namespace before (same content): "
-        "append them again (default, as an agent repeating itself does), skip them, or "
-        "fail (422).",
+    on_duplicate: Literal["skip", "append", "error"] = Field(
+        default="skip",
+        description="These messages were added to the namespace before (same content, or "
+        "the same log_id): skip them (default: a retried or re-run add stores nothing "
+        "twice), append them again, or fail (422).",
+    )
+    log_id: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The identity of these messages for on_duplicate (instead of their "
+        "content), e.g. the message's index or id in the agent's run.",
     )
 
 
