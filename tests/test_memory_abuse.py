@@ -62,9 +62,7 @@ WEDGES = [
 def test_a_held_call_is_validated_before_it_is_acknowledged(tmp_path, arguments, error):
     """Issue reproducer: a held call with bad arguments used to be stored and fail
     every later add; now the add that brings it is rejected and nothing is stored."""
-    mem = Memory.open(
-        tmp_path / "w.db", encoder=ENC, max_text_chars=100_000, on_duplicate="append"
-    )
+    mem = Memory.open(tmp_path / "w.db", encoder=ENC, max_text_chars=100_000, on_duplicate="append")
     h = mem.store.content_hash()
     with pytest.raises(error):
         mem.add_messages([U, call("a", arguments)])
