@@ -18,7 +18,6 @@ from osumem.evaluate import stats
 from osumem.evaluate.stats import bootstrap_means, coin_flips
 from osumem.report.build import ReportSettings, build_report
 
-
 #: The documented tie tolerance (relative), written here rather than read from the
 #: module under test, so a change of the module's constant is caught.
 TIE_RTOL = 1e-9

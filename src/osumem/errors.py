@@ -73,3 +73,8 @@ class NewerSchemaError(IncompatibleStoreError):
 
 class DuplicateInputError(InvalidInputError):
     """A log already stored in the namespace was added again with ``on_duplicate="error"``."""
+
+
+class MissingExtraError(OSUMemError, ImportError):
+    """A feature needs an optional dependency (an extra) that is not installed; the
+    message names the extra to install."""

@@ -29,8 +29,10 @@ DEFAULT_BUDGETS = as_option(BUDGETS["synthetic"])
 DEFAULT_JOBS = "auto"
 #: The namespace of ``--namespace`` (as ``osumem.memory.DEFAULT_NAMESPACE``, kept light here).
 DEFAULT_NAMESPACE = "default"
-#: The extra that holds the benchmark-only dependencies.
-BENCH_MODULES = frozenset({"pandas", "pyarrow", "matplotlib"})
+#: The modules of the extra that holds the benchmark-only dependencies.
+BENCH_MODULES = frozenset(
+    {"pandas", "pyarrow", "matplotlib", "joblib", "threadpoolctl", "tqdm", "sklearn", "networkx"}
+)
 
 
 class OSUMemGroup(click.Group):

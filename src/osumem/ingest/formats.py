@@ -14,7 +14,7 @@ The canonical shape is OpenAI chat messages with ``tool_calls`` (what
     ``system`` (:mod:`osumem.ingest.anthropic`).
 ``toolbench-dfs``
     A ToolBench DFS answer tree (``answer_generation.train_messages``, else the winning
-    path of ``tree``; :mod:`osumem.ingest.toolbench_dfs`).
+    path of ``tree``, else its deepest explored path; :mod:`osumem.ingest.toolbench_dfs`).
 ``auto``
     The format is read from the log's fields (:func:`detect_format`).
 
@@ -37,7 +37,7 @@ from osumem.errors import ConfigError, DataFileError
 from osumem.ingest.anthropic import CALL_BLOCKS, THINKING_BLOCKS, anthropic_to_openai
 from osumem.ingest.openai_chat import SYSTEM_ROLES, LogFormatError
 from osumem.ingest.openai_legacy import legacy_to_openai
-from osumem.ingest.toolbench_dfs import dfs_to_openai, is_dfs_record
+from osumem.ingest.toolbench_dfs import is_dfs_record, read_dfs
 
 #: Every value ``format`` takes.
 FORMATS: tuple[str, ...] = ("auto", "openai", "openai-legacy", "anthropic", "toolbench-dfs")
@@ -241,8 +241,10 @@ def normalize_messages(
             raise LogFormatError(
                 f"{where}: a ToolBench DFS answer is an object, got {_kind_of(messages)}"
             )
-        out = dfs_to_openai(messages, where=where)
+        out, note = read_dfs(messages, where=where)
         origin = list(range(len(out)))
+        if note is not None:
+            skips.append(Skip(index=-1, where=f"{where}.tree", reason=note))
     else:
         msgs, system, where = _unwrap(messages, where)
         _check_shapes(msgs, where)
