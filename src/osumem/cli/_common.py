@@ -264,8 +264,9 @@ def encoder_option(*, default: str | None, help: str) -> Callable[..., Any]:
 
 #: ``--encoder`` of the commands that open a memory store.
 STORE_ENCODER_HELP = (
-    "Encoder: 'sbert' (default for a new store), 'hashing[:d<dim>]' or a "
-    "sentence-transformers model directory. An existing store keeps its own."
+    "Encoder of a new store: 'sbert' (default), 'hashing[:d<dim>]' or a "
+    "sentence-transformers model directory. An existing store uses the one it was "
+    "made with: leave --encoder out (naming another one is an error)."
 )
 
 
