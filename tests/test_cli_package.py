@@ -41,8 +41,11 @@ def test_every_command_is_registered() -> None:
         "bench taubench",
         "bench toolbench",
         "check",
+        "export",
+        "import",
         "ingest",
         "methods",
+        "namespaces",
         "query",
         "report",
         "results",
@@ -51,6 +54,8 @@ def test_every_command_is_registered() -> None:
         "reproduce taubench",
         "reproduce toolbench",
         "serve",
+        "show",
+        "view",
     }
 
 

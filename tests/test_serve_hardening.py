@@ -154,7 +154,7 @@ def test_every_error_status_is_in_the_openapi_schema(server):
             continue
         for method, op in operations.items():
             codes = set(op["responses"])
-            expected = {"403", "404", "408", "413", "421", "422", "500"}
+            expected = {"403", "404", "408", "409", "413", "421", "422", "500"}
             if path not in ("/healthz", "/openapi.json", "/docs"):
                 expected |= {"401", "503"}
             assert expected <= codes, (method, path, codes)

@@ -20,6 +20,7 @@ TOOLS = {
     "memory_retrieve",
     "memory_list_namespaces",
     "memory_delete_namespace",
+    "memory_show_steps",
 }
 
 
@@ -75,6 +76,26 @@ async def _session_checks(session, store):
     assert answer["rendered"] == local.render()
     assert answer["steps"] == local.to_dict()["steps"]
     assert answer["cost"] <= 60 and answer["steps"]
+    assert answer.get("explanation") is None  # only when asked
+    why = await session.call_tool(
+        "memory_retrieve",
+        {"query": "how was R3 paid?", "namespace": "task-1", "budget": 60, "explain": True},
+    )
+    assert not why.is_error, why.content
+    explained = why.structured_content["explanation"]
+    assert [s["position"] for s in explained["steps"]] == local.positions
+    assert explained["cost"] == local.cost and explained["budget"] == 60
+
+    shown = await session.call_tool(
+        "memory_show_steps", {"namespace": "task-1", "start": 2, "limit": 3}
+    )
+    assert not shown.is_error, shown.content
+    page = shown.structured_content
+    assert [s["position"] for s in page["steps"]] == [2, 3, 4] and page["next"] == 5
+    with Memory.open(store, encoder="hashing:d64") as mem:
+        assert page["steps"][0]["text"] == mem.view("task-1").texts[2]
+    missing = await session.call_tool("memory_show_steps", {"namespace": "nope"})
+    assert missing.is_error and "UnknownNamespaceError" in missing.content[0].text
 
     # errors come back as tool errors with the typed message; the server keeps running
     bad = await session.call_tool(

@@ -47,6 +47,9 @@ def test_reproduce_synthetic_from_an_installed_wheel(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(site)}
     where = _run([sys.executable, "-c", "import osumem; print(osumem.__file__)"], elsewhere, env)
     assert Path(where.strip()).is_relative_to(site)
+    # the viewer page's files ship as package data
+    code = "from osumem.serve import ui; print(ui.server_page(), ui.asset('app.js')[:40])"
+    assert "/ui/app.js" in _run([sys.executable, "-c", code], elsewhere, env)
     out = elsewhere / "D"
     cli = [sys.executable, "-c", "from osumem.cli import main; main()"]
     _run(

@@ -78,3 +78,7 @@ class DuplicateInputError(InvalidInputError):
 class MissingExtraError(OSUMemError, ImportError):
     """A feature needs an optional dependency (an extra) that is not installed; the
     message names the extra to install."""
+
+
+class UnknownNamespaceError(InvalidInputError):
+    """A namespace named for reading (show, export, view) holds no steps in the store."""

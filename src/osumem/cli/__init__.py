@@ -13,7 +13,7 @@ import click
 
 from osumem import __version__
 from osumem.cli import bench as bench_commands
-from osumem.cli import compare, memory, report, scale, serve, taubench, toolbench
+from osumem.cli import compare, inspect, memory, report, scale, serve, taubench, toolbench
 from osumem.cli._common import OSUMemGroup
 
 __all__ = ["main"]
@@ -43,6 +43,11 @@ def reproduce() -> None:
 main.add_command(memory.ingest_cmd)
 main.add_command(memory.query_cmd)
 main.add_command(memory.check_cmd)
+main.add_command(inspect.namespaces_cmd)
+main.add_command(inspect.show_cmd)
+main.add_command(inspect.export_cmd)
+main.add_command(inspect.import_cmd)
+main.add_command(inspect.view_cmd)
 main.add_command(serve.serve_cmd)
 main.add_command(bench_commands.methods_cmd)
 main.add_command(report.report_cmd)

@@ -228,6 +228,12 @@ def check_cmd(store: Path, as_json: bool) -> None:
     help="A parameter of the method (e.g. max_memberships=1). Repeatable.",
 )
 @click.option("--before", type=int, default=None, help="Only steps at positions < BEFORE.")
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Also say why each step is there (cosine, lexical score, the unit that brought it "
+    "in, coarse-stage ranks) and what the budget left out.",
+)
 @json_option("Print the selected steps as JSON.")
 @handle_errors
 def query_cmd(
@@ -239,6 +245,7 @@ def query_cmd(
     method: str,
     params: tuple[str, ...],
     before: int | None,
+    explain: bool,
     as_json: bool,
 ) -> None:
     """Print the context retrieved from a memory store for TEXT."""
@@ -248,7 +255,7 @@ def query_cmd(
 
     store_or_server(store, server)
     if server is not None:
-        remote_query(server, text, budget, namespace, method, params, before, as_json)
+        remote_query(server, text, budget, namespace, method, params, before, as_json, explain)
         return
     assert store is not None
     if not store.is_file():
@@ -269,7 +276,10 @@ def query_cmd(
                 f"{store}: {mem.namespaces()}",
                 err=True,
             )
+        answer = result.to_dict(explain=explain)  # explained while the memory is open
     if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        click.echo(json.dumps(answer, indent=2, ensure_ascii=False))
     else:
         click.echo(result.render())
+        if explain:
+            click.echo(result.explain().render())

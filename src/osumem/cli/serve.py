@@ -375,9 +375,11 @@ def remote_query(
     params: tuple[str, ...],
     before: int | None,
     as_json: bool,
+    explain: bool = False,
 ) -> None:
     """``osumem query --server``: print the server's answer as the local query would."""
     from osumem.errors import ConfigError
+    from osumem.memory.explain import Explanation
     from osumem.serve.client import MemoryClient
 
     if params:
@@ -385,9 +387,11 @@ def remote_query(
     if before is not None:
         raise ConfigError("--before is answered from a local --store only")
     with MemoryClient(server) as client:
-        answer = client.retrieve(text, budget, namespace=namespace, method=method)
+        answer = client.retrieve(text, budget, namespace=namespace, method=method, explain=explain)
     if as_json:
         answer.pop("rendered", None)
         click.echo(json.dumps(answer, indent=2, ensure_ascii=False))
     else:
         click.echo(answer["rendered"])
+        if explain:
+            click.echo(Explanation.from_dict(answer["explanation"]).render())

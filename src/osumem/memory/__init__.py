@@ -1,10 +1,12 @@
 """The agent-facing memory: incremental, persistent (SQLite), namespaced.
 
 See :class:`Memory` (``Memory.open(path, encoder=..., method="osumem")``),
-:class:`Retrieved` (``.steps``, ``.render()``) and :class:`MemoryStore`.
+:class:`Retrieved` (``.steps``, ``.render()``, ``.explain()``) and :class:`MemoryStore`;
+:mod:`osumem.memory.export` exports a memory to JSON Lines and imports it back.
 """
 
 from osumem.memory.api import DEFAULT_NAMESPACE, Memory, MemoryConfig, OversizedInputError
+from osumem.memory.explain import Explanation, StaleResultError
 from osumem.memory.retrieved import OSUHandle, Retrieved, RetrievedStep
 from osumem.memory.store import (
     SCHEMA_VERSION,
@@ -23,6 +25,7 @@ from osumem.memory.store import (
 __all__ = [
     "DEFAULT_NAMESPACE",
     "SCHEMA_VERSION",
+    "Explanation",
     "ForeignStoreError",
     "IncompatibleStoreError",
     "Memory",
@@ -33,6 +36,7 @@ __all__ = [
     "OversizedInputError",
     "Retrieved",
     "RetrievedStep",
+    "StaleResultError",
     "StoreBusyError",
     "StoreCorruptError",
     "StoreError",

@@ -45,6 +45,7 @@ from osumem.frozen import Constraints, FrozenConfig, Interval, Options
 from osumem.memory import snapshot
 from osumem.memory.buffer import NamespaceBuffer
 from osumem.memory.encoders import EXTERNAL_PREFIX, check_available, resolve_encoder
+from osumem.memory.explain import Explanation, explainer
 from osumem.memory.held import HeldSnapshot, check_answers, split_held
 from osumem.memory.retrieved import Retrieved, RetrievedStep, osu_handles
 from osumem.memory.store import (
@@ -556,7 +557,8 @@ class Memory:
         self._refresh()
         retriever = self._sync(namespace)
         if retriever is None or before == 0:
-            return Retrieved(namespace, self.config.method, b, (), text)
+            empty = Explanation(self.config.method, b, 0)
+            return Retrieved(namespace, self.config.method, b, (), text, explanation=empty)
         data = self._namespace(namespace)
         if before is not None and before < data.view.n:
             retriever = self._causal(namespace, before)
@@ -578,7 +580,8 @@ class Memory:
             )
             for rank, p in enumerate(sel.positions.tolist())
         )
-        return Retrieved(namespace, self.config.method, b, steps, text)
+        why = explainer(retriever, q, text, b, sel.positions, self.config.method)
+        return Retrieved(namespace, self.config.method, b, steps, text, _explainer=why)
 
     # --- writing --------------------------------------------------------------------
 

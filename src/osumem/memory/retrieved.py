@@ -3,13 +3,15 @@ rendering of them as a context block for a prompt."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from osumem.errors import InvalidInputError
+from osumem.memory.explain import Explanation
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,30 @@ class Retrieved:
     budget: int
     steps: tuple[RetrievedStep, ...]
     query: str | None = None
+    #: The explanation, once computed (or as a server sent it).
+    explanation: Explanation | None = field(default=None, compare=False, repr=False)
+    _explainer: Callable[[], Explanation] | None = field(default=None, compare=False, repr=False)
+
+    def explain(self) -> Explanation:
+        """Why these steps: per step its score parts (cosine, flat rank, lexical score,
+        the unit and view that brought it in, its units' coarse-stage ranks) and what
+        the budget left out (see :mod:`osumem.memory.explain`). Computed on first call.
+
+        Raises:
+            StaleResultError: the namespace was written after this retrieval (retrieve
+                again to explain the current answer).
+            InvalidInputError: a result that carries no way to explain it (built by
+                hand, or from a server answer without ``explanation``).
+        """
+        if self.explanation is None:
+            if self._explainer is None:
+                raise InvalidInputError(
+                    "this result carries no explanation; retrieve it from a Memory, or ask "
+                    "the server with explain=true"
+                )
+            object.__setattr__(self, "explanation", self._explainer())
+        assert self.explanation is not None
+        return self.explanation
 
     @property
     def cost(self) -> int:
@@ -123,9 +149,10 @@ class Retrieved:
             lines.append(f"[step {s.position}] {s.text}")
         return "\n".join(lines)
 
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict of the whole result."""
-        return {
+    def to_dict(self, *, explain: bool = False) -> dict[str, Any]:
+        """A JSON-serialisable dict of the whole result; with ``explain``, also its
+        ``explanation`` (:meth:`explain`)."""
+        out: dict[str, Any] = {
             "namespace": self.namespace,
             "method": self.method,
             "budget": self.budget,
@@ -133,6 +160,9 @@ class Retrieved:
             "query": self.query,
             "steps": [s.to_dict() for s in self.steps],
         }
+        if explain:
+            out["explanation"] = self.explain().to_dict()
+        return out
 
 
 def osu_handles(retriever: Any, positions: NDArray[np.int64]) -> list[tuple[OSUHandle, ...]]:

@@ -637,6 +637,19 @@ class MemoryStore:
         return row is not None
 
     @_guard
+    def digests(self, namespace: str) -> list[tuple[str, int]]:
+        """The log digests recorded for ``namespace`` as ``(digest, end position)``,
+        ordered by end position then digest (what an export carries)."""
+        if not self._has_digests:
+            return []
+        assert self._conn is not None
+        rows = self._conn.execute(
+            "SELECT digest, end_pos FROM digests WHERE ns = ? ORDER BY end_pos, digest",
+            (namespace,),
+        ).fetchall()
+        return [(str(d), int(e)) for d, e in rows]
+
+    @_guard
     def step_ids(self) -> list[int]:
         """Every stored step id, increasing."""
         assert self._conn is not None

@@ -41,6 +41,7 @@ from numpy.typing import NDArray
 from osumem.frozen import Boolean, Constraints, Interval, Options, Subset
 from osumem.osu.config import VIEWS
 from osumem.retrieve.base import pack_first_fit
+from osumem.retrieve.explain import Part, SelectionParts, best_unit, unit_ranks
 from osumem.retrieve.osumem import OSUMem, OSUMemConfig
 from osumem.types import IntArray
 
@@ -183,16 +184,25 @@ class AdaptiveOSUMem(OSUMem[AdaptiveConfig]):
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
+        return self._stages(q, budget, limit, evidence).positions
+
+    def _stages(
+        self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
+    ) -> AdaptiveStages:
+        """The selection in its three parts (what ``_select`` returns, concatenated)."""
         assert self.view_ is not None
         cfg = self.config
         costs = self.view_.costs
         cos = self._cosines(q, limit)
         flat = np.argsort(-cos, kind="stable").astype(np.int64)
         decision = self._binding_from_head(flat[: cfg.seed_steps], limit)
+        none = np.empty(0, dtype=np.int64)
         if not decision.binds:
-            return pack_first_fit(flat, costs, budget)
+            return AdaptiveStages(decision, flat, none, none, pack_first_fit(flat, costs, budget))
+        kept = None
         if cfg.expand_from == "coarse":
             coarse = self.coarse(q, budget, limit, evidence)
+            kept = coarse.kept
             cand = np.unique(coarse.members[:, coarse.kept].indices).astype(np.int64)
             score = cos[cand].astype(np.float64)
         else:
@@ -228,4 +238,82 @@ class AdaptiveOSUMem(OSUMem[AdaptiveConfig]):
         chosen = np.concatenate([first, expand])
         left = budget - int(costs[chosen].sum())
         fill = pack_first_fit(flat[~taken[flat]], costs, left) if left > 0 else chosen[:0]
-        return np.concatenate([chosen, fill])
+        return AdaptiveStages(decision, flat, first, expand, fill, kept)
+
+    def explain_selection(
+        self,
+        q: NDArray[np.float32],
+        text: str | None,
+        budget: int,
+        limit: int,
+        positions: IntArray,
+    ) -> SelectionParts:
+        """The binding decision, and per step the part that took it: the flat ranking
+        (a query that does not bind), the protected flat head, the unit expansion (the
+        best-ranked kept unit holding the step brought it in) or the flat fill."""
+        stages = self._stages(q, budget, limit, None)
+        d = stages.decision
+        summary: dict[str, Part] = {
+            "binds": bool(d.binds),
+            "head_coverage": float(d.covered.mean()) if d.head.size else 0.0,
+            "gate": self.config.gate,
+        }
+        if not d.binds:
+            return SelectionParts(
+                stages=dict.fromkeys(np.asarray(positions).tolist(), "flat ranking"),
+                candidates=stages.flat,
+                candidates_label="the flat ranking (the query does not bind)",
+                summary=summary,
+            )
+        assert self.pool_ is not None
+        members, centroids, _ = self._visible(limit)
+        ranks = unit_ranks(centroids @ q, np.diff(members.indptr) > 0)
+        allowed = None
+        if stages.kept is not None:
+            allowed = np.zeros(members.shape[1], dtype=bool)
+            allowed[stages.kept] = True
+        rows = members.tocsr()
+        label: dict[int, str] = {}
+        brought: dict[int, int] = {}
+        for name, part in (
+            ("flat head", stages.first),
+            ("unit expansion", stages.expand),
+            ("flat fill", stages.fill),
+        ):
+            for p in part.tolist():
+                label[int(p)] = name
+                if name == "unit expansion":
+                    own = rows.indices[rows.indptr[p] : rows.indptr[p + 1]]
+                    unit = best_unit(own, ranks, allowed)
+                    if unit is not None:
+                        brought[int(p)] = unit
+        head = np.concatenate([stages.first, stages.expand])
+        rest = stages.flat[~np.isin(stages.flat, head)]
+        return SelectionParts(
+            stages=label,
+            brought_by=brought,
+            candidates=np.concatenate([head, rest]),
+            candidates_label="the protected head and the unit expansion, then the flat ranking",
+            kept_units=stages.kept,
+            summary=summary,
+        )
+
+
+@dataclass(frozen=True)
+class AdaptiveStages:
+    """One selection of :class:`AdaptiveOSUMem` in its parts: the binding decision, the
+    flat ranking, the protected head taken first, the unit expansion, the flat fill
+    (the whole selection when the query does not bind) and the OSUs the coarse stage
+    kept (``None`` unless it ran)."""
+
+    decision: BindingDecision
+    flat: IntArray
+    first: IntArray
+    expand: IntArray
+    fill: IntArray
+    kept: IntArray | None = None
+
+    @property
+    def positions(self) -> IntArray:
+        """The selection, in selection order."""
+        return np.concatenate([self.first, self.expand, self.fill])

@@ -26,6 +26,7 @@ from osumem.osu.config import OSUConfig
 from osumem.osu.pool import OSUPool, release_free_memory
 from osumem.osu.views import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M
 from osumem.retrieve.base import Retriever, RetrieverConfig, greedy_pack, pack_first_fit
+from osumem.retrieve.explain import SelectionParts, best_unit, unit_ranks
 from osumem.types import IntArray, MemoryView
 
 #: Extra centroids asked of the HNSW centroid index beyond K (re-scored exactly).
@@ -398,6 +399,57 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
         extra = self._flat_pack(q, limit, left, exclude=chosen)
         return np.concatenate([chosen, extra])
 
+    def explain_selection(
+        self,
+        q: NDArray[np.float32],
+        text: str | None,
+        budget: int,
+        limit: int,
+        positions: IntArray,
+    ) -> SelectionParts:
+        """How each selected step got in: through a unit the coarse stage kept (the
+        best-ranked kept unit holding it brought it in) or from the flat fill; the
+        candidates are the kept units' members by cosine, then the flat ranking (see
+        :mod:`osumem.retrieve.explain`)."""
+        assert self.view_ is not None
+        cfg = self.config
+        coarse = self.coarse(q, budget, limit)
+        sizes = np.diff(coarse.members.indptr)
+        ranks = unit_ranks(coarse.scores, sizes > 0)
+        kept = np.zeros(coarse.members.shape[1], dtype=bool)
+        kept[coarse.kept] = True
+        cand = np.unique(coarse.members[:, coarse.kept].indices).astype(np.int64)
+        cos = self._cosines(q, limit)
+        cand = cand[np.argsort(-cos[cand], kind="stable")]
+        rows = coarse.members.tocsr()
+        in_cand = np.zeros(limit, dtype=bool)
+        in_cand[cand] = True
+        stages: dict[int, str] = {}
+        brought: dict[int, int] = {}
+        for p in np.asarray(positions, dtype=np.int64).tolist():
+            if in_cand[p]:
+                stages[p] = "unit"
+                unit = best_unit(rows.indices[rows.indptr[p] : rows.indptr[p + 1]], ranks, kept)
+                if unit is not None:
+                    brought[p] = unit
+            else:
+                stages[p] = "flat fill"
+        flat = np.argsort(-cos, kind="stable").astype(np.int64)
+        novelty = bool(cfg.novelty and budget >= cfg.novelty_min_budget)
+        return SelectionParts(
+            stages=stages,
+            brought_by=brought,
+            candidates=np.concatenate([cand, flat[~in_cand[flat]]]),
+            candidates_label="members of the kept units by cosine, then the flat ranking",
+            kept_units=coarse.kept,
+            summary={
+                "coarse_k": int(coarse.k),
+                "kept_units": int(coarse.kept.shape[0]),
+                "unit_candidates": int(cand.shape[0]),
+                "novelty_penalty": novelty,
+            },
+        )
+
     def _novelty_pack(
         self, cand: IntArray, relevance: NDArray[np.float32], budget: int, gamma: float
     ) -> IntArray:
@@ -487,3 +539,30 @@ class OSUMemCoverage(_PoolRetriever[OSUMemCoverageConfig]):
             return -beta * np.bincount(hit, minlength=limit)[cand].astype(np.float64)
 
         return greedy_pack(score, cand, self.view_.costs, budget, on_pick)
+
+    def explain_selection(
+        self,
+        q: NDArray[np.float32],
+        text: str | None,
+        budget: int,
+        limit: int,
+        positions: IntArray,
+    ) -> SelectionParts:
+        """Each step's starting score: cosine + β per unit it sits in (the bonus shrinks
+        as selected steps cover its units); the candidates in that order."""
+        assert self.view_ is not None
+        beta = self.config.beta
+        members, _, _ = self._visible(limit)
+        n_units = np.bincount(members.indices, minlength=limit)[:limit]
+        score = self._cosines(q, limit).astype(np.float64) + beta * n_units
+        parts = {
+            int(p): {"units": int(n_units[p]), "start_bonus": float(beta * n_units[p])}
+            for p in np.asarray(positions, dtype=np.int64).tolist()
+        }
+        return SelectionParts(
+            stages=dict.fromkeys(parts, "coverage greedy"),
+            parts=parts,
+            candidates=np.argsort(-score, kind="stable").astype(np.int64),
+            candidates_label="steps by cosine + beta per unit",
+            summary={"beta": float(beta), "candidates": self.config.candidates},
+        )

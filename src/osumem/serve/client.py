@@ -11,6 +11,9 @@ from urllib.parse import quote
 from osumem.errors import OSUMemError
 from osumem.serve.auth import TOKEN_ENV
 
+#: Most steps one ``GET /v1/namespaces/{ns}/steps`` returns.
+MAX_STEPS_PAGE = 10_000
+
 
 class ServerError(OSUMemError):
     """The server refused a request or could not be reached.
@@ -43,13 +46,31 @@ class MemoryClient:
         headers = {"authorization": f"Bearer {token}"} if token else {}
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
 
-    def _call(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> Any:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None = None,
+        *,
+        params: Mapping[str, Any] | None = None,
+        content: bytes | None = None,
+        raw: bool = False,
+    ) -> Any:
         import httpx
 
         try:
-            response = self._http.request(method, path, json=body)
+            response = self._http.request(
+                method,
+                path,
+                json=body,
+                params=params,
+                content=content,
+                headers={"content-type": "application/x-ndjson"} if content is not None else None,
+            )
         except httpx.HTTPError as exc:
             raise ServerError(f"server {self.url}: {type(exc).__name__}: {exc}") from None
+        if raw and response.status_code < 400:
+            return response.text
         try:
             data = response.json()
         except ValueError:
@@ -102,13 +123,68 @@ class MemoryClient:
         return dict(self._call("POST", f"/v1/namespaces/{self._ns(namespace)}/messages", body))
 
     def retrieve(
-        self, query: str, budget: int, *, namespace: str = "default", method: str | None = None
+        self,
+        query: str,
+        budget: int,
+        *,
+        namespace: str = "default",
+        method: str | None = None,
+        explain: bool = False,
     ) -> dict[str, Any]:
-        """The retrieved context: ``rendered`` (a prompt block) and ``steps``."""
+        """The retrieved context: ``rendered`` (a prompt block) and ``steps`` (with
+        ``explain``, also ``explanation``)."""
         body: dict[str, Any] = {"query": query, "budget": budget}
         if method is not None:
             body["method"] = method
+        if explain:
+            body["explain"] = True
         return dict(self._call("POST", f"/v1/namespaces/{self._ns(namespace)}/retrieve", body))
+
+    def namespace_info(self) -> list[dict[str, Any]]:
+        """The namespaces this token may use, each with its step count and held
+        messages."""
+        return list(self._call("GET", "/v1/namespaces", params={"details": "true"})["details"])
+
+    def steps(
+        self,
+        namespace: str,
+        *,
+        start: int | None = None,
+        stop: int | None = None,
+        grep: str | None = None,
+        limit: int = 1000,
+    ) -> dict[str, Any]:
+        """One page of the stored steps of ``namespace`` (see ``GET
+        /v1/namespaces/{ns}/steps``)."""
+        params: dict[str, Any] = {"limit": limit}
+        for key, value in (("start", start), ("stop", stop), ("grep", grep)):
+            if value is not None:
+                params[key] = value
+        return dict(self._call("GET", f"/v1/namespaces/{self._ns(namespace)}/steps", params=params))
+
+    def page_data(self, namespace: str) -> dict[str, Any]:
+        """The viewer page's data of ``namespace``."""
+        return dict(self._call("GET", f"/v1/namespaces/{self._ns(namespace)}/page"))
+
+    def export_lines(
+        self, namespaces: list[str] | None = None, *, embeddings: bool = True
+    ) -> list[str]:
+        """The export of ``namespaces`` (default: all this token may use) as JSON lines."""
+        params: dict[str, Any] = {"embeddings": "true" if embeddings else "false"}
+        if namespaces:
+            params["namespace"] = list(namespaces)
+        return str(self._call("GET", "/v1/export", params=params, raw=True)).splitlines()
+
+    def import_lines(self, text: str, *, replace: bool = False) -> dict[str, Any]:
+        """Import an export (its whole text); returns what happened per namespace."""
+        return dict(
+            self._call(
+                "POST",
+                "/v1/import",
+                params={"replace": "true" if replace else "false"},
+                content=text.encode("utf-8"),
+            )
+        )
 
     def namespaces(self) -> list[str]:
         """The namespaces this token may use that hold steps."""

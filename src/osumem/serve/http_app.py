@@ -2,15 +2,20 @@
 :class:`~osumem.serve.service.MemoryService`, with MCP's streamable HTTP endpoint
 mounted at ``/mcp``.
 
-Routes: ``POST /v1/namespaces/{ns}/messages``, ``POST /v1/namespaces/{ns}/retrieve``,
-``GET /v1/namespaces``, ``DELETE /v1/namespaces/{ns}``, ``GET /healthz`` (no token),
-``GET /openapi.json`` and ``GET /docs`` (no token; the schema holds no data). Every
-other route needs ``Authorization: Bearer <token>`` when tokens are configured; a
-token limited to namespaces gets 403 elsewhere. Bodies over the size limit get 413
-before they are read whole, and a body that does not arrive within the body timeout
-408. A ``Host`` header that names another server gets 421 and a foreign ``Origin``
-403 (:mod:`osumem.serve.hosts`). A namespace in a path must be exactly what the route
-received (:func:`namespace_in_path`). Every error is the JSON body of
+Routes: ``POST /v1/namespaces/{ns}/messages``, ``POST /v1/namespaces/{ns}/retrieve``
+(``"explain": true`` adds the explanation), ``GET /v1/namespaces`` (``?details=true``
+adds counts), ``GET /v1/namespaces/{ns}/steps``, ``GET /v1/namespaces/{ns}/page`` (the
+viewer's data), ``GET /v1/export``, ``POST /v1/import``, ``DELETE /v1/namespaces/{ns}``,
+``GET /healthz`` (no token), ``GET /openapi.json`` and ``GET /docs`` (no token; the
+schema holds no data; Swagger UI's files are served from the ``swagger-ui-bundle-v2``
+package, so the page needs no network), and the viewer page ``GET /ui`` with its
+script and style (no token: the page holds no data; it asks the API with the token
+typed into it). Every other route needs ``Authorization: Bearer <token>`` when tokens
+are configured; a token limited to namespaces gets 403 elsewhere. Bodies over the size
+limit get 413 before they are read whole, and a body that does not arrive within
+the body timeout 408. A ``Host`` header that names another server gets 421 and a foreign
+``Origin`` 403 (:mod:`osumem.serve.hosts`). A namespace in a path must be exactly what
+the route received (:func:`namespace_in_path`). Every error is the JSON body of
 :mod:`osumem.serve.http_errors`, listed in the OpenAPI schema.
 """
 
@@ -19,14 +24,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 
 from osumem import __version__
 from osumem.errors import InvalidInputError
 from osumem.serve.auth import Grant, TokenTable
+from osumem.serve.client import MAX_STEPS_PAGE
 from osumem.serve.connections import BODY_TIMEOUT
 from osumem.serve.hosts import HostPolicy
 from osumem.serve.http_errors import document_errors, install_error_handlers
@@ -34,9 +41,13 @@ from osumem.serve.schemas import (
     AddRequest,
     AddResponse,
     DeleteResponse,
+    ImportResponse,
+    NamespaceDetailsResponse,
+    NamespaceInfo,
     NamespacesResponse,
     RetrieveRequest,
     RetrieveResponse,
+    StepsResponse,
     check_namespace_name,
     error_status,
 )
@@ -48,8 +59,21 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+#: Swagger UI's files, served under /docs/assets/ (no token, no network).
+DOCS_ASSETS = ("swagger-ui-bundle.js", "swagger-ui.css", "favicon-32x32.png")
+#: The viewer page's files.
+UI_PATHS = ("/ui", "/ui/app.js", "/ui/app.css")
 #: Paths served without a token.
-PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect"})
+PUBLIC_PATHS = frozenset(
+    {
+        "/healthz",
+        "/openapi.json",
+        "/docs",
+        "/docs/oauth2-redirect",
+        *(f"/docs/assets/{name}" for name in DOCS_ASSETS),
+        *UI_PATHS,
+    }
+)
 
 
 async def _send_json(send: Send, status: int, body: dict[str, Any], headers: Any = ()) -> None:
@@ -239,10 +263,12 @@ def build_app(
         'HTTP) is served at /mcp. Every error is JSON {"error": {"type", "message"}}.',
         lifespan=lifespan,
         redoc_url=None,
+        docs_url=None,
         redirect_slashes=False,  # an API answers the path it was given, or 404
         dependencies=[Depends(namespace_in_path)],
     )
     app.router.routes.extend(mcp_server.routes)
+    _add_pages(app)
     install_error_handlers(app, error_status)
     document_errors(app, PUBLIC_PATHS)
 
@@ -294,21 +320,108 @@ def build_app(
     )
     async def retrieve(namespace: str, body: RetrieveRequest, request: Request) -> JSONResponse:
         """The past steps of a namespace that best support the query, under the budget:
-        a rendered context block and the structured steps."""
+        a rendered context block and the structured steps; with ``explain``, why each
+        step is there and what the budget left out."""
         allowed(request, namespace)
-        result = await service.aretrieve(namespace, body.query, body.budget, body.method)
+        if body.explain:
+            result = await service.aretrieve_explained(
+                namespace, body.query, body.budget, body.method
+            )
+        else:
+            result = await service.aretrieve(namespace, body.query, body.budget, body.method)
         # the response model documents the shape; the dict is built straight from the
         # result (no second validation pass on the hot path)
-        return JSONResponse(result.to_dict() | {"rendered": result.render()})
+        return JSONResponse(result.to_dict(explain=body.explain) | {"rendered": result.render()})
 
-    @app.get("/v1/namespaces", response_model=NamespacesResponse, tags=["memory"])
-    async def list_namespaces(request: Request) -> NamespacesResponse:
-        """The namespaces holding steps (those this token may use)."""
+    @app.get(
+        "/v1/namespaces",
+        response_model=NamespaceDetailsResponse | NamespacesResponse,
+        tags=["memory"],
+    )
+    async def list_namespaces(
+        request: Request, details: bool = False
+    ) -> NamespaceDetailsResponse | NamespacesResponse:
+        """The namespaces holding steps (those this token may use); with
+        ``details=true``, each with its step count and held messages."""
         grant = grant_of(request)
+        if details:
+            info = await service.acall("namespace_info")
+            info = [i for i in info if grant is None or grant.allows(i["namespace"])]
+            return NamespaceDetailsResponse(
+                namespaces=[i["namespace"] for i in info],
+                details=[NamespaceInfo(**i) for i in info],
+            )
         names = await service.anamespaces()
         if grant is not None:
             names = [n for n in names if grant.allows(n)]
         return NamespacesResponse(namespaces=names)
+
+    @app.get("/v1/namespaces/{namespace:path}/steps", response_model=StepsResponse, tags=["memory"])
+    async def list_steps(
+        namespace: str,
+        request: Request,
+        start: Annotated[int | None, Query(ge=0, description="First position.")] = None,
+        stop: Annotated[int | None, Query(ge=0, description="Positions below this.")] = None,
+        grep: Annotated[
+            str | None,
+            Query(max_length=1000, description="Regular expression over text, tool, entities."),
+        ] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_STEPS_PAGE)] = 1000,
+    ) -> JSONResponse:
+        """The stored steps of a namespace (position, role, tool, token cost, units,
+        text), a range of positions and a pattern at a time; ``next`` says where to
+        continue. 404 for a namespace that holds nothing."""
+        allowed(request, namespace)
+        page = await service.acall(
+            "steps", namespace, start=start, stop=stop, grep=grep, limit=limit
+        )
+        return JSONResponse(page)
+
+    @app.get("/v1/namespaces/{namespace:path}/page", tags=["memory"])
+    async def page_data(namespace: str, request: Request) -> JSONResponse:
+        """The viewer page's data of a namespace: its steps as columns (texts cut at 300
+        characters), its units and their members."""
+        allowed(request, namespace)
+        return JSONResponse(await service.acall("page_data", namespace))
+
+    @app.get("/v1/export", tags=["memory"], response_class=PlainTextResponse)
+    async def export_memory(
+        request: Request,
+        namespace: Annotated[
+            list[str] | None, Query(description="Namespaces to export (default: all).")
+        ] = None,
+        embeddings: bool = True,
+    ) -> PlainTextResponse:
+        """The memory as JSON Lines (osumem-export, version 1): a header, each
+        namespace's record and steps, an end record. ``osumem import`` or ``POST
+        /v1/import`` reads it back exactly."""
+        grant = grant_of(request)
+        if namespace:
+            for ns in namespace:
+                allowed(request, ns)
+            names: list[str] | None = list(namespace)
+        else:
+            names = await service.anamespaces()
+            if grant is not None:
+                names = [n for n in names if grant.allows(n)]
+        lines = await service.acall("export_lines", names, embeddings=embeddings)
+        return PlainTextResponse("\n".join(lines) + "\n", media_type="application/x-ndjson")
+
+    @app.post("/v1/import", response_model=ImportResponse, tags=["memory"])
+    async def import_memory(request: Request, replace: bool = False) -> ImportResponse:
+        """Import an export (the request body, JSON Lines) in one transaction: a
+        namespace already held with the same content is left unchanged, one holding
+        other content is refused (409) unless ``replace=true``; a malformed file is 422
+        naming the line, and nothing is written."""
+        try:
+            text = (await request.body()).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidInputError(f"request body: not UTF-8 text (byte {exc.start})") from None
+        lines = text.splitlines()
+        for ns in _header_namespaces(lines):
+            allowed(request, ns)
+        summary = await service.acall("import_lines", lines, replace=replace)
+        return ImportResponse(**summary.to_dict())
 
     @app.delete("/v1/namespaces/{namespace:path}", response_model=DeleteResponse, tags=["memory"])
     async def delete_namespace(namespace: str, request: Request) -> DeleteResponse:
@@ -319,6 +432,71 @@ def build_app(
 
     hosts = HostPolicy.for_bind(host, allowed_hosts)
     return LimitsAndAuth(app, table, service.limits.max_body_bytes, hosts, body_timeout)
+
+
+def _header_namespaces(lines: list[str]) -> list[str]:
+    """The namespaces an export's header line lists (none when it cannot be read:
+    the import then fails at line 1 without writing anything)."""
+    import json
+
+    try:
+        header = json.loads(lines[0]) if lines else None
+    except ValueError:
+        return []
+    names = header.get("namespaces") if isinstance(header, dict) else None
+    return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+
+
+def _add_pages(app: FastAPI) -> None:
+    """``/docs`` with Swagger UI's files served from the ``swagger-ui-bundle-v2``
+    package (no network), and the viewer page ``/ui``."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+
+    from osumem.serve import ui
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="OSU-Mem memory server: API",
+            swagger_js_url="/docs/assets/swagger-ui-bundle.js",
+            swagger_css_url="/docs/assets/swagger-ui.css",
+            swagger_favicon_url="/docs/assets/favicon-32x32.png",
+        )
+
+    @app.get("/docs/assets/{name}", include_in_schema=False)
+    async def docs_asset(name: str) -> Response:
+        if name not in DOCS_ASSETS:
+            return JSONResponse(
+                {"error": {"type": "NotFound", "message": "no such file"}}, status_code=404
+            )
+        from swagger_ui_bundle import swagger_ui_path
+
+        kind = {"js": "text/javascript", "css": "text/css", "png": "image/png"}
+        data = (Path(swagger_ui_path) / name).read_bytes()
+        return Response(data, media_type=kind[name.rsplit(".", 1)[1]], headers=_CACHE)
+
+    headers = {
+        "content-security-policy": ui.SERVER_CSP,
+        "x-content-type-options": "nosniff",
+        "referrer-policy": "no-referrer",
+        "cache-control": "no-store",
+    }
+
+    @app.get("/ui", include_in_schema=False)
+    async def ui_page() -> HTMLResponse:
+        return HTMLResponse(ui.server_page(), headers=headers)
+
+    @app.get("/ui/app.js", include_in_schema=False)
+    async def ui_script() -> Response:
+        return Response(ui.asset("app.js"), media_type="text/javascript", headers=headers)
+
+    @app.get("/ui/app.css", include_in_schema=False)
+    async def ui_style() -> Response:
+        return Response(ui.asset("app.css"), media_type="text/css", headers=headers)
+
+
+_CACHE = {"cache-control": "public, max-age=86400", "x-content-type-options": "nosniff"}
 
 
 def _mcp_routes(service: MemoryService, tokens: TokenTable) -> Any:

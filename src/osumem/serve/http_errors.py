@@ -50,8 +50,9 @@ class ErrorResponse(BaseModel):
 ERROR_STATUSES: dict[int, str] = {
     401: "No valid 'Authorization: Bearer <token>' header.",
     403: "The token may not use this namespace, or the request's Origin is foreign.",
-    404: "No such route.",
+    404: "No such route, or a namespace that holds nothing to read.",
     408: "The request body did not arrive in time.",
+    409: "An import whose namespace holds other content (without replace=true).",
     413: "The request body is over the server's --max-body-bytes.",
     421: "The Host header names no address this server answers for (DNS rebinding guard).",
     422: "The body, a field, a message or the namespace in the path is invalid (named).",

@@ -1,4 +1,4 @@
-"""The MCP face: four tools over a :class:`~osumem.serve.service.MemoryService`, built
+"""The MCP face: five tools over a :class:`~osumem.serve.service.MemoryService`, built
 with the official ``mcp`` SDK. Every error of every tool (the tools added later
 included) comes back as an MCP tool error (``isError``) of one line,
 ``Type: where: what``: the library's typed message, or ``InvalidInputError`` naming
@@ -20,6 +20,7 @@ from osumem.serve.schemas import (
     DeleteResponse,
     NamespacesResponse,
     RetrieveResponse,
+    StepsResponse,
     check_namespace_name,
 )
 from osumem.serve.service import MemoryService
@@ -200,13 +201,47 @@ def build_mcp(service: MemoryService, tokens: TokenTable | None = None) -> Any:
             str | None,
             Field(description="Retrieval method (default: the server's, usually 'osumem')."),
         ] = None,
+        explain: Annotated[
+            bool,
+            Field(
+                description="Also return `explanation`: why each step is there (cosine, "
+                "lexical score, the unit that brought it in) and what the budget left out."
+            ),
+        ] = False,
     ) -> RetrieveResponse:
         """Retrieve the past steps of a namespace that best support a query, packed into
         a token budget. Returns `rendered` (a context block for the prompt, in time
         order) and `steps` (each with position, role, tool, token cost, OSUs, text)."""
         authorize(ctx, namespace)
-        result = await service.aretrieve(namespace, query, budget, method)
-        return RetrieveResponse.of(result)
+        call = service.aretrieve_explained if explain else service.aretrieve
+        result = await call(namespace, query, budget, method)
+        return RetrieveResponse.of(result, explain=explain)
+
+    @tool(
+        name="memory_show_steps",
+        title="Read stored steps",
+        annotations=ToolAnnotations(read_only_hint=True),
+    )
+    async def show_steps(
+        namespace: Namespace,
+        ctx: Context,
+        start: Annotated[int | None, Field(description="First position.", ge=0)] = None,
+        stop: Annotated[int | None, Field(description="Positions below this.", ge=0)] = None,
+        grep: Annotated[
+            str | None,
+            Field(description="Regular expression over text, tool and entities.", max_length=1000),
+        ] = None,
+        limit: Annotated[int, Field(description="Most steps returned.", ge=1, le=200)] = 50,
+    ) -> StepsResponse:
+        """Read the stored steps of a namespace in time order (position, role, tool,
+        token cost, units, text), a range of positions or a pattern at a time, e.g. to
+        look up what happened at a step a retrieval pointed to. `next` says where to
+        continue."""
+        authorize(ctx, namespace)
+        page = await service.acall(
+            "steps", namespace, start=start, stop=stop, grep=grep, limit=limit
+        )
+        return StepsResponse(**page)
 
     @tool(
         name="memory_list_namespaces",

@@ -7,7 +7,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from osumem.errors import InvalidInputError, OSUMemError
+from osumem.errors import (
+    IncompatibleStoreError,
+    InvalidInputError,
+    OSUMemError,
+    UnknownMethodError,
+    UnknownNamespaceError,
+)
 from osumem.memory import Retrieved
 from osumem.serve.service import AddResult
 
@@ -124,6 +130,13 @@ class RetrieveRequest(BaseModel):
     method: str | None = Field(
         default=None, description="Retrieval method (default: the server's)."
     )
+    explain: bool = Field(
+        default=False,
+        strict=True,
+        description="Also return `explanation`: per step its score parts (cosine, flat "
+        "rank, lexical score, the unit and view that brought it in, coarse-stage ranks) "
+        "and the candidates the budget left out.",
+    )
 
 
 class StepOut(BaseModel):
@@ -151,18 +164,69 @@ class RetrieveResponse(BaseModel):
     query: str | None
     rendered: str = Field(description="The steps as a context block, in time order.")
     steps: list[StepOut] = Field(description="The steps in selection order.")
+    explanation: dict[str, Any] | None = Field(
+        default=None,
+        description="Why these steps (when asked with explain): per step its score parts, "
+        "the budget used and the candidates left out.",
+    )
 
     @classmethod
-    def of(cls, result: Retrieved) -> RetrieveResponse:
-        """From the memory's result."""
-        data = result.to_dict()
+    def of(cls, result: Retrieved, *, explain: bool = False) -> RetrieveResponse:
+        """From the memory's result (with its explanation when ``explain``)."""
+        data = result.to_dict(explain=explain)
         return cls(**data, rendered=result.render())
+
+
+class NamespaceInfo(BaseModel):
+    """One namespace and its counts."""
+
+    namespace: str
+    steps: int
+    held_messages: int = Field(description="Messages held until their tool results arrive.")
 
 
 class NamespacesResponse(BaseModel):
     """The namespaces holding steps (those this token may use)."""
 
     namespaces: list[str]
+
+
+class NamespaceDetailsResponse(NamespacesResponse):
+    """The namespaces with their counts (``GET /v1/namespaces?details=true``)."""
+
+    details: list[NamespaceInfo]
+
+
+class StepRecord(BaseModel):
+    """One stored step, as ``GET /v1/namespaces/{ns}/steps`` lists it."""
+
+    position: int
+    role: str
+    tool_action: str
+    cost: int
+    source: str
+    subgoal: str
+    entities: list[str]
+    osus: list[str] = Field(description="The step's units as view:key@first-last.")
+    text: str
+
+
+class StepsResponse(BaseModel):
+    """A page of the steps of a namespace."""
+
+    namespace: str
+    method: str = Field(description="The method whose units are listed.")
+    steps_in_namespace: int
+    total: int = Field(description="Steps matching the range and pattern.")
+    next: int | None = Field(description="Position to continue from (more match), else null.")
+    steps: list[StepRecord]
+
+
+class ImportResponse(BaseModel):
+    """What an import did, per namespace: imported, replaced or unchanged."""
+
+    namespaces: dict[str, str]
+    steps_written: int
 
 
 class DeleteResponse(BaseModel):
@@ -186,11 +250,19 @@ def check_namespace_name(namespace: str) -> None:
 
 
 def error_status(exc: BaseException) -> int:
-    """The HTTP status of a library error: 503 for a store that cannot be used, 422 for
-    every other library error (bad input: what and where in the message), 500 for
-    anything else."""
+    """The HTTP status of a library error: 404 for a namespace that holds nothing to
+    read, 409 for an import that conflicts with the store, 503 for a store that cannot
+    be used, 422 for every other library error (bad input: what and where in the
+    message), 500 for anything else."""
     from osumem.memory import StoreError
+    from osumem.memory.export import ImportConflictError
 
+    if isinstance(exc, UnknownNamespaceError):
+        return 404
+    if isinstance(exc, ImportConflictError):
+        return 409
+    if isinstance(exc, InvalidInputError | UnknownMethodError | IncompatibleStoreError):
+        return 422  # an import of another encoder's file: the request does not fit
     if isinstance(exc, StoreError):
         return 503
     if isinstance(exc, OSUMemError):

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from osumem.errors import BudgetError, InvalidInputError
-from osumem.memory import Memory, MemoryConfig, Retrieved
+from osumem.memory import Memory, MemoryConfig, Retrieved, contents, export
 from osumem.serve.threads import ReadWriteLock, SerializedEncoder, set_torch_threads
 
 T = TypeVar("T")
@@ -203,11 +203,19 @@ class MemoryService:
         return self._add(namespace, messages, options).result()
 
     def retrieve(
-        self, namespace: str, query: str, budget: int, method: str | None = None
+        self,
+        namespace: str,
+        query: str,
+        budget: int,
+        method: str | None = None,
+        *,
+        explain: bool = False,
     ) -> Retrieved:
         """The memory's answer for ``query`` in ``namespace`` under ``budget`` tokens,
         with ``method`` (default: the service's). Equal to ``Memory.retrieve`` on a
-        memory opened with that method over the same store."""
+        memory opened with that method over the same store. With ``explain``, the
+        result's explanation is computed too (while no write can change the structure
+        it explains)."""
         self._check_retrieve(query, budget)
         name = self.method if method is None or method == "" else str(method)
         while True:
@@ -217,7 +225,10 @@ class MemoryService:
                 break
             self._lock.release_read()  # a write got in between: warm it again
         try:
-            return mem.retrieve(query, budget, namespace=namespace)
+            result = mem.retrieve(query, budget, namespace=namespace)
+            if explain:
+                result.explain()
+            return result
         finally:
             self._lock.release_read()
 
@@ -233,6 +244,42 @@ class MemoryService:
         """Delete every step and held message of ``namespace`` (one transaction);
         returns the number of steps deleted (0 for an unknown namespace)."""
         return self._delete_future(namespace).result()
+
+    def namespace_info(self) -> list[dict[str, Any]]:
+        """Every namespace with its step count and held messages
+        (:func:`osumem.memory.contents.namespace_info`)."""
+        return self._on_store(lambda: contents.namespace_info(self.memory)).result()
+
+    def steps(self, namespace: str, **options: Any) -> dict[str, Any]:
+        """The steps of ``namespace`` with their units, as
+        :func:`osumem.memory.contents.step_records` takes ``options``."""
+        return self._on_store(
+            lambda: contents.step_records(self._warm_primary(namespace), namespace, **options)
+        ).result()
+
+    def page_data(self, namespace: str, **options: Any) -> dict[str, Any]:
+        """The viewer page's data of ``namespace`` (no query: the page asks
+        :meth:`retrieve` for one), see :func:`osumem.memory.contents.page_data`."""
+        return self._on_store(
+            lambda: contents.page_data(self._warm_primary(namespace), namespace, **options)
+        ).result()
+
+    def export_lines(
+        self, namespaces: Sequence[str] | None = None, *, embeddings: bool = True
+    ) -> list[str]:
+        """The export of ``namespaces`` (default: all) as JSON lines
+        (:func:`osumem.memory.export.export_lines`), read on the store thread."""
+        return self._on_store(
+            lambda: list(export.export_lines(self.memory, namespaces, embeddings=embeddings))
+        ).result()
+
+    def import_lines(
+        self, lines: Sequence[str], *, replace: bool = False, where: str = "request body"
+    ) -> export.ImportSummary:
+        """Import an export (its lines) in one transaction, as
+        :func:`osumem.memory.export.import_export` does; the namespaces it writes are
+        dropped from every cache before readers see them."""
+        return self._import_future(lines, replace, where).result()
 
     # --- asynchronous API (for the HTTP and MCP faces) --------------------------------------
 
@@ -274,6 +321,26 @@ class MemoryService:
     async def adelete(self, namespace: str) -> int:
         """:meth:`delete` without blocking the event loop."""
         return await asyncio.wrap_future(self._delete_future(namespace))
+
+    async def aretrieve_explained(
+        self, namespace: str, query: str, budget: int, method: str | None = None
+    ) -> Retrieved:
+        """:meth:`retrieve` with ``explain=True`` without blocking the event loop."""
+        if self._closed:
+            raise RuntimeError("the memory service is closed")
+        fut = self._readers.submit(
+            lambda: self.retrieve(namespace, query, budget, method, explain=True)
+        )
+        return await asyncio.wrap_future(fut)
+
+    async def acall(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """One of the blocking reading or import methods (``namespace_info``,
+        ``steps``, ``page_data``, ``export_lines``, ``import_lines``) without blocking the
+        event loop."""
+        if name not in ("namespace_info", "steps", "page_data", "export_lines", "import_lines"):
+            raise AttributeError(name)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, lambda: getattr(self, name)(*args, **kwargs))
 
     # --- internals ------------------------------------------------------------------------
 
@@ -343,6 +410,28 @@ class MemoryService:
                 self._generation[namespace] = self._generation.get(namespace, 0) + 1
                 self._warm.discard(namespace)
                 return self._delete(namespace)
+            finally:
+                self._lock.release_write()
+
+        return self._on_store(write)
+
+    def _import_future(
+        self, lines: Sequence[str], replace: bool, where: str
+    ) -> Future[export.ImportSummary]:
+        data = export.read_export(lines, where, max_text_chars=self.memory.config.max_text_chars)
+
+        def write() -> export.ImportSummary:
+            self._lock.acquire_write()
+            try:
+                touched = [ns.name for ns in data.namespaces]
+                for namespace in touched:
+                    self._generation[namespace] = self._generation.get(namespace, 0) + 1
+                    self._warm.discard(namespace)
+                for method in [
+                    m for m, (_, seen) in self._others.items() if set(seen) & set(touched)
+                ]:
+                    self._others.pop(method)  # rebuilt on their next use
+                return export.import_export(self.memory, data, replace=replace, where=where)
             finally:
                 self._lock.release_write()
 
