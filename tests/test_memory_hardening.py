@@ -104,3 +104,10 @@ def test_streaming_twice_adds_once_and_log_ids_keep_verbatim_repeats(tmp_path):
         assert mem.n_steps("t") == 4
         mem.add_messages([trajectory[2]], namespace="t", on_duplicate="append")
         assert mem.n_steps("t") == 5
+
+
+def test_deployable_methods_are_every_method_but_the_oracles():
+    from osumem.retrieve.registry import available, deployable, get_class
+
+    assert set(available()) - set(deployable()) == {"osumem_gf"}
+    assert all(not get_class(m).is_oracle for m in deployable())

@@ -123,6 +123,12 @@ def get_class(name: str) -> type[Retriever]:
     return cls
 
 
+def deployable() -> list[str]:
+    """Every registered method a live memory may use (all but the oracles), in
+    registration order."""
+    return [name for name in _REGISTRY if not get_class(name).is_oracle]
+
+
 def check_deployable(name: str) -> None:
     """Refuse a method that reads the ground truth (an oracle, ``is_oracle``): only the
     benchmark harness has ground truth to give it; a live memory would answer as
