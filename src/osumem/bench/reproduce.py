@@ -39,7 +39,7 @@ from osumem.errors import ConfigError, DataFileError
 from osumem.evaluate.defaults import N_PERMUTATIONS
 from osumem.report.experiment import Experiment, load_experiments, shipped_experiments
 
-BENCHMARKS: tuple[str, ...] = ("synthetic", "taubench", "toolbench")
+BENCHMARKS: tuple[str, ...] = ("synthetic", "taubench", "toolbench", "locomo")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +110,12 @@ def _config(benchmark: str, params: Mapping[str, Any]) -> Any:
         from osumem.bench.taubench import TauBenchConfig
 
         return TauBenchConfig().with_strings(dict(params), benchmark)
+    if benchmark == "locomo":
+        from osumem.bench.locomo import LoCoMoConfig
+
+        # TOML lists become tuples (a config is hashable: episodes are cached by it)
+        typed = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
+        return LoCoMoConfig().with_strings(typed, benchmark)
     from osumem.bench.toolbench import ToolBenchConfig
 
     return ToolBenchConfig().with_strings(dict(params), benchmark)
@@ -155,6 +161,12 @@ class _Builder:
                 stage_d=stage_d,
                 encoder=self.spec.encoder,
                 cache=self.spec.cache,
+            )
+        if bench == "locomo":
+            from osumem.bench.locomo import build_locomo
+
+            return build_locomo(
+                self.data, cfg, encoder=self._encoder or self.spec.encoder, cache=self.spec.cache
             )
         from osumem.bench.toolbench import build_corpus, construction_stats, generate
         from osumem.ingest.toolbench import read_toolbench
@@ -207,7 +219,7 @@ def _groups(spec: Spec) -> list[_Group]:
         keys = {
             (
                 spec.seeds or e.seeds,
-                tuple(sorted(e.benchmark_params.items())),
+                json.dumps(dict(e.benchmark_params), sort_keys=True, default=str),
                 e.stage_d,
                 _n_episodes(spec, e),
             )
@@ -296,10 +308,15 @@ def _say(progress: bool, text: str) -> None:
 #: The benchmark summaries appended to the report (ours beside the paper's), by
 #: benchmark: ``(results, spec) -> markdown``, and the file each is also written to.
 def _summaries() -> dict[str, tuple[Callable[[Path, Spec], str], str]]:
+    from osumem.bench.locomo_report import summary_markdown as locomo_summary
     from osumem.bench.taubench_report import summary_markdown as taubench_summary
     from osumem.bench.toolbench_report import summary_markdown as toolbench_summary
 
     return {
+        "locomo": (
+            lambda out, spec: locomo_summary(out, n_permutations=spec.n_permutations),
+            "locomo_summary.md",
+        ),
         "taubench": (
             lambda out, spec: taubench_summary(out, n_permutations=spec.n_permutations),
             "taubench_summary.md",

@@ -29,6 +29,10 @@ from numpy.typing import NDArray
 from osumem.frozen import Constraints, FrozenConfig, Interval, TupleOf
 from osumem.types import MemoryView, Step
 
+#: Word ranks of the generated step texts and their Zipf probabilities.
+_WORD_RANKS = np.arange(31, 20_001)
+_WORD_P = _WORD_RANKS**-1.1 / (_WORD_RANKS**-1.1).sum()
+
 #: The reference row's name in the tables.
 ANN_REFERENCE = "ann_hnsw"
 
@@ -97,6 +101,7 @@ class ScaleData:
     view: MemoryView
     queries: NDArray[np.float32]
     texts: tuple[str, ...]
+    query_texts: tuple[str, ...] = ()
 
 
 def generate(n: int, dim: int, seed: int, n_queries: int = 100) -> ScaleData:
@@ -105,6 +110,10 @@ def generate(n: int, dim: int, seed: int, n_queries: int = 100) -> ScaleData:
     The agent works in runs of 5-40 steps on one cluster (topic); a run picks a recent
     topic again with probability .3. Each step carries 0-2 entities of its topic, a tool
     signature from 60 tools (a third of the steps none) and the run's subgoal label.
+    Its text names the step, its topic and tool, then 12 words drawn from a Zipf law
+    (exponent 1.1) over word ranks 31 to 20,000 (the first 30 ranks stand for stop
+    words; the commonest word left is in about 8% of the steps, as in natural text); a
+    query's text names its topic and four such words.
     """
     rng = np.random.default_rng(seed)
     n_topics = max(8, n // 250)
@@ -132,8 +141,10 @@ def generate(n: int, dim: int, seed: int, n_queries: int = 100) -> ScaleData:
     tools = np.where(rng.random(n) < 1 / 3, "", np.char.add("tool", tool_ids.astype(str)))
     subgoals = np.char.add("goal", (run_of % 500).astype(str))
     costs = rng.integers(10, 81, size=n)
+    words = rng.choice(_WORD_RANKS, p=_WORD_P, size=(n, 12))
     texts = tuple(
-        f"step {p} topic{t} {tl}" for p, t, tl in zip(range(n), topic, tools, strict=True)
+        f"step {p} topic{t} {tl} " + " ".join(f"w{w}" for w in ws)
+        for p, t, tl, ws in zip(range(n), topic, tools, words.tolist(), strict=True)
     )
     view = MemoryView.build(
         embeddings=emb,
@@ -147,7 +158,12 @@ def generate(n: int, dim: int, seed: int, n_queries: int = 100) -> ScaleData:
     q_topics = topic[rng.integers(0, n, size=n_queries)]
     queries = centres[q_topics] + 0.9 * rng.standard_normal((n_queries, dim)).astype(np.float32)
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
-    return ScaleData(view, queries, texts)
+    q_words = rng.choice(_WORD_RANKS, p=_WORD_P, size=(n_queries, 4))
+    query_texts = tuple(
+        f"topic{t} " + " ".join(f"w{w}" for w in ws)
+        for t, ws in zip(q_topics.tolist(), q_words.tolist(), strict=True)
+    )
+    return ScaleData(view, queries, texts, query_texts)
 
 
 def _rss() -> int:
@@ -241,19 +257,22 @@ class _MethodTimer:
         else:
             self._retriever = create(self.method, seed=self.cfg.seed).fit(view)
 
-    def query(self, q: NDArray[np.float32]) -> None:
+    def query(self, q: NDArray[np.float32], text: str | None = None) -> None:
+        """One retrieve (with the query's text: methods that read words use it)."""
         if self._ann is not None:
             self._ann.query(q)
         else:
-            self._retriever.retrieve(q, self.cfg.budget)
+            self._retriever.retrieve(q, self.cfg.budget, text=text)
 
-    def add_then_query(self, grown: MemoryView, q: NDArray[np.float32]) -> None:
+    def add_then_query(
+        self, grown: MemoryView, q: NDArray[np.float32], text: str | None = None
+    ) -> None:
         """The agent pattern: the last step of ``grown`` arrives, then a retrieve."""
         if self._ann is not None:
             self._ann.add(grown.embeddings[-1], grown.n - 1)
             self._ann.query(q)
         else:
-            self._retriever.update(grown).retrieve(q, self.cfg.budget)
+            self._retriever.update(grown).retrieve(q, self.cfg.budget, text=text)
 
 
 def measure_size(
@@ -278,7 +297,7 @@ def measure_size(
         # the first query builds what is built lazily (the query-time HNSW indexes)
         with _Peak() as first_peak:
             w0, t0 = time.perf_counter(), time.process_time()
-            timer.query(data.queries[0])
+            timer.query(data.queries[0], data.query_texts[0])
             first_s = time.process_time() - t0
             first_wall = time.perf_counter() - w0
         row["build_cpu_s"] = build_s
@@ -290,21 +309,22 @@ def measure_size(
         row["first_query_extra_x_raw"] = first_peak.extra / raw_bytes
         row["total_extra_x_raw"] = (first_peak.peak - peak.start) / raw_bytes
         times = []
-        for q in data.queries:
+        for q, qt in zip(data.queries, data.query_texts, strict=True):
             t0 = time.process_time()
-            timer.query(q)
+            timer.query(q, qt)
             times.append(time.process_time() - t0)
         row["retrieve"] = _percentiles(times)
         del timer
         agent = _MethodTimer(method, cfg, k_ref)
         if n <= cfg.agent_max:
             agent.build(base)
-            agent.query(data.queries[0])
+            agent.query(data.queries[0], data.query_texts[0])
         steps: list[float] = []
         for t in range(agent_from, n if n <= cfg.agent_max else agent_from):
             grown = view.prefix(t + 1)  # the caller's view of the memory, not timed
             t0 = time.process_time()
-            agent.add_then_query(grown, data.queries[t % cfg.queries])
+            k = t % cfg.queries
+            agent.add_then_query(grown, data.queries[k], data.query_texts[k])
             steps.append(time.process_time() - t0)
             if sum(steps) > cfg.agent_seconds:
                 break
@@ -358,7 +378,7 @@ def _memory_row(
     for t in range(agent_from, n):
         t0 = time.process_time()
         mem.add_steps([step(t)])
-        mem.retrieve(f"topic{t % 7} step")
+        mem.retrieve(data.query_texts[t % len(data.query_texts)])
         steps.append(time.process_time() - t0)
         if sum(steps) > cfg.agent_seconds:
             break

@@ -13,7 +13,17 @@ import click
 
 from osumem import __version__
 from osumem.cli import bench as bench_commands
-from osumem.cli import compare, inspect, memory, report, scale, serve, taubench, toolbench
+from osumem.cli import (
+    compare,
+    inspect,
+    locomo,
+    memory,
+    report,
+    scale,
+    serve,
+    taubench,
+    toolbench,
+)
 from osumem.cli._common import OSUMemGroup
 
 __all__ = ["main"]
@@ -56,6 +66,7 @@ main.add_command(report.results_cmd)
 bench.add_command(bench_commands.bench_synthetic)
 bench.add_command(taubench.bench_taubench)
 bench.add_command(toolbench.bench_toolbench)
+bench.add_command(locomo.bench_locomo)
 bench.add_command(compare.bench_compare)
 bench.add_command(report.bench_efficiency)
 bench.add_command(serve.bench_serve_cmd)
@@ -64,6 +75,7 @@ bench.add_command(scale.bench_scale)
 reproduce.add_command(report.reproduce_synthetic)
 reproduce.add_command(taubench.reproduce_taubench)
 reproduce.add_command(toolbench.reproduce_toolbench)
+reproduce.add_command(locomo.reproduce_locomo)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -91,6 +91,10 @@ def bench_config_class(benchmark: str) -> type | None:
         from osumem.bench.toolbench import ToolBenchConfig
 
         return ToolBenchConfig
+    if benchmark == "locomo":
+        from osumem.bench.locomo import LoCoMoConfig
+
+        return LoCoMoConfig
     return None
 
 
@@ -404,3 +408,20 @@ def run_and_report(
         click.echo(f"rows written to {path}", err=True)
     print_summary(rows, flags.as_json)
     return rows
+
+
+def encoder_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``--encoder`` and ``--cache``: the step encoder and its embedding cache file."""
+    fn = click.option(
+        "--cache",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Embedding cache file (default $OSUMEM_CACHE_DIR or ~/.cache/osumem).",
+    )(fn)
+    return click.option(
+        "--encoder",
+        type=click.Choice(["sbert", "hashing"]),
+        default="sbert",
+        show_default=True,
+        help="Step encoder (sbert: all-MiniLM-L6-v2 offline).",
+    )(fn)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -13,6 +11,7 @@ from osumem.cli._common import (
     DEFAULT_BUDGETS,
     BenchFlags,
     common_bench_options,
+    encoder_options,
     episodes_option,
     handle_errors,
     int_list,
@@ -30,23 +29,6 @@ def default_methods() -> str:
     from osumem.evaluate.methods import runnable_methods
 
     return ",".join(runnable_methods())
-
-
-def encoder_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``--encoder`` and ``--cache``: the step encoder and its embedding cache file."""
-    fn = click.option(
-        "--cache",
-        type=click.Path(dir_okay=False, path_type=Path),
-        default=None,
-        help="Embedding cache file (default $OSUMEM_CACHE_DIR or ~/.cache/osumem).",
-    )(fn)
-    return click.option(
-        "--encoder",
-        type=click.Choice(["sbert", "hashing"]),
-        default="sbert",
-        show_default=True,
-        help="Step encoder (sbert: all-MiniLM-L6-v2 offline).",
-    )(fn)
 
 
 #: ``--data``, shared by ``bench taubench`` and ``reproduce taubench``.

@@ -8,7 +8,12 @@ N_PERMUTATIONS = 10_000
 
 #: The paper's primary token budget per benchmark (the budget its headline tables and
 #: Stage D / cross-tab comparisons are reported at).
-PRIMARY_BUDGETS: dict[str, int] = {"synthetic": 256, "taubench": 256, "toolbench": 400}
+PRIMARY_BUDGETS: dict[str, int] = {
+    "synthetic": 256,
+    "taubench": 256,
+    "toolbench": 400,
+    "locomo": 256,
+}
 
 
 #: The paper's budgets per benchmark (what its tables report).
@@ -16,6 +21,7 @@ BUDGETS: dict[str, tuple[int, ...]] = {
     "synthetic": (64, 128, 256, 512),
     "taubench": (64, 128, 256, 512),
     "toolbench": (200, 400, 800, 1600),
+    "locomo": (128, 256, 512, 1024),
 }
 
 #: The ToolBench probe: the paper's evaluation seeds and the four methods of its table.

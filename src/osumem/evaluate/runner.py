@@ -232,7 +232,8 @@ def _evaluate_episode(
             view = episode.view.prefix(t)
             pool_key = None
             if isinstance(retriever, _PoolRetriever):
-                pool_key = (_osu_config(config), t)
+                settings, variant = _osu_config(config), retriever.pool_variant()
+                pool_key = (settings if variant is None else (settings, variant), t)
             shared = None if pool_key is None else pools.get(pool_key)
             if shared is not None:
                 retriever.restore(view, shared[0])  # type: ignore[attr-defined]

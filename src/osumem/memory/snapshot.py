@@ -57,10 +57,18 @@ _UNREADABLE = (
 
 
 def supports(retriever: Retriever) -> bool:
-    """Whether ``retriever`` keeps an incremental pool that a snapshot can restore."""
+    """Whether ``retriever`` keeps a structure that a snapshot can restore: an
+    incremental pool, or its own ``state()`` / ``load_state(view, state)`` pair (a
+    plain dict of arrays, e.g. a lexical index)."""
     from osumem.retrieve.osumem import _PoolRetriever
 
-    return isinstance(retriever, _PoolRetriever)
+    return isinstance(retriever, _PoolRetriever) or _has_state(retriever)
+
+
+def _has_state(retriever: Retriever) -> bool:
+    return callable(getattr(retriever, "state", None)) and callable(
+        getattr(retriever, "load_state", None)
+    )
 
 
 def settings_key(retriever: Retriever) -> str:
@@ -98,9 +106,11 @@ def fingerprint(data: NamespaceData, steps: int) -> str:
 
 def encode(retriever: Retriever, data: NamespaceData, steps: int) -> SnapshotRow:
     """The snapshot row of ``retriever``, fitted on the first ``steps`` steps of ``data``."""
-    pool = retriever.pool_  # type: ignore[attr-defined]
+    # a retriever's own state() (e.g. pool + lexical index), else its pool's
+    owner: Any = retriever if _has_state(retriever) else retriever.pool_  # type: ignore[attr-defined]
+    state = owner.state()
     buf = io.BytesIO()
-    np.savez_compressed(buf, **pool.state())
+    np.savez_compressed(buf, **state)
     payload = buf.getvalue()
     return SnapshotRow(
         steps=steps,
@@ -132,6 +142,9 @@ def restore(retriever: Retriever, row: SnapshotRow, data: NamespaceData, view: M
     try:
         with np.load(io.BytesIO(row.payload), allow_pickle=False) as npz:
             state: dict[str, Any] = {k: npz[k] for k in npz.files}
+        if _has_state(retriever):
+            retriever.load_state(view, state)  # type: ignore[attr-defined]
+            return True
         cfg = retriever.config.osu_config()  # type: ignore[attr-defined]
         pool = OSUPool.from_state(view, cfg, retriever.seed, state)
     except _UNREADABLE:

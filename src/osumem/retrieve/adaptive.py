@@ -190,11 +190,39 @@ class AdaptiveOSUMem(OSUMem[AdaptiveConfig]):
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> AdaptiveStages:
         """The selection in its three parts (what ``_select`` returns, concatenated)."""
+        cos = self._cosines(q, limit)
+        flat = np.argsort(-cos, kind="stable").astype(np.int64)
+        return self._stages_ranked(q, budget, limit, evidence, flat, cos.astype(np.float64))
+
+    def _select_ranked(
+        self,
+        q: NDArray[np.float32],
+        budget: int,
+        limit: int,
+        evidence: IntArray | None,
+        flat: IntArray,
+        cos: NDArray[np.float64],
+    ) -> IntArray:
+        """The method over a given ranking of the visible steps: ``flat`` (every step
+        before ``limit``, best first) and the score ``cos`` it sorts by (Flat's cosine
+        here; a subclass may rank by another score). The binding test reads the head
+        of ``flat``, expansion candidates are ordered by ``cos``, orphans and the fill
+        come from ``flat``."""
+        return self._stages_ranked(q, budget, limit, evidence, flat, cos).positions
+
+    def _stages_ranked(
+        self,
+        q: NDArray[np.float32],
+        budget: int,
+        limit: int,
+        evidence: IntArray | None,
+        flat: IntArray,
+        cos: NDArray[np.float64],
+    ) -> AdaptiveStages:
+        """:meth:`_select_ranked` in its three parts."""
         assert self.view_ is not None
         cfg = self.config
         costs = self.view_.costs
-        cos = self._cosines(q, limit)
-        flat = np.argsort(-cos, kind="stable").astype(np.int64)
         decision = self._binding_from_head(flat[: cfg.seed_steps], limit)
         none = np.empty(0, dtype=np.int64)
         if not decision.binds:
@@ -204,7 +232,7 @@ class AdaptiveOSUMem(OSUMem[AdaptiveConfig]):
             coarse = self.coarse(q, budget, limit, evidence)
             kept = coarse.kept
             cand = np.unique(coarse.members[:, coarse.kept].indices).astype(np.int64)
-            score = cos[cand].astype(np.float64)
+            score = cos[cand]
         else:
             members, _, _ = self._visible(limit)
             sub = members[:, decision.osus]

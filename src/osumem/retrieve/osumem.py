@@ -251,6 +251,12 @@ class _PoolRetriever(Retriever[PoolConfigT]):
         if wait is not None:
             release_free_memory()
 
+    def pool_variant(self) -> Any:
+        """What, besides the construction settings (``config.osu_config()``), shapes
+        this method's pool (``None``: nothing; pools of equal settings and variant are
+        the same pool, and the evaluation runner shares them between methods)."""
+        return None
+
     def update(self, view: MemoryView) -> Self:
         """Add the new tail steps of ``view`` to the OSU pool incrementally."""
         if self.pool_ is None or self.view_ is None:

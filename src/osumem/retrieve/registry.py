@@ -39,20 +39,54 @@ def register(name: str, target: str, description: str = "", **overrides: Any) ->
 
 # --- the registry lines -----------------------------------------------------------
 _B = "osumem.retrieve"
-register("no_memory", f"{_B}.flat:NoMemory", "No LT Memory: empty context")
-register("flat", f"{_B}.flat:FlatVector", "Flat Vector: top cosine")
-register("flat_mmr", f"{_B}.mmr:FlatMMR", "Flat + MMR (lambda = 0.7)")
-register("truncated_replay", f"{_B}.recency:TruncatedReplay", "Budget-Truncated Replay")
-register("sliding_window", f"{_B}.recency:SlidingWindow", "Sliding Window of W steps")
-register("periodic_summary", f"{_B}.summary:PeriodicSummary", "Recent window + chunk summaries")
-register("coverage", f"{_B}.coverage:CoverageAware", "Cosine + beta bonus per new subgoal")
-register("disjoint_hierarchy", f"{_B}.hierarchy:DisjointHierarchy", "Disjoint subgoal partitions")
-register("tree", f"{_B}.tree:TreeAbstraction", "RAPTOR-style tree, coarse-to-fine")
-register("osumem", f"{_B}.osumem:OSUMem", "OSU-Mem (overlap, M_max = 5)")
+register("no_memory", f"{_B}.flat:NoMemory", "No context at all: a floor for comparisons")
+register("flat", f"{_B}.flat:FlatVector", "Top cosine: vector-only queries, the cheapest call")
+register(
+    "bm25",
+    f"{_B}.hybrid:BM25Retriever",
+    "BM25 over step texts: queries that name exact words, ids, names",
+)
+register(
+    "hybrid",
+    f"{_B}.hybrid:HybridRetriever",
+    "Textbook hybrid (BM25 + cosine, RRF k = 60): the baseline to beat",
+)
+register(
+    "flat_mmr", f"{_B}.mmr:FlatMMR", "Flat + MMR (lambda = 0.7): near-duplicate steps crowd the top"
+)
+register(
+    "truncated_replay",
+    f"{_B}.recency:TruncatedReplay",
+    "The latest steps that fit: only recency matters",
+)
+register(
+    "sliding_window",
+    f"{_B}.recency:SlidingWindow",
+    "A window of the last W steps: recency baseline",
+)
+register(
+    "periodic_summary",
+    f"{_B}.summary:PeriodicSummary",
+    "Recent window + chunk summaries: long histories, recency first",
+)
+register(
+    "coverage", f"{_B}.coverage:CoverageAware", "Cosine + beta per new subgoal: paper baseline"
+)
+register(
+    "disjoint_hierarchy",
+    f"{_B}.hierarchy:DisjointHierarchy",
+    "Subgoal partitions, coarse to fine: paper baseline",
+)
+register("tree", f"{_B}.tree:TreeAbstraction", "RAPTOR-style k-means tree: paper baseline")
+register(
+    "osumem",
+    f"{_B}.osumem:OSUMem",
+    "OSU-Mem (overlap, M_max = 5): evidence bound by shared entities/tools, small budgets",
+)
 register(
     "osumem_paper",
     f"{_B}.osumem:OSUMem",
-    "OSU-Mem with the paper's parameters pinned",
+    "OSU-Mem with the paper's parameters pinned: reproducing the paper",
     max_memberships=5,
     coarse_ratio=2.0,
     novelty=True,
@@ -61,32 +95,53 @@ register(
     coarse_k_rule="mean_cost",
 )
 register(
-    "osumem_disjoint", f"{_B}.osumem:OSUMem", "OSU-Mem, disjoint (M_max = 1)", max_memberships=1
+    "osumem_disjoint",
+    f"{_B}.osumem:OSUMem",
+    "OSU-Mem, disjoint (M_max = 1): as osumem, one OSU per step",
+    max_memberships=1,
 )
 register(
     "osumem_sim_only",
     f"{_B}.osumem:OSUMem",
-    "OSU-Mem, similarity view only",
+    "OSU-Mem, similarity view only: ablation",
     views=("similarity",),
 )
 register(
-    "osumem_no_novelty", f"{_B}.osumem:OSUMem", "OSU-Mem without novelty penalty", novelty=False
+    "osumem_no_novelty",
+    f"{_B}.osumem:OSUMem",
+    "OSU-Mem without novelty penalty: ablation",
+    novelty=False,
 )
-register("osumem_adaptive", f"{_B}.adaptive:AdaptiveOSUMem", "Flat; OSUs when the head binds")
+register(
+    "osumem_adaptive",
+    f"{_B}.adaptive:AdaptiveOSUMem",
+    "Flat unless the head binds OSUs: vector queries of unknown structure",
+)
 register(
     "osumem_adaptive_v1",
     f"{_B}.adaptive:AdaptiveOSUMem",
-    "osumem_adaptive's first frozen version (every orphan protected)",
+    "osumem_adaptive's first frozen version: reproducing its evaluation",
     orphan_share=0.0,
 )
-register("osumem_gf", f"{_B}.osumem:OSUMemGF", "OSU-Mem + GF (ground-truth filtering ORACLE)")
 register(
-    "osumem_coverage", f"{_B}.osumem:OSUMemCoverage", "OSU-Mem coverage-guided greedy (overlap)"
+    "osumem_hybrid",
+    f"{_B}.osumem_hybrid:HybridOSUMem",
+    "Cosine + BM25 fusion with neighbours (text queries); osumem_adaptive for vectors",
+)
+register(
+    "osumem_gf",
+    f"{_B}.osumem:OSUMemGF",
+    "OSU-Mem + GF (ground-truth filtering ORACLE): an upper bound, never deployable",
+)
+register(
+    "osumem_coverage",
+    f"{_B}.osumem:OSUMemCoverage",
+    "OSU-Mem coverage-guided greedy (overlap): paper variant",
 )
 register(
     "osumem_coverage_disjoint",
     f"{_B}.osumem:OSUMemCoverage",
-    "OSU-Mem coverage-guided greedy (disjoint, M_max = 1)",
+    "OSU-Mem coverage-guided greedy (disjoint, M_max = 1): paper variant",
     max_memberships=1,
 )
 # -----------------------------------------------------------------------------------
