@@ -16,7 +16,8 @@ fails (``set -euo pipefail``); the walk stops at the first failure and exits 1.
 What it does not run, always said in its output:
 
 - a block right after ``<!-- readme-walk: skip (why) -->``: the reason is printed;
-- a block that names a real-data file (``gpt-4o-airline.json``, ``toolbench/``) when
+- a block that names a real-data file (``gpt-4o-airline.json``, ``toolbench/``,
+  ``locomo10.json``) when
   ``../shared/data`` is absent beside the repository: skipped, saying which file. With
   the data present, those names are links in the clone to ``../shared/data``.
 
@@ -51,6 +52,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = {
     "gpt-4o-airline.json": "data/taubench/gpt-4o-airline.json",
     "toolbench/": "data/toolbench",
+    # five of LoCoMo's ten conversations, in the layout of the full locomo10.json
+    "locomo10.json": "data/locomo/locomo-dev.json",
 }
 FENCE = re.compile(r"^```(bash|sh|python)\s*$")
 DIRECTIVE = re.compile(r"^<!--\s*readme-walk:\s*(skip|may-fail|data)\s*(?:\((.*)\))?\s*-->\s*$")
