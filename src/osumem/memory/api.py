@@ -379,8 +379,8 @@ class Memory:
         """What an add from ``source`` continues: its held messages, the namespace's
         user-step count, and the other sources' held messages with their sources
         (:mod:`osumem.memory.held`)."""
-        held = self.store.pending(namespace)
-        mine, others, of = split_held(held, self.store.pending_sources(namespace), source)
+        held, sources = self.store.pending_with_sources(namespace)
+        mine, others, of = split_held(held, sources, source)
         return mine, self._users(namespace), others, of
 
     def _sync(self, namespace: str) -> Retriever | None:

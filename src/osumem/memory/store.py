@@ -612,10 +612,11 @@ class MemoryStore:
         row = self._conn.execute(
             "SELECT messages FROM pending WHERE ns = ?", (namespace,)
         ).fetchone()
-        if row is None:
-            return []
+        return [] if row is None else self._held_messages(row[0], namespace)
+
+    def _held_messages(self, raw: Any, namespace: str) -> list[dict[str, Any]]:
         try:
-            held = json.loads(row[0])
+            held = json.loads(raw)
         except (TypeError, ValueError):
             held = None
         if not isinstance(held, list) or not all(isinstance(m, dict) for m in held):
@@ -850,28 +851,36 @@ class MemoryStore:
             self._conn.execute("DELETE FROM held_sources WHERE ns = ?", (namespace,))
 
     @_guard
-    def pending_sources(self, namespace: str) -> list[str | None]:
-        """The source of each held message of ``namespace`` (as :meth:`pending` lists
-        them); ``None`` for messages held before sources were recorded (they go with
-        the next add of any source)."""
+    def pending_with_sources(self, namespace: str) -> tuple[list[dict[str, Any]], list[str | None]]:
+        """The held messages of ``namespace`` and the source of each, read together (one
+        statement: one snapshot even while other processes write). A source is ``None``
+        for messages held before sources were recorded (they go with the next add of
+        any source)."""
         assert self._conn is not None
-        n = len(self.pending(namespace))
-        row = None
-        if self._has_held_sources and n:
+        if self._has_held_sources:
             row = self._conn.execute(
-                "SELECT sources FROM held_sources WHERE ns = ?", (namespace,)
+                "SELECT p.messages, h.sources FROM pending p "
+                "LEFT JOIN held_sources h ON h.ns = p.ns WHERE p.ns = ?",
+                (namespace,),
             ).fetchone()
+        else:
+            row = self._conn.execute(
+                "SELECT messages, NULL FROM pending WHERE ns = ?", (namespace,)
+            ).fetchone()
+        if row is None:
+            return [], []
+        held = self._held_messages(row[0], namespace)
         try:
-            sources = json.loads(row[0]) if row is not None else None
+            sources = json.loads(row[1]) if row[1] is not None else None
         except (TypeError, ValueError):
             sources = None
         if (
             not isinstance(sources, list)
-            or len(sources) != n
+            or len(sources) != len(held)
             or not all(isinstance(x, str) for x in sources)
         ):
-            return [None] * n  # unknown: the behaviour of a store without sources
-        return list(sources)
+            return held, [None] * len(held)  # unknown: as a store without sources
+        return held, list(sources)
 
     @_guard
     def discard_pending(self, namespace: str) -> list[dict[str, Any]]:
