@@ -41,11 +41,12 @@ from osumem.errors import (
     NonFiniteError,
     StoreError,
 )
-from osumem.frozen import Constraints, FrozenConfig, Interval
+from osumem.frozen import Constraints, FrozenConfig, Interval, Options
 from osumem.memory import snapshot
 from osumem.memory.buffer import NamespaceBuffer
-from osumem.memory.encoders import EXTERNAL_PREFIX, resolve_encoder
+from osumem.memory.encoders import EXTERNAL_PREFIX, check_available, resolve_encoder
 from osumem.memory.explain import Explanation, explainer
+from osumem.memory.held import HeldSnapshot, check_answers, split_held
 from osumem.memory.retrieved import Retrieved, RetrievedStep, osu_handles
 from osumem.memory.store import (
     IncompatibleStoreError,
@@ -102,6 +103,9 @@ class MemoryConfig(FrozenConfig):
         ann_min_steps: from this many steps in a namespace on, queries over all of it
             take their candidates from HNSW indexes (hnswlib, the ``scale`` extra),
             built when the namespace is loaded; below it they scan exactly.
+        on_duplicate: the default of :meth:`Memory.add_messages`' ``on_duplicate``
+            (``"skip"``; ``"append"`` for an agent that repeats messages on purpose and
+            gives no ``log_id``).
     """
 
     method: str = "osumem"
@@ -113,19 +117,22 @@ class MemoryConfig(FrozenConfig):
     prefix_namespace: bool = False
     replay_batches: bool = True
     ann_min_steps: int = MEMORY_ANN_MIN_STEPS
+    on_duplicate: str = "skip"
 
     parameter_constraints: ClassVar[Constraints] = {
+        "on_duplicate": Options(ON_DUPLICATE),
         "budget": Interval(int, 1, None),  # checked first, as a BudgetError
         "max_text_chars": Interval(int, 1, None),
         "ann_min_steps": Interval(int, 1, None),
     }
 
     def __post_init__(self) -> None:
-        from osumem.retrieve.registry import make_config
+        from osumem.retrieve.registry import check_deployable, make_config
 
         check_budget(self.budget)  # a BudgetError, as every budget check raises
         super().__post_init__()
         make_config(self.method, self.params)  # unknown method / parameter fails here
+        check_deployable(self.method)  # an oracle needs ground truth a memory lacks
 
 
 class Memory:
@@ -212,6 +219,8 @@ class Memory:
                     f"{store.dim}); opened with {enc.encoder_id!r} (dim {enc.dim})"
                 )
             spec = None if enc is not None else (recorded or "sbert")
+            if spec is not None:
+                check_available(spec)  # a missing extra fails here, not at the first add
             memory = cls(
                 store,
                 enc,
@@ -366,8 +375,13 @@ class Memory:
         self._counts[namespace] = (n, users)
         return users
 
-    def _snapshot(self, namespace: str) -> tuple[list[dict[str, Any]], int]:
-        return self.store.pending(namespace), self._users(namespace)
+    def _snapshot(self, namespace: str, source: str) -> HeldSnapshot:
+        """What an add from ``source`` continues: its held messages, the namespace's
+        user-step count, and the other sources' held messages with their sources
+        (:mod:`osumem.memory.held`)."""
+        held, sources = self.store.pending_with_sources(namespace)
+        mine, others, of = split_held(held, sources, source)
+        return mine, self._users(namespace), others, of
 
     def _sync(self, namespace: str) -> Retriever | None:
         data = self._namespace(namespace)
@@ -607,7 +621,7 @@ class Memory:
         source: str | None = None,
         prefix_namespace: bool | None = None,
         hold_open_calls: bool = True,
-        on_duplicate: str = "append",
+        on_duplicate: str | None = None,
         log_id: str | None = None,
         format: str = "auto",
     ) -> list[int]:
@@ -628,12 +642,15 @@ class Memory:
                 and, with ``prefix_namespace``, prefixes entities and signatures.
             prefix_namespace: default: the memory's ``prefix_namespace`` setting.
             on_duplicate: what to do when these messages (same content, or the same
-                ``log_id``) were added to the namespace before: ``"append"`` (default:
-                add them again, as an agent repeating itself does), ``"skip"`` (add
-                nothing, return ``[]``) or ``"error"`` (``DuplicateInputError``).
-                Only adds made with ``"skip"``/``"error"`` or a ``log_id`` are
-                remembered for this (whole logs, as ``osumem ingest`` adds them).
-            log_id: a caller-given identity of the log (instead of its content hash).
+                ``log_id``) were added to the namespace before: ``"skip"`` (add
+                nothing, return ``[]``, so a re-run or a retried add stores nothing
+                twice), ``"append"`` (add them again) or ``"error"``
+                (``DuplicateInputError``); ``None``: the memory's ``on_duplicate``
+                setting (``"skip"`` unless opened with another). Adds made with ``"append"`` and no
+                ``log_id`` are not remembered for this. An agent that may send the
+                same message twice on purpose passes a ``log_id`` per message (its
+                index or id in the run) or ``"append"``.
+            log_id: a caller-given identity of the messages (instead of their content).
             format: the messages' shape: ``"openai"`` (``tool_calls``),
                 ``"openai-legacy"`` (``function_call`` / ``role: "function"``),
                 ``"anthropic"`` (``tool_use`` / ``tool_result`` blocks) or ``"auto"``
@@ -642,6 +659,8 @@ class Memory:
                 (a system prompt, an empty assistant message) are not stored.
         """
         check_namespace(namespace)
+        if on_duplicate is None:
+            on_duplicate = self.config.on_duplicate
         if on_duplicate not in ON_DUPLICATE:
             raise ConfigError(
                 f"on_duplicate: expected one of {ON_DUPLICATE}, got {_show(on_duplicate)}"
@@ -659,20 +678,27 @@ class Memory:
         self._refresh()
         if on_duplicate != "append" and self._is_duplicate(namespace, digest, on_duplicate):
             return []
-        snapshot = self._snapshot(namespace)
+        snapshot = self._snapshot(namespace, src)
         plan = self._plan(clean, snapshot, namespace, src, prefix, hold_open_calls)
         with self.store.transaction():
             self._refresh()
             if on_duplicate != "append" and self._is_duplicate(namespace, digest, on_duplicate):
                 return []
-            now = self._snapshot(namespace)
+            now = self._snapshot(namespace, src)
             if now != snapshot:  # another writer moved the namespace meanwhile
                 plan = self._plan(clean, now, namespace, src, prefix, hold_open_calls)
             rows, emb, new_held = plan
             # an agent's streaming adds (append, no id) are not logs: no digest kept
             keep = on_duplicate != "append" or log_id is not None
+            others, of = now[2], now[3]  # other sources' held messages stay held
             ids = self._write(
-                namespace, rows, emb, False, pending=new_held, digest=digest if keep else None
+                namespace,
+                rows,
+                emb,
+                False,
+                pending=[*others, *new_held],
+                pending_sources=[*of, *([src] * len(new_held))],
+                digest=digest if keep else None,
             )
         self._extend_cache(namespace, rows, emb, ids)
         return ids
@@ -705,7 +731,7 @@ class Memory:
     def _plan(
         self,
         messages: list[dict[str, Any]],
-        snapshot: tuple[list[dict[str, Any]], int],
+        snapshot: HeldSnapshot,
         namespace: str,
         source: str,
         prefix: bool,
@@ -715,7 +741,8 @@ class Memory:
         messages to hold (everything an add writes, computed before the write)."""
         from osumem.ingest.openai_chat import read_messages
 
-        held, users_before = snapshot
+        held, users_before = snapshot[0], snapshot[1]
+        check_answers(messages, held, snapshot[2], snapshot[3], source)
         combined = [*held, *messages]
         where = "messages" if not held else f"held+messages (the first {len(held)} held)"
         read = functools.partial(
@@ -795,6 +822,7 @@ class Memory:
         external: bool,
         *,
         pending: Sequence[Mapping[str, Any]] | None,
+        pending_sources: Sequence[str | None] | None = None,
         digest: str | None = None,
     ) -> list[int]:
         """Store validated rows (inside the caller's transaction)."""
@@ -806,7 +834,13 @@ class Memory:
         encoder_id = self._encoder_id_for(external, emb.shape[1])
         users = self._users(namespace) if rows else 0
         ids = self.store.append(
-            namespace, rows, emb, encoder_id=encoder_id, pending=pending, digest=digest
+            namespace,
+            rows,
+            emb,
+            encoder_id=encoder_id,
+            pending=pending,
+            pending_sources=pending_sources,
+            digest=digest,
         )
         if rows:
             n = self.store.n_steps(namespace)

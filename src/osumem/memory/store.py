@@ -134,6 +134,9 @@ _TABLES: dict[str, str] = {
     end_pos INTEGER NOT NULL,
     PRIMARY KEY (ns, digest)
 )""",
+    # the source of each held message of ``pending`` (a JSON list, in the same order);
+    # no row: the held messages belong to whichever source adds next
+    "held_sources": "CREATE TABLE IF NOT EXISTS held_sources (ns TEXT PRIMARY KEY, sources TEXT NOT NULL)",
     "snapshots": """CREATE TABLE IF NOT EXISTS snapshots (
     ns TEXT PRIMARY KEY,
     steps INTEGER NOT NULL,
@@ -238,6 +241,7 @@ class MemoryStore:
         self._commits = 0
         self._has_digests = False
         self._has_snapshots = False
+        self._has_held_sources = False
         if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
             raise StoreError(f"synchronous: expected OFF|NORMAL|FULL|EXTRA, got {synchronous!r}")
         self.read_only = bool(read_only)
@@ -386,6 +390,11 @@ class MemoryStore:
                 self._conn.execute(_TABLES["snapshots"])
             tables.add("snapshots")
         self._has_snapshots = "snapshots" in tables
+        if "held_sources" not in tables and not self.read_only:
+            with self.transaction():
+                self._conn.execute(_TABLES["held_sources"])
+            tables.add("held_sources")
+        self._has_held_sources = "held_sources" in tables
 
     def _create(self) -> None:
         assert self._conn is not None
@@ -603,10 +612,11 @@ class MemoryStore:
         row = self._conn.execute(
             "SELECT messages FROM pending WHERE ns = ?", (namespace,)
         ).fetchone()
-        if row is None:
-            return []
+        return [] if row is None else self._held_messages(row[0], namespace)
+
+    def _held_messages(self, raw: Any, namespace: str) -> list[dict[str, Any]]:
         try:
-            held = json.loads(row[0])
+            held = json.loads(raw)
         except (TypeError, ValueError):
             held = None
         if not isinstance(held, list) or not all(isinstance(m, dict) for m in held):
@@ -743,11 +753,13 @@ class MemoryStore:
         *,
         encoder_id: str,
         pending: Sequence[Mapping[str, Any]] | None = None,
+        pending_sources: Sequence[str | None] | None = None,
         digest: str | None = None,
     ) -> list[int]:
         """Append ``rows`` (with their L2-normalised ``embeddings``) to ``namespace`` in
         one transaction (or inside the caller's :meth:`transaction`), replace the
-        namespace's held messages by ``pending`` and record ``digest``.
+        namespace's held messages by ``pending`` (from ``pending_sources``, one per
+        message) and record ``digest``.
 
         Returns the new step ids. Callers validate first; a failure here rolls back.
         """
@@ -804,7 +816,7 @@ class MemoryStore:
                 )
                 ids.append(int(cur.lastrowid or 0))
             if pending is not None:
-                self._set_pending(namespace, pending)
+                self._set_pending(namespace, pending, pending_sources)
             if digest is not None and self._has_digests:
                 conn.execute(
                     "INSERT OR IGNORE INTO digests (ns, digest, end_pos) VALUES (?, ?, ?)",
@@ -812,7 +824,12 @@ class MemoryStore:
                 )
         return ids
 
-    def _set_pending(self, namespace: str, messages: Sequence[Mapping[str, Any]]) -> None:
+    def _set_pending(
+        self,
+        namespace: str,
+        messages: Sequence[Mapping[str, Any]],
+        sources: Sequence[str | None] | None = None,
+    ) -> None:
         assert self._conn is not None
         if messages:
             self._conn.execute(
@@ -822,6 +839,48 @@ class MemoryStore:
             )
         else:
             self._conn.execute("DELETE FROM pending WHERE ns = ?", (namespace,))
+        if not self._has_held_sources:
+            return
+        if messages and sources is not None and all(isinstance(x, str) for x in sources):
+            self._conn.execute(
+                "INSERT INTO held_sources (ns, sources) VALUES (?, ?) "
+                "ON CONFLICT (ns) DO UPDATE SET sources = excluded.sources",
+                (namespace, json.dumps(list(sources), ensure_ascii=False)),
+            )
+        else:
+            self._conn.execute("DELETE FROM held_sources WHERE ns = ?", (namespace,))
+
+    @_guard
+    def pending_with_sources(self, namespace: str) -> tuple[list[dict[str, Any]], list[str | None]]:
+        """The held messages of ``namespace`` and the source of each, read together (one
+        statement: one snapshot even while other processes write). A source is ``None``
+        for messages held before sources were recorded (they go with the next add of
+        any source)."""
+        assert self._conn is not None
+        if self._has_held_sources:
+            row = self._conn.execute(
+                "SELECT p.messages, h.sources FROM pending p "
+                "LEFT JOIN held_sources h ON h.ns = p.ns WHERE p.ns = ?",
+                (namespace,),
+            ).fetchone()
+        else:
+            row = self._conn.execute(
+                "SELECT messages, NULL FROM pending WHERE ns = ?", (namespace,)
+            ).fetchone()
+        if row is None:
+            return [], []
+        held = self._held_messages(row[0], namespace)
+        try:
+            sources = json.loads(row[1]) if row[1] is not None else None
+        except (TypeError, ValueError):
+            sources = None
+        if (
+            not isinstance(sources, list)
+            or len(sources) != len(held)
+            or not all(isinstance(x, str) for x in sources)
+        ):
+            return held, [None] * len(held)  # unknown: as a store without sources
+        return held, list(sources)
 
     @_guard
     def discard_pending(self, namespace: str) -> list[dict[str, Any]]:
@@ -833,6 +892,8 @@ class MemoryStore:
                 "SELECT messages FROM pending WHERE ns = ?", (namespace,)
             ).fetchone()
             self._conn.execute("DELETE FROM pending WHERE ns = ?", (namespace,))
+            if self._has_held_sources:
+                self._conn.execute("DELETE FROM held_sources WHERE ns = ?", (namespace,))
         if row is None:
             return []
         try:
@@ -850,6 +911,7 @@ class MemoryStore:
             n = self.n_steps(namespace)
             tables = ("steps", "batches", "pending") + (("digests",) if self._has_digests else ())
             tables += ("snapshots",) if self._has_snapshots else ()
+            tables += ("held_sources",) if self._has_held_sources else ()
             for table in tables:
                 self._conn.execute(f"DELETE FROM {table} WHERE ns = ?", (namespace,))
         return n
@@ -950,6 +1012,8 @@ class MemoryStore:
         tables = [("meta", "key"), ("steps", "id"), ("batches", "id"), ("pending", "ns")]
         if self._has_digests:
             tables.append(("digests", "ns, digest"))
+        if self._has_held_sources:
+            tables.append(("held_sources", "ns"))
         for table, order in tables:
             h.update(table.encode())
             for row in self._conn.execute(f"SELECT * FROM {table} ORDER BY {order}"):
