@@ -23,11 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from browser_helpers import build_store, chromium  # noqa: E402
-
-from osumem.memory import Memory  # noqa: E402
-from osumem.memory.contents import page_data  # noqa: E402
-from osumem.serve.ui import standalone_page  # noqa: E402
+from browser_helpers import build_store, chromium
+from osumem.memory import Memory
+from osumem.memory.contents import page_data
+from osumem.serve.ui import standalone_page
 
 QUERY = "R007 baggage refund for P003"
 

@@ -116,7 +116,7 @@ def test_service_and_http_route_check_once(tmp_path, calls):
         calls.clear()
         svc.retrieve("reservation", 64, namespace="ns")
         assert calls == [64]
-        with TestClient(build_app(svc)) as http:
+        with TestClient(build_app(svc), base_url="http://127.0.0.1") as http:
             calls.clear()
             r = http.post("/v1/namespaces/ns/retrieve", json={"query": "reservation", "budget": 64})
             assert r.status_code == 200, r.text

@@ -19,6 +19,7 @@ from osumem.ingest import (
     read_messages,
 )
 from osumem.ingest.toolbench import read_toolbench
+from osumem.ingest.toolbench_dfs import DEEPEST_PATH_NOTE
 
 LOGS = Path(__file__).resolve().parents[1] / "examples" / "logs"
 
@@ -198,11 +199,29 @@ def test_dfs_without_train_messages_reads_the_winning_tree_path() -> None:
     assert "UA100" not in {e for s in steps for e in s.entities}
 
 
-def test_dfs_without_any_answer_is_an_error() -> None:
+def test_dfs_without_a_winning_path_reads_its_deepest_explored_path() -> None:
+    """A failed search is still memory: without a winning leaf (and without
+    train_messages) the deepest explored path is read, and the log says so."""
     record = json.loads((LOGS / "toolbench_dfs_tree.json").read_text())
     record["tree"]["tree"]["children"][0]["children"][0]["children"][0]["children"].pop()
-    with pytest.raises(LogFormatError, match="no winning path"):
-        normalize_messages(record)
+    log = normalize_messages(record)
+    steps = read_messages(log.messages)
+    assert [s.arguments for s in steps[2:]] == [
+        {"origin": "SFO", "destination": "JFK", "date": "2024-05-01"},
+        {"flight": "UA100"},  # the only branch left: explored, then pruned
+    ]
+    assert [(s.index, s.where, s.reason) for s in log.skipped] == [
+        (-1, "messages.tree", DEEPEST_PATH_NOTE)
+    ]
+    # two failed branches: the deeper one is read, the first of equal depth otherwise
+    search = record["tree"]["tree"]["children"][0]["children"][0]["children"][0]
+    shallow = {"node_type": "Action", "description": "cancel_for_skyapi", "children": []}
+    search["children"].insert(0, shallow)
+    steps = read_messages(normalize_messages(record).messages)
+    assert steps[-1].arguments == {"flight": "UA100"}
+    empty = {"answer_generation": {"query": "q"}, "tree": {"tree": {"children": []}}}
+    with pytest.raises(LogFormatError, match="explored nothing"):
+        normalize_messages(empty)
 
 
 def test_format_detection_and_bad_formats() -> None:

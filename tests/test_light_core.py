@@ -44,3 +44,67 @@ def test_memory_never_imports_pandas_or_pyarrow() -> None:
 
 def test_memory_works_without_the_bench_extra() -> None:
     assert run(BLOCK + USE_MEMORY)["steps"] >= 1
+
+
+#: The core install (pyproject's ``dependencies``) and the modules that left it.
+CORE = {"numpy", "scipy", "igraph", "leidenalg", "click"}
+NOT_CORE = ("sklearn", "networkx", "joblib", "threadpoolctl", "tqdm", "pandas", "pyarrow")
+
+USE_DEFAULT_METHOD = """
+import json, sys
+from importlib.metadata import packages_distributions
+from osumem.cli import main  # the command line is part of the core install
+from osumem.memory import Memory
+log = json.load(open(sys.argv[1]))["messages"]
+with Memory.open(None, encoder="hashing") as memory:
+    assert memory.config.method == "osumem"
+    for k in range(40):  # enough steps that the similarity view finds communities
+        memory.add_messages(log, namespace="t", log_id=str(k))
+    memory.retrieve("which flight was booked?", 64, namespace="t")
+owners = packages_distributions()
+top = {m.split(".")[0] for m, mod in sys.modules.items() if mod is not None}
+top -= set(sys.stdlib_module_names)
+dists = {d.lower() for m in top for d in owners.get(m, [])}
+print(json.dumps({"dists": sorted(dists), "modules": sorted(top)}))
+"""
+
+
+def test_the_core_dependencies_are_what_the_default_memory_imports() -> None:
+    import tomllib
+
+    project = tomllib.loads((Path(SRC).parent / "pyproject.toml").read_text())["project"]
+    declared = {
+        d.split(">")[0].split("=")[0].split("[")[0].strip() for d in project["dependencies"]
+    }
+    assert declared == CORE
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import sys\nfor m in {NOT_CORE!r}:\n    sys.modules[m] = None\n" + USE_DEFAULT_METHOD,
+            LOG,
+        ],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": SRC, "PATH": ""},
+        check=True,
+    )
+    got = json.loads(out.stdout)
+    assert set(got["dists"]) >= CORE, got["dists"]  # each one is needed
+    assert not set(NOT_CORE) & set(got["modules"])  # and the memory works without the rest
+
+
+def test_a_baseline_without_its_extra_names_the_extra() -> None:
+    code = (
+        "import sys\nsys.modules['sklearn'] = None\n"
+        "from osumem.memory import Memory\n"
+        "m = Memory.open(None, encoder='hashing', method='tree')\n"
+        "m.add_messages([{'role': 'user', 'content': f'turn {k}'} for k in range(40)])\n"
+        "try:\n    m.retrieve('turn', 64)\nexcept Exception as e:\n"
+        "    print(type(e).__name__, e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True,
+        env={"PYTHONPATH": SRC, "PATH": ""}, check=True,
+    )  # fmt: skip
+    assert out.stdout.startswith("MissingExtraError") and "osumem[baselines]" in out.stdout

@@ -42,7 +42,8 @@ def result(cid: str, content: str = "ok") -> dict:
 
 @pytest.fixture
 def mem(tmp_path):
-    m = Memory.open(tmp_path / "mem.db", encoder=ENC, max_text_chars=2000)
+    # these tests add the same message again and again: an agent repeating itself
+    m = Memory.open(tmp_path / "mem.db", encoder=ENC, max_text_chars=2000, on_duplicate="append")
     yield m
     m.close()
 
@@ -61,7 +62,7 @@ WEDGES = [
 def test_a_held_call_is_validated_before_it_is_acknowledged(tmp_path, arguments, error):
     """Issue reproducer: a held call with bad arguments used to be stored and fail
     every later add; now the add that brings it is rejected and nothing is stored."""
-    mem = Memory.open(tmp_path / "w.db", encoder=ENC, max_text_chars=100_000)
+    mem = Memory.open(tmp_path / "w.db", encoder=ENC, max_text_chars=100_000, on_duplicate="append")
     h = mem.store.content_hash()
     with pytest.raises(error):
         mem.add_messages([U, call("a", arguments)])
@@ -193,7 +194,7 @@ def test_a_log_added_twice_is_recognised(mem):
     with pytest.raises(DuplicateInputError, match="added before"):
         mem.add_messages(log, on_duplicate="error")
     assert mem.n_steps() == 2
-    assert len(mem.add_messages(log)) == 2  # append (the default) adds again
+    assert len(mem.add_messages(log)) == 2  # append (this memory's default) adds again
     streamed = [{"role": "user", "content": "streamed once"}]
     mem.add_messages(streamed)  # a streaming add (append, no id) is not remembered
     assert len(mem.add_messages(streamed, on_duplicate="skip")) == 1

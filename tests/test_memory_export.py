@@ -19,7 +19,7 @@ from osumem.memory.export import (
     read_export,
     write_export,
 )
-from osumem.retrieve.registry import available
+from osumem.retrieve.registry import deployable
 
 ENCODER = "hashing:d64"
 
@@ -94,7 +94,7 @@ def test_round_trip_answers_identically_for_every_method(source, exported, tmp_p
     with Memory.open(target) as mem:
         summary = import_file(mem, exported)
     assert summary.outcome == {"other": "imported", "trip": "imported"}
-    for method in available():
+    for method in deployable():  # a memory refuses oracles
         assert answers(target, method) == answers(source, method), method
 
 

@@ -58,3 +58,49 @@ def test_greedy_pack_without_updates_is_first_fit_by_score():
 def test_bad_budgets_raise_typed_error(bad):
     with pytest.raises(BudgetError, match="positive integer"):
         check_budget(bad)
+
+
+def reference_greedy(scores, candidates, costs, budget, deltas=None):
+    """The greedy rule written as plainly as possible: the best score among the
+    unpicked candidates that still fit, ties to the earlier candidate; after a pick,
+    ``deltas[j]`` is added to every score."""
+    score = [float(s) for s in scores]
+    picked, left = [], budget
+    while True:
+        best = None
+        for j, c in enumerate(candidates):
+            if j in picked or costs[c] > left:
+                continue
+            if best is None or score[j] > score[best]:
+                best = j
+        if best is None:
+            return [int(candidates[j]) for j in picked]
+        picked.append(best)
+        left -= costs[candidates[best]]
+        if deltas is not None:
+            score = [s + float(d) for s, d in zip(score, deltas[best], strict=True)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    costs=st.lists(st.integers(1, 30), min_size=1, max_size=40),
+    budget=st.integers(1, 200),
+    seed=st.integers(0, 10_000),
+    with_updates=st.booleans(),
+)
+def test_greedy_pack_equals_reference_and_respects_budget(costs, budget, seed, with_updates):
+    rng = np.random.default_rng(seed)
+    costs = np.asarray(costs, dtype=np.int64)
+    candidates = rng.permutation(len(costs))[: int(rng.integers(1, len(costs) + 1))]
+    scores = rng.integers(0, 4, size=candidates.size).astype(float)  # many ties
+    deltas = rng.integers(-2, 1, size=(candidates.size, candidates.size)) if with_updates else None
+    on_pick = None if deltas is None else (lambda j: deltas[j].astype(float))
+    got = greedy_pack(scores, candidates, costs, budget, on_pick)
+    assert got.tolist() == reference_greedy(scores, candidates, costs, budget, deltas)
+    assert costs[got].sum() <= budget and len(set(got.tolist())) == got.size
+
+
+def test_greedy_pack_fills_the_budget_exactly_and_breaks_ties_early():
+    costs = np.array([4, 6, 6])
+    got = greedy_pack(np.array([1.0, 1.0, 1.0]), np.array([1, 2, 0]), costs, 10)
+    assert got.tolist() == [1, 0]  # tie: the earlier candidate (1); then 0 fits exactly

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -49,12 +50,37 @@ def _golden(name: str) -> pd.DataFrame:
     return pd.read_csv(GOLDEN / f"golden_{name}.csv.gz")
 
 
+#: Methods whose rows are not in the recording, with why (a method added to an
+#: experiment since, e.g. a newly registered method under ``ALL``). Each method's rows
+#: do not depend on the others, so leaving these out compares the rest exactly; any
+#: other method without recorded rows fails the test.
+NOT_RECORDED: dict[str, str] = {
+    "osumem_adaptive": "its second version came after the recording; the recorded rows "
+    "of the first are compared under osumem_adaptive_v1",
+    "osumem_paper": "registered after the recording (osumem with the paper's parameters pinned)",
+    "bm25": "registered after the recording (a lexical baseline)",
+    "hybrid": "registered after the recording (a lexical baseline)",
+    "osumem_hybrid": "registered after the recording (OSU-Mem with a lexical side)",
+}
+
+
 def _assert_recorded(got: pd.DataFrame, name: str) -> None:
-    """``got`` holds the recorded rows exactly. Rows of methods added to an experiment
-    since the recording (e.g. a newly registered method under ``ALL``) are left out:
-    each method's rows do not depend on the others."""
+    """``got`` holds the recorded rows exactly, and nothing but them except the rows
+    of :data:`NOT_RECORDED` methods (named in the test output)."""
     want = _golden(name)
     pairs = set(zip(want["file"], want["method"], strict=True))
+    extra = sorted(
+        {m for p in zip(got["file"], got["method"], strict=True) if p not in pairs for m in [p[1]]}
+    )
+    unexplained = [m for m in extra if m not in NOT_RECORDED]
+    assert not unexplained, (
+        f"{name}: rows of {unexplained} are not in tests/data/golden_{name}.csv.gz; "
+        "record them or list the methods in NOT_RECORDED with the reason"
+    )
+    for method in extra:  # said in the test report's warnings summary
+        warnings.warn(
+            f"{name}: rows of {method!r} not compared: {NOT_RECORDED[method]}", stacklevel=2
+        )
     keep = [p in pairs for p in zip(got["file"], got["method"], strict=True)]
     pd.testing.assert_frame_equal(got[keep].reset_index(drop=True), want)
 
@@ -244,7 +270,9 @@ def test_results_page_is_generated_from_the_runs(runs: dict[str, Path], tmp_path
     assert heads[:2] == ["# Results: ours beside the paper's", "## Synthetic"]
     assert heads.index("## Synthetic") < heads.index("## tau-bench") < heads.index("## ToolBench")
     assert "### Table 2 — synthetic benchmark, every method at the primary budget" in heads
-    assert "`osumem reproduce toolbench --data toolbench_data --out runs/toolbench" in page
+    tool_out = runs["toolbench"].as_posix()  # the directory given, not a fixed runs/<bench>
+    assert f"`osumem reproduce toolbench --data toolbench_data --out {tool_out}" in page
+    assert "--out runs/" not in page
     assert "![" not in page  # figures stay beside each report
     # the numbers are the runs' own: the ToolBench summary's gap table is in the page
     summary = (runs["toolbench"] / "toolbench_summary.md").read_text()

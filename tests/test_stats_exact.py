@@ -18,12 +18,16 @@ from osumem.evaluate import stats
 from osumem.evaluate.stats import bootstrap_means, coin_flips
 from osumem.report.build import ReportSettings, build_report
 
+#: The documented tie tolerance (relative), written here rather than read from the
+#: module under test, so a change of the module's constant is caught.
+TIE_RTOL = 1e-9
+
 
 def _reference_sign_flip(arr: np.ndarray, n_permutations: int, seed: int) -> float:
     """The sign-flip p-value as it was computed before (random sign vectors)."""
     n = arr.size
     observed = abs(arr.mean())
-    threshold = observed - stats._TIE_RTOL * max(observed, np.abs(arr).max())
+    threshold = observed - TIE_RTOL * max(observed, np.abs(arr).max())
     rng = np.random.default_rng(seed)
     hits, left = 0, n_permutations
     while left:
@@ -45,6 +49,8 @@ def _sample(rng: np.random.Generator, kind: int, n: int) -> np.ndarray:
         return (rng.choice(v, size=(n, 7)) - rng.choice(v, size=(n, 7))).mean(axis=1)
     if kind == 3:  # small integers, all zero now and then
         return rng.integers(-3, 4, size=n).astype(float) * (rng.random() < 0.9)
+    if kind == 4:  # continuous values that nearly tie: a few levels, tiny noise
+        return rng.choice(rng.normal(size=3), size=n) + rng.normal(scale=1e-6, size=n)
     return rng.normal(size=n)
 
 
@@ -54,7 +60,7 @@ def _cases(count: int, seed: int) -> list[tuple[np.ndarray, int, int]]:
     for i in range(count):
         n = int(rng.integers(31, 1200))
         n_perm = int(rng.choice([1000, 2048, 3001, 10_000]))
-        out.append((_sample(rng, i % 5, n), n_perm, int(rng.integers(0, 4))))
+        out.append((_sample(rng, i % 6, n), n_perm, int(rng.integers(0, 4))))
     return out
 
 
@@ -64,6 +70,38 @@ def test_sign_flip_equals_the_plain_computation(case: int) -> None:
         stats._MEMO.clear()
         got = stats.sign_flip_test(arr, n_permutations=n_perm, seed=seed).p_value
         assert got == _reference_sign_flip(arr, n_perm, seed), (arr.size, n_perm, seed)
+
+
+def _near_ties(count: int, seed: int):
+    """Continuous differences with exact ties (a few levels repeated), near ties (the
+    levels plus noise of 1e-6) and none (normal draws), 10 to 14 of them."""
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        n = int(rng.integers(10, 15))
+        levels = rng.normal(size=int(rng.integers(2, 5)))
+        arr = rng.choice(levels, size=n)
+        if i % 3 == 1:
+            arr = arr + rng.normal(scale=1e-6, size=n)
+        elif i % 3 == 2:
+            arr = rng.normal(size=n)
+        yield arr
+
+
+def test_exact_sign_flip_equals_scipy_on_continuous_near_ties() -> None:
+    """Against scipy's permutation test (every sign vector; its own tie tolerance of
+    1e-14): both count the flips that tie up to rounding, neither counts one 1e-6 off."""
+    for arr in _near_ties(30, 7):
+        stats._MEMO.clear()
+        got = stats.sign_flip_test(arr, n_permutations=2**arr.size, exact=True).p_value
+        want = sps.permutation_test(
+            (arr,),
+            lambda x, axis: np.abs(np.mean(x, axis=axis)),
+            vectorized=True,
+            permutation_type="samples",
+            n_resamples=np.inf,
+            alternative="greater",
+        ).pvalue
+        assert got == want, arr
 
 
 def test_coin_flips_are_the_generators_integers() -> None:

@@ -520,3 +520,26 @@ def test_generated_abuse_never_wedges_a_store(backend, actions):
                     assert mem.store.content_hash() == before, action
                 probe(mem)
             mem.check()
+
+
+def test_held_messages_keep_their_sources(location):
+    held = [
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "a"}]},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "b"}]},
+    ]
+    none = np.zeros((0, DIM), np.float32)
+    with open_store(location) as store:
+        assert store.pending_with_sources("ns") == ([], [])
+        store.append("ns", [], none, encoder_id="e", pending=held, pending_sources=["x", "y"])
+        assert store.pending_with_sources("ns") == (held, ["x", "y"])
+        store.append("ns", [], none, encoder_id="e", pending=held[:1])  # sources unknown
+        assert store.pending_with_sources("ns") == (held[:1], [None])
+        store.append("ns", [], none, encoder_id="e", pending=held, pending_sources=["x", "y"])
+        h = store.content_hash()
+        store.append("other", [row(0)], vectors(1), encoder_id="e")
+        assert store.pending_with_sources("ns") == (held, ["x", "y"])
+        assert store.content_hash() != h
+        assert store.discard_pending("ns") == held and store.pending_with_sources("ns") == ([], [])
+        store.append("ns", [], none, encoder_id="e", pending=held, pending_sources=["x", "y"])
+        store.delete_namespace("ns")
+        assert store.pending_with_sources("ns") == ([], []) and store.integrity_problems() == []

@@ -96,5 +96,10 @@ class DuplicateInputError(InvalidInputError):
     """A log already stored in the namespace was added again with ``on_duplicate="error"``."""
 
 
+class MissingExtraError(OSUMemError, ImportError):
+    """A feature needs an optional dependency (an extra) that is not installed; the
+    message names the extra to install."""
+
+
 class UnknownNamespaceError(InvalidInputError):
     """A namespace named for reading (show, export, view) holds no steps in the store."""

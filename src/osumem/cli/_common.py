@@ -29,8 +29,10 @@ DEFAULT_BUDGETS = as_option(BUDGETS["synthetic"])
 DEFAULT_JOBS = "auto"
 #: The namespace of ``--namespace`` (as ``osumem.memory.DEFAULT_NAMESPACE``, kept light here).
 DEFAULT_NAMESPACE = "default"
-#: The extra that holds the benchmark-only dependencies.
-BENCH_MODULES = frozenset({"pandas", "pyarrow", "matplotlib"})
+#: The modules of the extra that holds the benchmark-only dependencies.
+BENCH_MODULES = frozenset(
+    {"pandas", "pyarrow", "matplotlib", "joblib", "threadpoolctl", "tqdm", "sklearn", "networkx"}
+)
 
 
 class OSUMemGroup(click.Group):
@@ -266,8 +268,9 @@ def encoder_option(*, default: str | None, help: str) -> Callable[..., Any]:
 
 #: ``--encoder`` of the commands that open a memory store.
 STORE_ENCODER_HELP = (
-    "Encoder: 'sbert' (default for a new store), 'hashing[:d<dim>]' or a "
-    "sentence-transformers model directory. An existing store keeps its own."
+    "Encoder of a new store: 'sbert' (default), 'hashing[:d<dim>]' or a "
+    "sentence-transformers model directory. An existing store uses the one it was "
+    "made with: leave --encoder out (naming another one is an error)."
 )
 
 

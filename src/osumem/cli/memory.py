@@ -99,9 +99,9 @@ def ingest_cmd(
         raise InvalidInputError(f"{log}: not UTF-8 text ({getattr(exc, 'reason', exc)})") from None
     except RecursionError:
         raise InvalidInputError(f"{log}: JSON nested too deeply") from None
-    logs = [list(n.messages) for n in normalized]
     if limit is not None:
-        logs = logs[:limit]
+        normalized = normalized[:limit]  # the skip note counts the logs ingested only
+    logs = [list(n.messages) for n in normalized]
     several = len(logs) > 1
     use_prefix = several if prefix is None else prefix
     if server is not None:

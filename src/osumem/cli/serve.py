@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,12 @@ from osumem.cli._common import (
     json_option,
     method_option,
     store_option,
+)
+from osumem.serve.connections import (
+    BODY_TIMEOUT,
+    HEADER_TIMEOUT,
+    MAX_CONNECTIONS,
+    MAX_PER_CLIENT,
 )
 
 
@@ -84,6 +91,45 @@ def _need_serve_extra() -> None:
     help="torch intra-op threads per request (SBERT); 0 keeps torch's default.",
 )
 @click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="HTTP: another name clients reach the server by (its Host header); "
+    "repeatable. Loopback names and --host are always allowed; other Host headers get "
+    "421 (DNS rebinding guard). '*' allows any.",
+)
+@click.option(
+    "--header-timeout",
+    type=float,
+    default=HEADER_TIMEOUT,
+    show_default=True,
+    help="HTTP: seconds a connection may take to send a complete request head.",
+)
+@click.option(
+    "--body-timeout",
+    type=float,
+    default=BODY_TIMEOUT,
+    show_default=True,
+    help="HTTP: seconds a request body may take to arrive (then 408).",
+)
+@click.option(
+    "--max-connections",
+    type=int,
+    default=MAX_CONNECTIONS,
+    show_default=True,
+    help="HTTP: open connections in all; a new one over it replaces the connection "
+    "waiting longest for its request head.",
+)
+@click.option(
+    "--max-connections-per-client",
+    "max_per_client",
+    type=int,
+    default=MAX_PER_CLIENT,
+    show_default=True,
+    help="HTTP: open connections per client address (the same rule per client).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
     default="warning",
@@ -105,6 +151,11 @@ def serve_cmd(
     max_messages: int,
     readers: int,
     torch_threads: int,
+    allowed_hosts: tuple[str, ...],
+    header_timeout: float,
+    body_timeout: float,
+    max_connections: int,
+    max_per_client: int,
     log_level: str,
 ) -> None:
     """Serve a memory store to agents: MCP tools (stdio or streamable HTTP) and an HTTP
@@ -112,37 +163,61 @@ def serve_cmd(
     writer and are acknowledged after they commit."""
     _need_serve_extra()
     from osumem.serve.auth import TokenTable, load_tokens
-    from osumem.serve.run import check_http_security, run_http, run_stdio
+    from osumem.serve.run import (
+        HttpSettings,
+        check_http_security,
+        run_http,
+        run_stdio,
+        stop_on_signals,
+    )
     from osumem.serve.service import MemoryService, ServiceLimits
 
     limits = ServiceLimits(
         max_budget=max_budget, max_messages=max_messages, max_body_bytes=max_body_bytes
     )
+    settings = HttpSettings(
+        allowed_hosts=allowed_hosts,
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
+        max_connections=max_connections,
+        max_per_client=max_per_client,
+    )
     tokens = TokenTable()
     if transport == "http":
         tokens = load_tokens(token_file)
         check_http_security(host, tokens, no_auth)
-    with MemoryService(
-        store,
-        encoder=encoder,
-        method=method,
-        readers=readers,
-        limits=limits,
-        torch_threads=torch_threads or None,
-    ) as svc:
+    with (
+        stop_on_signals() as stopped,
+        MemoryService(
+            store,
+            encoder=encoder,
+            method=method,
+            readers=readers,
+            limits=limits,
+            torch_threads=torch_threads or None,
+        ) as svc,
+    ):
         if transport == "stdio":
             click.echo(
                 f"osumem serve: MCP over stdio, store {store}, encoder {svc.encoder_id}", err=True
             )
             run_stdio(svc)
-            return
-        auth = f"{len(tokens.grants)} token(s)" if tokens.enabled else "NO AUTH (loopback only)"
-        click.echo(
-            f"osumem serve: http://{host}:{port} (MCP at /mcp), store {store}, "
-            f"encoder {svc.encoder_id}, {auth}",
-            err=True,
-        )
-        run_http(svc, tokens, host=host, port=port, log_level=log_level)
+        else:
+            auth = f"{len(tokens.grants)} token(s)" if tokens.enabled else "NO AUTH (loopback only)"
+            click.echo(
+                f"osumem serve: http://{host}:{port} (MCP at /mcp), store {store}, "
+                f"encoder {svc.encoder_id}, {auth}",
+                err=True,
+            )
+            run_http(svc, tokens, host=host, port=port, log_level=log_level, settings=settings)
+    if stopped.name:
+        click.echo(f"osumem serve: stopped by {stopped.name}; store {store} closed", err=True)
+        if transport == "stdio":
+            # the MCP SDK's stdin reader thread stays blocked on a pipe that never
+            # closes; everything is closed and flushed, so leave without waiting for it
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
 
 
 @click.command("serve")

@@ -14,7 +14,7 @@ The canonical shape is OpenAI chat messages with ``tool_calls`` (what
     ``system`` (:mod:`osumem.ingest.anthropic`).
 ``toolbench-dfs``
     A ToolBench DFS answer tree (``answer_generation.train_messages``, else the winning
-    path of ``tree``; :mod:`osumem.ingest.toolbench_dfs`).
+    path of ``tree``, else its deepest explored path; :mod:`osumem.ingest.toolbench_dfs`).
 ``auto``
     The format is read from the log's fields (:func:`detect_format`).
 
@@ -37,7 +37,7 @@ from osumem.errors import ConfigError, DataFileError
 from osumem.ingest.anthropic import CALL_BLOCKS, THINKING_BLOCKS, anthropic_to_openai
 from osumem.ingest.openai_chat import SYSTEM_ROLES, LogFormatError
 from osumem.ingest.openai_legacy import legacy_to_openai
-from osumem.ingest.toolbench_dfs import dfs_to_openai, is_dfs_record
+from osumem.ingest.toolbench_dfs import is_dfs_record, read_dfs
 
 #: Every value ``format`` takes.
 FORMATS: tuple[str, ...] = ("auto", "openai", "openai-legacy", "anthropic", "toolbench-dfs")
@@ -144,6 +144,27 @@ def detect_format(log: Any, *, where: str = "messages") -> str:
     return "openai-legacy" if legacy else "openai"
 
 
+def _check_shapes(messages: Sequence[Any], where: str) -> None:
+    """Fields every format types the same way: a ``role`` is a string and a content
+    part's ``text`` is a string (anything else is a :class:`LogFormatError` naming it,
+    before any reader compares or joins them)."""
+    for i, msg in enumerate(messages):
+        if not isinstance(msg, Mapping):
+            continue  # each reader names a message that is not an object
+        role = msg.get("role")
+        if role is not None and not isinstance(role, str):
+            raise LogFormatError(f"{where}[{i}].role: expected a string, got {_kind_of(role)}")
+        content = msg.get("content")
+        if not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            if isinstance(part, Mapping) and "text" in part and not isinstance(part["text"], str):
+                raise LogFormatError(
+                    f"{where}[{i}].content[{j}].text: expected a string, "
+                    f"got {_kind_of(part['text'])}"
+                )
+
+
 def _audit(
     messages: Sequence[Mapping[str, Any]], origin: Sequence[int], fmt: str, where: str
 ) -> list[Skip]:
@@ -220,10 +241,13 @@ def normalize_messages(
             raise LogFormatError(
                 f"{where}: a ToolBench DFS answer is an object, got {_kind_of(messages)}"
             )
-        out = dfs_to_openai(messages, where=where)
+        out, note = read_dfs(messages, where=where)
         origin = list(range(len(out)))
+        if note is not None:
+            skips.append(Skip(index=-1, where=f"{where}.tree", reason=note))
     else:
         msgs, system, where = _unwrap(messages, where)
+        _check_shapes(msgs, where)
         if fmt == "anthropic":
             out, origin, block_skips = anthropic_to_openai(msgs, system=system, where=where)
             skips = [Skip(index=i, where=w, reason=r) for i, w, r in block_skips]

@@ -18,7 +18,13 @@ Reading order:
    ``Action Input`` are one function call, and the input's ``observation`` its result.
    The query (``answer_generation.query`` or ``query``) is the user message.
 
-A tree with neither is an error: nothing in it says which branch the agent took.
+3. without a winning leaf (the search failed), the deepest
+   explored path: the longest root-to-leaf path, pruned branches included, the first
+   in depth-first order among equally long ones. A failed trajectory is still memory
+   (what was tried, what the tools answered); the other branches are not read, and the
+   normalized log reports it as a skip (:data:`DEEPEST_PATH_NOTE`).
+
+A tree that explored nothing is an error.
 """
 
 from __future__ import annotations
@@ -32,6 +38,10 @@ from osumem.ingest.openai_legacy import legacy_to_openai
 
 #: ``observation_code`` of a node that gave the final answer in ToolBench's DFS.
 FINAL_ANSWER_CODE = 3
+#: The skip reason of a tree read along its deepest explored path.
+DEEPEST_PATH_NOTE = (
+    "tree without a winning path: its deepest explored path was read, the other branches were not"
+)
 
 
 def is_dfs_record(obj: Any) -> bool:
@@ -81,6 +91,28 @@ def winning_path(tree: Mapping[str, Any], where: str) -> list[Mapping[str, Any]]
     return None
 
 
+def deepest_path(tree: Mapping[str, Any], where: str) -> list[Mapping[str, Any]]:
+    """Nodes from the root's first child to the deepest leaf (the first in depth-first
+    order among equally deep ones); empty when the root has no children."""
+    root = tree.get("tree", tree)
+    if not isinstance(root, Mapping):
+        raise LogFormatError(f"{where}.tree: expected a tree node object")
+    best: list[Mapping[str, Any]] = []
+    stack: list[tuple[Mapping[str, Any], list[Mapping[str, Any]]]] = [(root, [])]
+    while stack:
+        node, path = stack.pop()
+        children = node.get("children") or []
+        if not isinstance(children, list):
+            raise LogFormatError(f"{where}.tree: 'children' must be a list")
+        if not children and len(path) > len(best):
+            best = path
+        for child in reversed(children):
+            if not isinstance(child, Mapping):
+                raise LogFormatError(f"{where}.tree: a child node is not an object")
+            stack.append((child, [*path, child]))
+    return best
+
+
 def _path_to_legacy(
     path: list[Mapping[str, Any]], query: str | None, where: str
 ) -> list[dict[str, Any]]:
@@ -121,11 +153,20 @@ def _path_to_legacy(
 
 
 def dfs_to_openai(record: Mapping[str, Any], *, where: str = "record") -> list[dict[str, Any]]:
-    """The chosen path of a ToolBench DFS answer record as OpenAI messages.
+    """The chosen path of a ToolBench DFS answer record as OpenAI messages (see the
+    module doc; :func:`read_dfs` also says which path was read)."""
+    return read_dfs(record, where=where)[0]
+
+
+def read_dfs(
+    record: Mapping[str, Any], *, where: str = "record"
+) -> tuple[list[dict[str, Any]], str | None]:
+    """``(messages, note)``: the chosen path of a DFS answer record as OpenAI messages,
+    and :data:`DEEPEST_PATH_NOTE` when the tree had no winning path (``None`` else).
 
     Raises:
-        LogFormatError: naming the record, when ``train_messages`` is malformed or
-            absent and the tree has no winning path.
+        LogFormatError: naming the record, when ``train_messages`` is malformed, or it
+            is absent and there is no tree or the tree explored nothing.
     """
     gen = record.get("answer_generation")
     gen = gen if isinstance(gen, Mapping) else {}
@@ -136,18 +177,22 @@ def dfs_to_openai(record: Mapping[str, Any], *, where: str = "record") -> list[d
                 f"{where}.answer_generation.train_messages: expected a list of message lists"
             )
         k = len(train) - 1
-        return legacy_to_openai(train[k], where=f"{where}.answer_generation.train_messages[{k}]")
+        where_k = f"{where}.answer_generation.train_messages[{k}]"
+        return legacy_to_openai(train[k], where=where_k), None
     tree = record.get("tree")
     if not isinstance(tree, Mapping):
         raise LogFormatError(
             f"{where}: no answer_generation.train_messages and no 'tree' to read a path from"
         )
     path = winning_path(tree, where)
+    note = None
     if path is None:
-        raise LogFormatError(
-            f"{where}: no answer_generation.train_messages and no winning path in the tree "
-            "(no unpruned leaf gave the final answer)"
-        )
+        path, note = deepest_path(tree, where), DEEPEST_PATH_NOTE
+        if not path:
+            raise LogFormatError(
+                f"{where}: no answer_generation.train_messages and a tree that explored "
+                "nothing (no node below the root)"
+            )
     query = gen.get("query", record.get("query"))
     messages = _path_to_legacy(path, query if isinstance(query, str) else None, where)
-    return legacy_to_openai(messages, where=f"{where}.tree path")
+    return legacy_to_openai(messages, where=f"{where}.tree path"), note

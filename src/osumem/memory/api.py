@@ -45,10 +45,10 @@ from osumem.memory.config import (
     ON_DUPLICATE,
     MemoryConfig,
 )
-from osumem.memory.encoders import EXTERNAL_PREFIX, resolve_encoder
+from osumem.memory.encoders import EXTERNAL_PREFIX, check_available, resolve_encoder
 from osumem.memory.explain import Explanation
 from osumem.memory.namespaces import NamespaceCache
-from osumem.memory.planner import MessagePlanner, Plan, canonical
+from osumem.memory.planner import MessagePlanner, canonical
 from osumem.memory.query import query_vector
 from osumem.memory.retrieved import Retrieved, retrieved_from
 from osumem.memory.retrievers import MAX_OTHER_METHODS, MethodCaches
@@ -157,6 +157,8 @@ class Memory:
                     f"{store.dim}); opened with {enc.encoder_id!r} (dim {enc.dim})"
                 )
             spec = None if enc is not None else (recorded or "sbert")
+            if spec is not None:
+                check_available(spec)  # a missing extra fails here, not at the first add
             memory = cls(
                 store,
                 enc,
@@ -358,7 +360,7 @@ class Memory:
         source: str | None = None,
         prefix_namespace: bool | None = None,
         hold_open_calls: bool = True,
-        on_duplicate: str = "append",
+        on_duplicate: str | None = None,
         log_id: str | None = None,
         format: str = "auto",
     ) -> list[int]:
@@ -379,12 +381,15 @@ class Memory:
                 and, with ``prefix_namespace``, prefixes entities and signatures.
             prefix_namespace: default: the memory's ``prefix_namespace`` setting.
             on_duplicate: what to do when these messages (same content, or the same
-                ``log_id``) were added to the namespace before: ``"append"`` (default:
-                add them again, as an agent repeating itself does), ``"skip"`` (add
-                nothing, return ``[]``) or ``"error"`` (``DuplicateInputError``).
-                Only adds made with ``"skip"``/``"error"`` or a ``log_id`` are
-                remembered for this (whole logs, as ``osumem ingest`` adds them).
-            log_id: a caller-given identity of the log (instead of its content hash).
+                ``log_id``) were added to the namespace before: ``"skip"`` (add
+                nothing, return ``[]``, so a re-run or a retried add stores nothing
+                twice), ``"append"`` (add them again) or ``"error"``
+                (``DuplicateInputError``); ``None``: the memory's ``on_duplicate``
+                setting (``"skip"`` unless opened with another). Adds made with ``"append"`` and no
+                ``log_id`` are not remembered for this. An agent that may send the
+                same message twice on purpose passes a ``log_id`` per message (its
+                index or id in the run) or ``"append"``.
+            log_id: a caller-given identity of the messages (instead of their content).
             format: the messages' shape: ``"openai"`` (``tool_calls``),
                 ``"openai-legacy"`` (``function_call`` / ``role: "function"``),
                 ``"anthropic"`` (``tool_use`` / ``tool_result`` blocks) or ``"auto"``
@@ -393,6 +398,8 @@ class Memory:
                 (a system prompt, an empty assistant message) are not stored.
         """
         check_namespace(namespace)
+        if on_duplicate is None:
+            on_duplicate = self.config.on_duplicate
         if on_duplicate not in ON_DUPLICATE:
             raise ConfigError(
                 f"on_duplicate: expected one of {ON_DUPLICATE}, got {_show(on_duplicate)}"
@@ -410,18 +417,27 @@ class Memory:
         self._refresh()
         if on_duplicate != "append" and self._is_duplicate(namespace, digest, on_duplicate):
             return []
-        state = self._views.held_state(namespace)
+        state = self._views.held_state(namespace, src)
         plan = self._planner.plan(clean, state, namespace, src, prefix, hold_open_calls)
         with self.store.transaction():
             self._refresh()
             if on_duplicate != "append" and self._is_duplicate(namespace, digest, on_duplicate):
                 return []
-            now = self._views.held_state(namespace)
+            now = self._views.held_state(namespace, src)
             if now != state:  # another writer moved the namespace meanwhile
                 plan = self._planner.plan(clean, now, namespace, src, prefix, hold_open_calls)
             # an agent's streaming adds (append, no id) are not logs: no digest kept
             keep = on_duplicate != "append" or log_id is not None
-            ids = self._write_plan(namespace, plan, digest if keep else None)
+            others, of = now[2], now[3]  # other sources' held messages stay held
+            ids = self._write(
+                namespace,
+                plan.rows,
+                plan.embeddings,
+                False,
+                pending=[*others, *plan.held],
+                pending_sources=[*of, *([src] * len(plan.held))],
+                digest=digest if keep else None,
+            )
         self._views.extend(namespace, plan.rows, plan.embeddings, ids)
         return ids
 
@@ -450,11 +466,6 @@ class Memory:
             )
         return True
 
-    def _write_plan(self, namespace: str, plan: Plan, digest: str | None) -> list[int]:
-        return self._write(
-            namespace, plan.rows, plan.embeddings, False, pending=plan.held, digest=digest
-        )
-
     def _write(
         self,
         namespace: str,
@@ -463,6 +474,7 @@ class Memory:
         external: bool,
         *,
         pending: Sequence[Mapping[str, Any]] | None,
+        pending_sources: Sequence[str | None] | None = None,
         digest: str | None = None,
     ) -> list[int]:
         """Store validated rows (inside the caller's transaction; the store checks the
@@ -470,7 +482,13 @@ class Memory:
         encoder_id = self._encoder_id_for(external, emb.shape[1])
         users = self._views.users(namespace) if rows else 0
         ids = self.store.append(
-            namespace, rows, emb, encoder_id=encoder_id, pending=pending, digest=digest
+            namespace,
+            rows,
+            emb,
+            encoder_id=encoder_id,
+            pending=pending,
+            pending_sources=pending_sources,
+            digest=digest,
         )
         self._views.count_added(namespace, users, rows)
         if encoder_id.startswith(EXTERNAL_PREFIX) and self._encoder is None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from osumem.annotate import DEFAULT_BOILERPLATE
-from osumem.frozen import Constraints, FrozenConfig, Interval
+from osumem.frozen import Constraints, FrozenConfig, Interval, Options
 from osumem.retrieve.budget import check_budget
 
 #: The namespace used when none is given.
@@ -45,6 +45,9 @@ class MemoryConfig(FrozenConfig):
         ann_min_steps: from this many steps in a namespace on, queries over all of it
             take their candidates from HNSW indexes (hnswlib, the ``scale`` extra),
             built when the namespace is loaded; below it they scan exactly.
+        on_duplicate: the default of :meth:`Memory.add_messages`' ``on_duplicate``
+            (``"skip"``; ``"append"`` for an agent that repeats messages on purpose and
+            gives no ``log_id``).
     """
 
     method: str = "osumem"
@@ -56,16 +59,19 @@ class MemoryConfig(FrozenConfig):
     prefix_namespace: bool = False
     replay_batches: bool = True
     ann_min_steps: int = MEMORY_ANN_MIN_STEPS
+    on_duplicate: str = "skip"
 
     parameter_constraints: ClassVar[Constraints] = {
+        "on_duplicate": Options(ON_DUPLICATE),
         "budget": Interval(int, 1, None),  # checked first, as a BudgetError
         "max_text_chars": Interval(int, 1, None),
         "ann_min_steps": Interval(int, 1, None),
     }
 
     def __post_init__(self) -> None:
-        from osumem.retrieve.registry import make_config
+        from osumem.retrieve.registry import check_deployable, make_config
 
         check_budget(self.budget)  # a BudgetError, as every budget check raises
         super().__post_init__()
         make_config(self.method, self.params)  # unknown method / parameter fails here
+        check_deployable(self.method)  # an oracle needs ground truth a memory lacks

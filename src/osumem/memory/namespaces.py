@@ -5,13 +5,13 @@ kept equal to what the store holds while other writers commit."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from osumem.memory.backends import MemoryStore
 from osumem.memory.buffer import NamespaceBuffer
+from osumem.memory.held import HeldSnapshot, split_held
 from osumem.memory.rows import NamespaceData, StepRow, rows_data
 
 
@@ -89,9 +89,13 @@ class NamespaceCache:
         self._counts[namespace] = (n, users)
         return users
 
-    def held_state(self, namespace: str) -> tuple[list[dict[str, Any]], int]:
-        """``(held messages, user steps)`` of ``namespace``: what planning an add reads."""
-        return self.store.pending(namespace), self.users(namespace)
+    def held_state(self, namespace: str, source: str) -> HeldSnapshot:
+        """What an add from ``source`` continues: its held messages, the namespace's
+        user-step count, and the other sources' held messages with their sources
+        (:mod:`osumem.memory.held`)."""
+        held, sources = self.store.pending_with_sources(namespace)
+        mine, others, of = split_held(held, sources, source)
+        return mine, self.users(namespace), others, of
 
     def count_added(self, namespace: str, users_before: int, rows: Sequence[StepRow]) -> None:
         """Record an add of ``rows`` just written (inside the caller's transaction) to a

@@ -15,6 +15,7 @@ from osumem.embed import Encoder
 from osumem.errors import DimensionError, InvalidInputError
 from osumem.memory.backends import MemoryStore
 from osumem.memory.config import MemoryConfig
+from osumem.memory.held import HeldSnapshot, check_answers
 from osumem.memory.rows import StepRow
 from osumem.memory.validate import (
     OversizedInputError,
@@ -75,7 +76,7 @@ class MessagePlanner:
     def plan(
         self,
         messages: list[dict[str, Any]],
-        held_state: tuple[list[dict[str, Any]], int],
+        held_state: HeldSnapshot,
         namespace: str,
         source: str,
         prefix: bool,
@@ -86,7 +87,8 @@ class MessagePlanner:
         so an accepted add never makes a later add fail."""
         from osumem.ingest.openai_chat import read_messages
 
-        held, users_before = held_state
+        held, users_before = held_state[0], held_state[1]
+        check_answers(messages, held, held_state[2], held_state[3], source)
         combined = [*held, *messages]
         where = "messages" if not held else f"held+messages (the first {len(held)} held)"
         read = functools.partial(

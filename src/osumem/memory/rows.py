@@ -46,14 +46,16 @@ class AddBatch:
     """One add as a backend writes it (:meth:`MemoryStore.append
     <osumem.memory.backends.base.MemoryStore.append>` checked it): the namespace,
     the rows, their embeddings (little-endian float32, C-contiguous, one row per
-    step), the encoder id, the held messages to keep (``None``: leave them) and the
-    log digest to record (``None``: none)."""
+    step), the encoder id, the held messages to keep (``None``: leave them) with the
+    source of each (``None`` for the list or an entry: not recorded) and the log digest
+    to record (``None``: none)."""
 
     namespace: str
     rows: Sequence[StepRow]
     embeddings: NDArray[np.float32]
     encoder_id: str
     pending: Sequence[Mapping[str, Any]] | None
+    pending_sources: Sequence[str | None] | None
     digest: str | None
 
 

@@ -126,7 +126,11 @@ def check_messages(messages: Sequence[Any], limit: int) -> list[dict[str, Any]]:
         content = msg.get("content")
         size = len(content) if isinstance(content, str) else 0
         if isinstance(content, list):
-            size = sum(len(str(p.get("text", ""))) for p in content if isinstance(p, Mapping))
+            size = sum(
+                len(p["text"])
+                for p in content
+                if isinstance(p, Mapping) and isinstance(p.get("text"), str)
+            )
         if size > limit:
             raise OversizedInputError(f"{at}.content: {size} characters; max_text_chars is {limit}")
         check_json_data(msg, at, max_chars=limit, total=message_limit(limit))

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from osumem.errors import MissingExtraError
 from osumem.osu.config import OSUConfig
 from osumem.types import IntArray, MemoryView, segment_bounds
 
@@ -371,7 +372,13 @@ def _communities(
             graph, leidenalg.ModularityVertexPartition, initial_membership=membership, seed=seed
         )
         return [np.sort(np.asarray(c, dtype=np.int64)) for c in part]
-    import networkx as nx
+    try:
+        import networkx as nx
+    except ImportError:
+        raise MissingExtraError(
+            "community='louvain' needs networkx: pip install 'osumem[baselines]' "
+            "(or keep community='leiden')"
+        ) from None
 
     g = nx.Graph()
     g.add_nodes_from(range(n))

@@ -99,7 +99,7 @@ def _head(results: Path, spec: dict[str, Any]) -> list[str]:
     timings = results / "timings.json"
     total = json.loads(timings.read_text()).get("total_s") if timings.exists() else None
     bench = spec["benchmark"]
-    cmd = reproduce_command(spec, f"runs/{bench}")
+    cmd = reproduce_command(spec, results.as_posix())  # the directory as it was given
     took = f" ({total:.0f} s)" if isinstance(total, int | float) else ""
     return [f"## {TITLES[bench]} — `{cmd}`{took}", ""]
 

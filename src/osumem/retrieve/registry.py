@@ -178,6 +178,24 @@ def get_class(name: str) -> type[Retriever]:
     return cls
 
 
+def deployable() -> list[str]:
+    """Every registered method a live memory may use (all but the oracles), in
+    registration order."""
+    return [name for name in _REGISTRY if not get_class(name).is_oracle]
+
+
+def check_deployable(name: str) -> None:
+    """Refuse a method that reads the ground truth (an oracle, ``is_oracle``): only the
+    benchmark harness has ground truth to give it; a live memory would answer as
+    another method does while claiming to be the oracle."""
+    if get_class(name).is_oracle:
+        raise ConfigError(
+            f"method {name!r} is an oracle: it reads the benchmark's ground truth (each query's evidence), "
+            "which a live memory does not have; it runs in the benchmark harness only "
+            "(osumem bench, osumem reproduce)"
+        )
+
+
 def make_config(name: str, params: Mapping[str, Any] | None = None) -> RetrieverConfig:
     """The config of method ``name``: its class defaults, the variant's overrides, then
     ``params`` (strings are coerced to the field types; unknown names, unreadable

@@ -10,6 +10,7 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
+from osumem.errors import MissingExtraError
 from osumem.frozen import Boolean, Constraints, Interval
 from osumem.retrieve.base import Retriever, RetrieverConfig
 from osumem.retrieve.groups import (
@@ -61,7 +62,12 @@ def build_tree(
     ``node_vectors[l]`` the normalised mean of each level-``l`` node's children, and
     ``parents[l]`` maps every level-``l`` node to its parent at level ``l + 1``.
     """
-    from sklearn.cluster import KMeans
+    try:
+        from sklearn.cluster import KMeans
+    except ImportError:
+        raise MissingExtraError(
+            "the 'tree' baseline needs scikit-learn: pip install 'osumem[baselines]'"
+        ) from None
 
     vectors: list[FloatMatrix] = [embeddings]
     parents: list[IntArray] = []

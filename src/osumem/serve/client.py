@@ -105,10 +105,12 @@ class MemoryClient:
         source: str | None = None,
         prefix_namespace: bool | None = None,
         hold_open_calls: bool = True,
-        on_duplicate: str = "append",
+        on_duplicate: str = "skip",
+        log_id: str | None = None,
     ) -> dict[str, Any]:
         """Store messages; returns ``{"step_ids", "steps_in_namespace", ...}`` once the
-        server has committed them (``on_duplicate`` as in ``Memory.add_messages``)."""
+        server has committed them (``on_duplicate`` and ``log_id`` as in
+        ``Memory.add_messages``)."""
         body: dict[str, Any] = {
             "messages": list(messages),
             "hold_open_calls": hold_open_calls,
@@ -116,6 +118,8 @@ class MemoryClient:
         }
         if source is not None:
             body["source"] = source
+        if log_id is not None:
+            body["log_id"] = log_id
         if prefix_namespace is not None:
             body["prefix_namespace"] = prefix_namespace
         return dict(self._call("POST", f"/v1/namespaces/{self._ns(namespace)}/messages", body))

@@ -12,24 +12,31 @@ package, so the page needs no network), and the viewer page ``GET /ui`` with its
 script and style (no token: the page holds no data; it asks the API with the token
 typed into it). Every other route needs ``Authorization: Bearer <token>`` when tokens
 are configured; a token limited to namespaces gets 403 elsewhere. Bodies over the size
-limit get 413 before they are read whole.
+limit get 413 before they are read whole, and a body that does not arrive within
+the body timeout 408. A ``Host`` header that names another server gets 421 and a foreign
+``Origin`` 403 (:mod:`osumem.serve.hosts`). A namespace in a path must be exactly what
+the route received (:func:`namespace_in_path`). Every error is the JSON body of
+:mod:`osumem.serve.http_errors`, listed in the OpenAPI schema.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Query, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 
 from osumem import __version__
-from osumem.errors import InvalidInputError, OSUMemError
+from osumem.errors import InvalidInputError
 from osumem.serve.auth import Grant, TokenTable
 from osumem.serve.client import MAX_STEPS_PAGE
+from osumem.serve.connections import BODY_TIMEOUT
+from osumem.serve.hosts import HostPolicy
+from osumem.serve.http_errors import document_errors, install_error_handlers
 from osumem.serve.schemas import (
     AddRequest,
     AddResponse,
@@ -42,7 +49,6 @@ from osumem.serve.schemas import (
     RetrieveResponse,
     StepsResponse,
     check_namespace_name,
-    error_body,
     error_status,
 )
 from osumem.serve.service import MemoryService
@@ -93,51 +99,83 @@ class ForbiddenNamespace(Exception):
 
 
 class LimitsAndAuth:
-    """ASGI middleware in front of everything: the body size limit (413, checked on
-    ``Content-Length`` and again while the body streams in) and the bearer token
-    (401), whose grant it leaves in ``scope["osumem.grant"]``."""
+    """ASGI middleware in front of everything: the ``Host`` and ``Origin`` checks (421,
+    403), the body size limit (413, checked on ``Content-Length`` and again while the
+    body streams in) and its time limit (408), and the bearer token (401), whose grant
+    it leaves in ``scope["osumem.grant"]``."""
 
-    def __init__(self, app: ASGIApp, tokens: TokenTable, max_body_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        tokens: TokenTable,
+        max_body_bytes: int,
+        hosts: HostPolicy | None = None,
+        body_timeout: float = BODY_TIMEOUT,
+    ) -> None:
         self.app = app
         self.tokens = tokens
         self.max_body_bytes = max_body_bytes
+        self.hosts = hosts or HostPolicy(None)
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        if not self.hosts.allows_host(headers.get("host")):
+            host = headers.get("host", "")[:100]
+            await _send_json(
+                send,
+                421,
+                _error("MisdirectedRequest", f"this server does not answer for Host {host!r}"),
+            )
+            return
+        if not self.hosts.allows_origin(headers.get("origin")):
+            origin = headers.get("origin", "")[:100]
+            await _send_json(
+                send, 403, _error("Forbidden", f"requests from Origin {origin!r} are not accepted")
+            )
+            return
         limit = self.max_body_bytes
         length = headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > limit):
             await _send_json(send, 413, _too_large(limit))
             return
-        if self.tokens.enabled and scope["path"] not in PUBLIC_PATHS:
+        public = scope["path"] in PUBLIC_PATHS
+        if self.tokens.enabled and not public:
             grant = self.tokens.grant_for_header(headers.get("authorization"))
             if grant is None:
-                refusal = {
-                    "error": {
-                        "type": "Unauthorized",
-                        "message": "a valid 'Authorization: Bearer <token>' header is required",
-                    }
-                }
+                refusal = _error(
+                    "Unauthorized", "a valid 'Authorization: Bearer <token>' header is required"
+                )
                 await _send_json(send, 401, refusal, [(b"www-authenticate", b"Bearer")])
                 return
             scope["osumem.grant"] = grant
-        # Read the body here (it is bounded), so an oversized one is refused before any
-        # route sees it, whether or not it came with a Content-Length.
+        if public:  # their routes read no body: never wait for one
+            await self.app(scope, receive, send)
+            return
+        # Read the body here (it is bounded in size and time), so an oversized or slow
+        # one is refused before any route sees it, whether or not it came with a
+        # Content-Length.
         chunks, received, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away
-            chunk = message.get("body", b"")
-            received += len(chunk)
-            if received > limit:
-                await _send_json(send, 413, _too_large(limit))
-                return
-            chunks.append(chunk)
-            more = bool(message.get("more_body", False))
+        try:
+            async with asyncio.timeout(self.body_timeout):
+                while more:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        return  # the client went away
+                    chunk = message.get("body", b"")
+                    received += len(chunk)
+                    if received > limit:
+                        await _send_json(send, 413, _too_large(limit))
+                        return
+                    chunks.append(chunk)
+                    more = bool(message.get("more_body", False))
+        except TimeoutError:
+            late = f"the request body did not arrive within {self.body_timeout:g} s"
+            await _send_json(send, 408, _error("RequestTimeout", late), [(b"connection", b"close")])
+            return
         body = b"".join(chunks)
         replayed = False
 
@@ -151,21 +189,66 @@ class LimitsAndAuth:
         await self.app(scope, replay, send)
 
 
+def _error(error_type: str, message: str) -> dict[str, Any]:
+    return {"error": {"type": error_type, "message": message}}
+
+
 def _too_large(limit: int) -> dict[str, Any]:
-    return {
-        "error": {
-            "type": "RequestTooLarge",
-            "message": f"request body over the server's limit of {limit} bytes",
-        }
-    }
+    return _error("RequestTooLarge", f"request body over the server's limit of {limit} bytes")
+
+
+def namespace_routes(app: Any) -> frozenset[str]:
+    """The last path segments of the routes below ``.../{namespace}/`` (``messages``,
+    ``retrieve``, ...): a namespace ending in ``/<one of them>`` would read as that
+    route of a shorter namespace."""
+    suffixes = set()
+    for route in app.routes:
+        _head, sep, tail = getattr(route, "path_format", "").partition("{namespace}/")
+        if sep and tail:
+            suffixes.add(tail)
+    return frozenset(suffixes)
+
+
+async def namespace_in_path(request: Request) -> None:
+    """Every route with a ``{namespace}`` in its path (the routes added later included):
+    the namespace is exactly the path part the route received (no character of the
+    path dropped or reinterpreted), a valid name (:func:`check_namespace_name`), not
+    one that reads as another route (``a/messages``), and one the token may use."""
+    namespace = request.path_params.get("namespace")
+    route = request.scope.get("route")
+    if not isinstance(namespace, str) or route is None:
+        return
+    path = request.scope["path"]
+    if route.path_format.replace("{namespace}", namespace) != path:
+        raise InvalidInputError(
+            f"namespace in path {path!r}: the name must be the path's text exactly "
+            "(control characters are not allowed)"
+        )
+    check_namespace_name(namespace)
+    for suffix in namespace_routes(request.app):
+        if namespace.endswith("/" + suffix):
+            raise InvalidInputError(
+                f"namespace {namespace!r}: ends in '/{suffix}', which names a route of "
+                f"namespace {namespace[: -len(suffix) - 1]!r}; choose another name"
+            )
+    grant: Grant | None = request.scope.get("osumem.grant")
+    if grant is not None and not grant.allows(namespace):
+        raise ForbiddenNamespace(f"this token may not use namespace {namespace!r}")
 
 
 def build_app(
-    service: MemoryService, tokens: TokenTable | None = None, *, host: str = "127.0.0.1"
+    service: MemoryService,
+    tokens: TokenTable | None = None,
+    *,
+    host: str = "127.0.0.1",
+    allowed_hosts: tuple[str, ...] = (),
+    body_timeout: float = BODY_TIMEOUT,
 ) -> Any:
-    """The ASGI application (FastAPI + the mounted MCP endpoint) for ``service``."""
+    """The ASGI application (FastAPI + the mounted MCP endpoint) for ``service``,
+    answering for the loopback names, ``host`` and ``allowed_hosts``
+    (:class:`~osumem.serve.hosts.HostPolicy`)."""
     table = tokens or TokenTable()
-    mcp_server = _mcp_routes(service, table, host)
+    mcp_server = _mcp_routes(service, table)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[None]:
@@ -177,33 +260,21 @@ def build_app(
         version=__version__,
         description="Trajectory memory for LLM agents: store chat messages per namespace, "
         "retrieve the steps that support a query under a token budget. MCP (streamable "
-        "HTTP) is served at /mcp.",
+        'HTTP) is served at /mcp. Every error is JSON {"error": {"type", "message"}}.',
         lifespan=lifespan,
         redoc_url=None,
         docs_url=None,
+        redirect_slashes=False,  # an API answers the path it was given, or 404
+        dependencies=[Depends(namespace_in_path)],
     )
     app.router.routes.extend(mcp_server.routes)
     _add_pages(app)
-
-    @app.exception_handler(OSUMemError)
-    async def library_error(request: Request, exc: OSUMemError) -> JSONResponse:
-        return JSONResponse(error_body(exc), status_code=error_status(exc))
+    install_error_handlers(app, error_status)
+    document_errors(app, PUBLIC_PATHS)
 
     @app.exception_handler(ForbiddenNamespace)
     async def forbidden(request: Request, exc: ForbiddenNamespace) -> JSONResponse:
-        return JSONResponse({"error": {"type": "Forbidden", "message": str(exc)}}, status_code=403)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid_body(request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = []
-        for err in exc.errors():
-            where = ".".join(str(p) for p in err.get("loc", ()))
-            problems.append(f"{where}: {err.get('msg', 'invalid')}")
-        body = {
-            "error": {"type": "InvalidInputError", "message": "; ".join(problems)},
-            "fields": [".".join(str(p) for p in e.get("loc", ())) for e in exc.errors()],
-        }
-        return JSONResponse(body, status_code=422)
+        return JSONResponse(_error("Forbidden", str(exc)), status_code=403)
 
     def grant_of(request: Request) -> Grant | None:
         return request.scope.get("osumem.grant")
@@ -240,6 +311,7 @@ def build_app(
             prefix_namespace=body.prefix_namespace,
             hold_open_calls=body.hold_open_calls,
             on_duplicate=body.on_duplicate,
+            log_id=body.log_id,
         )
         return AddResponse.of(result)
 
@@ -355,7 +427,8 @@ def build_app(
         n = await service.adelete_namespace(namespace)
         return DeleteResponse(namespace=namespace, deleted_steps=n)
 
-    return LimitsAndAuth(app, table, service.limits.max_body_bytes)
+    hosts = HostPolicy.for_bind(host, allowed_hosts)
+    return LimitsAndAuth(app, table, service.limits.max_body_bytes, hosts, body_timeout)
 
 
 def _header_namespaces(lines: list[str]) -> list[str]:
@@ -423,8 +496,11 @@ def _add_pages(app: FastAPI) -> None:
 _CACHE = {"cache-control": "public, max-age=86400", "x-content-type-options": "nosniff"}
 
 
-def _mcp_routes(service: MemoryService, tokens: TokenTable, host: str) -> Any:
-    """The MCP server with its streamable HTTP app built (stateless, JSON answers)."""
+def _mcp_routes(service: MemoryService, tokens: TokenTable) -> Any:
+    """The MCP server with its streamable HTTP app built (stateless, JSON answers). Its
+    own Host check is off: :class:`LimitsAndAuth` checks every route, /mcp included."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
     from osumem.serve.mcp_app import build_mcp
 
     server = build_mcp(service, tokens)
@@ -433,7 +509,7 @@ def _mcp_routes(service: MemoryService, tokens: TokenTable, host: str) -> Any:
         stateless_http=True,
         json_response=True,
         max_request_body_size=service.limits.max_body_bytes,
-        host=host,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
 
     class Routes:

@@ -1,13 +1,17 @@
 """The MCP face: five tools over a :class:`~osumem.serve.service.MemoryService`, built
-with the official ``mcp`` SDK. Every library error comes back as an MCP tool error
-(``isError``) carrying the typed message; the server keeps running."""
+with the official ``mcp`` SDK. Every error of every tool (the tools added later
+included) comes back as an MCP tool error (``isError``) of one line,
+``Type: where: what``: the library's typed message, or ``InvalidInputError`` naming
+the argument that fails the tool's schema (:func:`tool_error_text`); the server keeps
+running. Over stdio, a line that is not a JSON-RPC message gets a JSON-RPC error
+reply (:func:`serve_stdio`)."""
 
 import inspect
-from collections.abc import Awaitable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
-from pydantic import Field
+from pydantic import Field, ValidationError, WithJsonSchema
 
+from osumem import __version__
 from osumem.errors import OSUMemError
 from osumem.serve.auth import TokenTable
 from osumem.serve.schemas import (
@@ -21,13 +25,79 @@ from osumem.serve.schemas import (
 )
 from osumem.serve.service import MemoryService
 
-T = TypeVar("T")
-
 INSTRUCTIONS = """\
 Trajectory memory for a tool-using agent (OSU-Mem). After each turn, store the new
 messages with `memory_add_messages` (OpenAI chat format, into one namespace per task
 or episode). Before each model call, fetch context with `memory_retrieve` (a query
 in words and a token budget) and put its `rendered` block into the prompt."""
+
+
+def _inline(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with every ``#/$defs/...`` reference replaced by its definition (the
+    schema of one argument must stand alone inside a tool's input schema)."""
+    defs = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return resolve(dict(defs[ref.rsplit("/", 1)[1]]))
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    return resolve(schema)  # type: ignore[no-any-return]
+
+
+#: Chat messages as the tools take them: any JSON objects (the library validates them
+#: and names the message and field), documented with the OpenAI message schema.
+Messages = Annotated[
+    list[dict[str, Any]],
+    WithJsonSchema(
+        {
+            "type": "array",
+            "items": _inline(ChatMessage.model_json_schema()),
+            "description": "New OpenAI-format messages of the agent, oldest first.",
+        }
+    ),
+]
+
+
+def _field(loc: Any) -> str:
+    """``messages[1].role`` for pydantic's ``("messages", 1, "role")``."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "arguments"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def tool_error_text(exc: BaseException) -> str | None:
+    """The one-line message of a failed tool call, from the innermost cause of the
+    SDK's wrapper: a library error as ``Type: message``, arguments that fail the
+    schema as ``InvalidInputError: field: what (got value)``, a deliberate tool error
+    as its message. ``None`` for anything else (an internal error)."""
+    from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+
+    inner: BaseException = exc
+    while inner.__cause__ is not None:
+        inner = inner.__cause__
+    if isinstance(inner, OSUMemError):
+        return f"{type(inner).__name__}: {' '.join(str(inner).split())}"
+    if isinstance(inner, ValidationError):
+        problems = [
+            f"{_field(e['loc'])}: {e['msg']} (got {_short(e.get('input'))})"
+            for e in inner.errors(include_url=False)
+        ]
+        return "InvalidInputError: " + "; ".join(problems)
+    if isinstance(inner, ToolError) and not isinstance(inner, UnexpectedToolError):
+        return " ".join(str(inner).split())
+    return None
 
 
 def build_mcp(service: MemoryService, tokens: TokenTable | None = None) -> Any:
@@ -37,11 +107,27 @@ def build_mcp(service: MemoryService, tokens: TokenTable | None = None) -> Any:
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.types import ToolAnnotations
 
+    class OSUMemMCPServer(MCPServer):  # type: ignore[misc]
+        """Every tool's errors as :func:`tool_error_text` writes them."""
+
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            try:
+                return await super().call_tool(name, arguments, context)
+            except Exception as exc:
+                text = tool_error_text(exc)
+                if text is None:
+                    raise
+                raise ToolError(text) from exc
+
     table = tokens or TokenTable()
-    server = MCPServer("osumem", instructions=INSTRUCTIONS, log_level="WARNING")
+    server = OSUMemMCPServer(
+        "osumem", instructions=INSTRUCTIONS, log_level="WARNING", version=__version__
+    )
 
     def authorize(ctx: Any, namespace: str | None) -> Any:
         """The caller's grant (None when authentication is off)."""
+        if namespace is not None:
+            check_namespace_name(namespace)
         if not table.enabled:
             return None
         headers = ctx.headers or {}
@@ -51,18 +137,6 @@ def build_mcp(service: MemoryService, tokens: TokenTable | None = None) -> Any:
         if namespace is not None and not grant.allows(namespace):
             raise ToolError(f"forbidden: this token may not use namespace {namespace!r}")
         return grant
-
-    async def guarded(call: Awaitable[T]) -> T:
-        try:
-            return await call
-        except OSUMemError as exc:
-            raise ToolError(f"{type(exc).__name__}: {exc}") from exc
-
-    def checked(namespace: str) -> None:
-        try:
-            check_namespace_name(namespace)
-        except OSUMemError as exc:
-            raise ToolError(f"{type(exc).__name__}: {exc}") from exc
 
     def tool(**options: Any) -> Any:
         def register(fn: Any) -> Any:
@@ -87,21 +161,26 @@ def build_mcp(service: MemoryService, tokens: TokenTable | None = None) -> Any:
     )
     async def add_messages(
         namespace: Namespace,
-        messages: Annotated[
-            list[ChatMessage],
-            Field(description="New OpenAI-format messages of the agent, oldest first."),
-        ],
+        messages: Messages,
         ctx: Context,
+        log_id: Annotated[
+            str | None,
+            Field(
+                description="Identity of these messages (e.g. their index in the run): "
+                "messages added before under the same id, or with the same content when "
+                "no id is given, are not stored twice.",
+                min_length=1,
+            ),
+        ] = None,
     ) -> AddResponse:
         """Store new chat messages of the agent (OpenAI format) in a namespace. Each user
         message, assistant text and tool call (with its result) becomes one step; a tool
         call whose result has not arrived yet is held until it does. Returns once the
-        steps are durably stored. Invalid messages are rejected whole, naming which
+        steps are durably stored. Messages added before (the same log_id, or the
+        same content) are skipped. Invalid messages are rejected whole, naming which
         message and field is wrong."""
         authorize(ctx, namespace)
-        checked(namespace)
-        raw = [m.model_dump(exclude_unset=True) for m in messages]
-        result = await guarded(service.aadd_messages(namespace, raw))
+        result = await service.aadd_messages(namespace, messages, log_id=log_id)
         return AddResponse.of(result)
 
     @tool(
@@ -139,9 +218,8 @@ def build_mcp(service: MemoryService, tokens: TokenTable | None = None) -> Any:
         a token budget. Returns `rendered` (a context block for the prompt, in time
         order) and `steps` (each with position, role, tool, token cost, OSUs, text)."""
         authorize(ctx, namespace)
-        checked(namespace)
-        result = await guarded(
-            service.aretrieve(query, budget, namespace=namespace, method=method, explain=explain)
+        result = await service.aretrieve(
+            query, budget, namespace=namespace, method=method, explain=explain
         )
         return RetrieveResponse.of(result, explain=explain)
 
@@ -166,9 +244,8 @@ def build_mcp(service: MemoryService, tokens: TokenTable | None = None) -> Any:
         look up what happened at a step a retrieval pointed to. `next` says where to
         continue."""
         authorize(ctx, namespace)
-        checked(namespace)
-        page = await guarded(
-            service.acall("steps", namespace, start=start, stop=stop, grep=grep, limit=limit)
+        page = await service.acall(
+            "steps", namespace, start=start, stop=stop, grep=grep, limit=limit
         )
         return StepsResponse(**page)
 
@@ -180,7 +257,7 @@ def build_mcp(service: MemoryService, tokens: TokenTable | None = None) -> Any:
     async def list_namespaces(ctx: Context) -> NamespacesResponse:
         """List the namespaces that hold steps (those the caller may use)."""
         grant = authorize(ctx, None)
-        names = await guarded(service.anamespaces())
+        names = await service.anamespaces()
         if grant is not None:
             names = [n for n in names if grant.allows(n)]
         return NamespacesResponse(namespaces=names)
@@ -194,8 +271,44 @@ def build_mcp(service: MemoryService, tokens: TokenTable | None = None) -> Any:
         """Delete every step of a namespace, permanently. Returns how many steps were
         deleted (0 when the namespace held none)."""
         authorize(ctx, namespace)
-        checked(namespace)
-        n = await guarded(service.adelete_namespace(namespace))
+        n = await service.adelete_namespace(namespace)
         return DeleteResponse(namespace=namespace, deleted_steps=n)
 
     return server
+
+
+async def serve_stdio(server: Any) -> None:
+    """Serve ``server`` (from :func:`build_mcp`) over stdin/stdout until stdin closes.
+    As the SDK's own stdio runner, plus: a line that is not JSON gets a JSON-RPC
+    parse error (-32700), and JSON that is not a JSON-RPC message an invalid-request
+    error (-32600), both with ``id: null``, instead of no answer at all."""
+    import anyio
+    from mcp.server.stdio import stdio_server
+    from mcp.shared.message import SessionMessage
+    from mcp.types import ErrorData, JSONRPCError
+
+    lowlevel = server._lowlevel_server  # what MCPServer.run_stdio_async runs, too
+    async with stdio_server() as (read, write):
+        send, receive = anyio.create_memory_object_stream[Any](0)
+
+        async def pump() -> None:
+            async with send:
+                async for item in read:
+                    if not isinstance(item, Exception):
+                        await send.send(item)
+                        continue
+                    parse = isinstance(item, ValidationError) and any(
+                        e["type"] == "json_invalid" for e in item.errors()
+                    )
+                    error = ErrorData(
+                        code=-32700 if parse else -32600,
+                        message="Parse error: not JSON"
+                        if parse
+                        else "Invalid Request: not a JSON-RPC 2.0 message",
+                    )
+                    reply = JSONRPCError(jsonrpc="2.0", id=None, error=error)
+                    await write.send(SessionMessage(reply))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pump)
+            await lowlevel.run(receive, write, lowlevel.create_initialization_options())

@@ -2,19 +2,68 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+
 from osumem.errors import ConfigError
 from osumem.serve.auth import TokenTable, is_loopback
+from osumem.serve.connections import (
+    BODY_TIMEOUT,
+    HEADER_TIMEOUT,
+    MAX_CONNECTIONS,
+    MAX_PER_CLIENT,
+    ConnectionGuard,
+    guarded_protocol,
+)
 from osumem.serve.service import MemoryService
+
+
+class ServeStopped(KeyboardInterrupt):
+    """A stop asked for by a signal (SIGTERM); unwinds like Ctrl-C, so every ``with``
+    block closes (requests finish, the store is snapshotted and checkpointed)."""
+
+
+@dataclass
+class StopSignal:
+    """The signal that stopped the server (``None``: it was not stopped by one)."""
+
+    name: str | None = None
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[StopSignal]:
+    """Treat SIGTERM as SIGINT inside the block: either unwinds the block (closing
+    what it opened) and the block ends normally, saying which signal it was. A second
+    SIGTERM while closing kills the process as the default action does."""
+    stopped = StopSignal()
+
+    def on_term(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one forces
+        raise ServeStopped("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield stopped
+    except ServeStopped:
+        stopped.name = "SIGTERM"
+    except KeyboardInterrupt:
+        stopped.name = "SIGINT"
+    finally:
+        with contextlib.suppress(ValueError):  # not the main thread
+            signal.signal(signal.SIGTERM, previous)
 
 
 def run_stdio(service: MemoryService) -> None:
     """Serve MCP over stdin/stdout until the client closes the pipe."""
     import anyio
 
-    from osumem.serve.mcp_app import build_mcp
+    from osumem.serve.mcp_app import build_mcp, serve_stdio
 
     server = build_mcp(service)
-    anyio.run(server.run_stdio_async)
+    anyio.run(serve_stdio, server)
 
 
 def check_http_security(host: str, tokens: TokenTable, no_auth: bool) -> None:
@@ -36,6 +85,57 @@ def check_http_security(host: str, tokens: TokenTable, no_auth: bool) -> None:
         )
 
 
+@dataclass(frozen=True, kw_only=True)
+class HttpSettings:
+    """How the HTTP face guards itself (see :mod:`osumem.serve.connections`,
+    :mod:`osumem.serve.hosts` and :class:`osumem.serve.http_app.LimitsAndAuth`)."""
+
+    allowed_hosts: tuple[str, ...] = ()
+    header_timeout: float = HEADER_TIMEOUT
+    body_timeout: float = BODY_TIMEOUT
+    max_connections: int = MAX_CONNECTIONS
+    max_per_client: int = MAX_PER_CLIENT
+
+    def __post_init__(self) -> None:
+        for name in ("header_timeout", "body_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ConfigError(
+                    f"--{name.replace('_', '-')}: expected seconds > 0, got {value!r}"
+                )
+        for name, flag in (
+            ("max_connections", "max-connections"),
+            ("max_per_client", "max-connections-per-client"),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"--{flag}: expected a number >= 1, got {value!r}")
+
+
+def _room_for(connections: int) -> int:
+    """Raise the open-file limit so ``connections`` sockets fit; where the hard limit
+    is lower, the number of connections that fit (said on stderr)."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return connections
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = connections + 64  # the store, the encoder, the listening socket, ...
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return connections
+    if hard != resource.RLIM_INFINITY and hard < need:
+        fit = max(hard - 64, 1)
+        print(
+            f"osumem serve: note: the open-file limit is {hard}; serving at most {fit} "
+            f"connections instead of {connections} (raise it with ulimit -n)",
+            file=sys.stderr,
+        )
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        return fit
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    return connections
+
+
 def run_http(
     service: MemoryService,
     tokens: TokenTable,
@@ -43,20 +143,30 @@ def run_http(
     host: str = "127.0.0.1",
     port: int = 8765,
     log_level: str = "warning",
-    max_connections: int = 256,
+    settings: HttpSettings | None = None,
 ) -> None:
-    """Serve the HTTP JSON API with MCP at ``/mcp`` under uvicorn until interrupted."""
+    """Serve the HTTP JSON API with MCP at ``/mcp`` under uvicorn until interrupted,
+    behind a :class:`~osumem.serve.connections.ConnectionGuard`."""
     import uvicorn
 
     from osumem.serve.http_app import build_app
 
-    app = build_app(service, tokens, host=host)
+    cfg = settings or HttpSettings()
+    max_connections = _room_for(cfg.max_connections)
+    app = build_app(
+        service, tokens, host=host, allowed_hosts=cfg.allowed_hosts, body_timeout=cfg.body_timeout
+    )
+    guard = ConnectionGuard(
+        header_timeout=cfg.header_timeout,
+        max_connections=max_connections,
+        max_per_client=min(cfg.max_per_client, max_connections),
+    )
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level=log_level,
-        limit_concurrency=max_connections,
+        http=guarded_protocol(guard),  # bounds connections: no uvicorn concurrency limit
         timeout_graceful_shutdown=10,
         server_header=False,
     )

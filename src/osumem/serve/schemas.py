@@ -66,22 +66,32 @@ class AddRequest(BaseModel):
         "tool_calls, tool_call_id)."
     )
     source: str | None = Field(
-        default=None, description="Source name of the new steps (default: the namespace)."
+        default=None,
+        min_length=1,
+        description="Source name of the new steps (default: the namespace).",
     )
     prefix_namespace: bool | None = Field(
         default=None,
+        strict=True,
         description="Prefix entities and tool signatures with the source name.",
     )
     hold_open_calls: bool = Field(
         default=True,
+        strict=True,
         description="Hold a trailing tool call without its result until the result "
         "arrives in a later add.",
     )
-    on_duplicate: Literal["append", "skip", "error"] = Field(
-        default="append",
-        description="These messages were added to the namespace before (same content): "
-        "append them again (default, as an agent repeating itself does), skip them, or "
-        "fail (422).",
+    on_duplicate: Literal["skip", "append", "error"] = Field(
+        default="skip",
+        description="These messages were added to the namespace before (same content, or "
+        "the same log_id): skip them (default: a retried or re-run add stores nothing "
+        "twice), append them again, or fail (422).",
+    )
+    log_id: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The identity of these messages for on_duplicate (instead of their "
+        "content), e.g. the message's index or id in the agent's run.",
     )
 
 
@@ -110,10 +120,16 @@ class RetrieveRequest(BaseModel):
     """Body of ``POST /v1/namespaces/{ns}/retrieve``."""
 
     model_config = ConfigDict(extra="forbid")
-    query: str = Field(strict=True, description="What the agent needs to know, in words.")
+    query: str = Field(
+        strict=True,
+        min_length=1,
+        pattern=r"\S",
+        description="What the agent needs to know, in words (not only white space).",
+    )
     budget: int | None = Field(
         default=None,
         strict=True,
+        ge=1,
         description="Token budget of the returned steps (> 0; default: the server's).",
     )
     method: str | None = Field(
@@ -239,8 +255,10 @@ def check_namespace_name(namespace: str) -> None:
 
 
 def error_status(exc: BaseException) -> int:
-    """The HTTP status of a library error: 422 for bad input (what and where in the
-    message), 503 for a store that cannot be used, 500 otherwise."""
+    """The HTTP status of a library error: 404 for a namespace that holds nothing to
+    read, 409 for an import that conflicts with the store, 503 for a store that cannot
+    be used, 422 for every other library error (bad input: what and where in the
+    message), 500 for anything else."""
     from osumem.memory import StoreError
     from osumem.memory.export import ImportConflictError
 
@@ -253,10 +271,5 @@ def error_status(exc: BaseException) -> int:
     if isinstance(exc, StoreError):
         return 503
     if isinstance(exc, OSUMemError):
-        return 400
+        return 422
     return 500
-
-
-def error_body(exc: BaseException) -> dict[str, Any]:
-    """The JSON error body: the error type and its message."""
-    return {"error": {"type": type(exc).__name__, "message": str(exc)}}

@@ -194,13 +194,21 @@ class MemoryService:
         source: str | None = None,
         prefix_namespace: bool | None = None,
         hold_open_calls: bool = True,
-        on_duplicate: str = "append",
+        on_duplicate: str | None = None,
+        log_id: str | None = None,
     ) -> AddResult:
-        """Append OpenAI-format messages to ``namespace``; returns once committed.
+        """Append OpenAI-format messages to ``namespace``; returns once committed (the
+        options as :meth:`Memory.add_messages` takes them).
 
         Raises the memory's typed errors (nothing is written then).
         """
-        options = (source, prefix_namespace, hold_open_calls, on_duplicate)
+        options = {
+            "source": source,
+            "prefix_namespace": prefix_namespace,
+            "hold_open_calls": hold_open_calls,
+            "on_duplicate": on_duplicate,
+            "log_id": log_id,
+        }
         return self._add(namespace, messages, options).result()
 
     def retrieve(
@@ -305,10 +313,17 @@ class MemoryService:
         source: str | None = None,
         prefix_namespace: bool | None = None,
         hold_open_calls: bool = True,
-        on_duplicate: str = "append",
+        on_duplicate: str | None = None,
+        log_id: str | None = None,
     ) -> AddResult:
         """:meth:`add_messages` without blocking the event loop."""
-        options = (source, prefix_namespace, hold_open_calls, on_duplicate)
+        options = {
+            "source": source,
+            "prefix_namespace": prefix_namespace,
+            "hold_open_calls": hold_open_calls,
+            "on_duplicate": on_duplicate,
+            "log_id": log_id,
+        }
         fut = self._add(namespace, messages, options)
         return await asyncio.wrap_future(fut)
 
@@ -362,10 +377,10 @@ class MemoryService:
         self,
         namespace: str,
         messages: Sequence[Mapping[str, Any]],
-        options: tuple[str | None, bool | None, bool, str],
+        options: Mapping[str, Any],
     ) -> Future[AddResult]:
-        """Queue an add (options: source, prefix_namespace, hold_open_calls,
-        on_duplicate) for the store thread."""
+        """Queue an add (``options``: the keyword arguments of
+        :meth:`Memory.add_messages`) for the store thread."""
         if isinstance(messages, Sequence) and len(messages) > self.limits.max_messages:
             raise InvalidInputError(
                 f"messages: {len(messages)} messages in one add; the server accepts at most "
@@ -395,7 +410,7 @@ class MemoryService:
         touched: list[str] = []
         self._lock.acquire_write()
         try:
-            for namespace, messages, (source, prefix, hold, duplicate), future in batch:
+            for namespace, messages, options, future in batch:
                 if not future.set_running_or_notify_cancel():
                     continue
                 self._generation[namespace] = self._generation.get(namespace, 0) + 1
@@ -403,14 +418,7 @@ class MemoryService:
                 if namespace not in touched:
                     touched.append(namespace)
                 try:
-                    ids = mem.add_messages(
-                        messages,
-                        namespace=namespace,
-                        source=source,
-                        prefix_namespace=prefix,
-                        hold_open_calls=hold,
-                        on_duplicate=duplicate,
-                    )
+                    ids = mem.add_messages(messages, namespace=namespace, **options)
                     result = AddResult(
                         namespace, ids, mem.n_steps(namespace), len(mem.store.pending(namespace))
                     )

@@ -161,19 +161,22 @@ class MemoryStore(ABC, metaclass=_Constructible):
         *,
         encoder_id: str,
         pending: Sequence[Mapping[str, Any]] | None = None,
+        pending_sources: Sequence[str | None] | None = None,
         digest: str | None = None,
     ) -> list[int]:
         """Append ``rows`` (with their L2-normalised ``embeddings``) to ``namespace`` as
         one add batch, in one transaction: positions and ids are assigned inside it,
-        the namespace's held messages are replaced by ``pending`` (when given) and
-        ``digest`` is recorded. The first add records ``encoder_id`` and the dimension;
+        the namespace's held messages are replaced by ``pending`` (when given; the
+        source of each in ``pending_sources``) and ``digest`` is recorded. The first add records ``encoder_id`` and the dimension;
         a later add with another raises :class:`~osumem.errors.IncompatibleStoreError`.
         Returns the new step ids. Callers validate first; the backend writes the
         checked :class:`~osumem.memory.rows.AddBatch` (:meth:`_append`)."""
         emb = np.ascontiguousarray(embeddings, dtype="<f4")
         if emb.ndim != 2 or emb.shape[0] != len(rows):
             raise StoreError(f"append: {len(rows)} rows but embeddings of shape {emb.shape}")
-        return self._append(AddBatch(namespace, rows, emb, encoder_id, pending, digest))
+        return self._append(
+            AddBatch(namespace, rows, emb, encoder_id, pending, pending_sources, digest)
+        )
 
     @abstractmethod
     def _append(self, batch: AddBatch) -> list[int]:
@@ -203,6 +206,12 @@ class MemoryStore(ABC, metaclass=_Constructible):
     @abstractmethod
     def pending(self, namespace: str) -> list[dict[str, Any]]:
         """Messages held back for ``namespace`` (empty when none)."""
+
+    @abstractmethod
+    def pending_with_sources(self, namespace: str) -> tuple[list[dict[str, Any]], list[str | None]]:
+        """The held messages of ``namespace`` and the source of each, read together
+        (one snapshot while other writers commit); a source is ``None`` where none was
+        recorded (the message goes with the next add of any source)."""
 
     @abstractmethod
     def discard_pending(self, namespace: str) -> list[dict[str, Any]]:

@@ -1,7 +1,7 @@
 """The SQLite store's schema: its tables, the ordered named migrations that build
 them, and the checks that a file is a sound store of this version.
 
-Schema version :data:`~osumem.memory.backends.base.SCHEMA_VERSION` holds six tables.
+Schema version :data:`~osumem.memory.backends.base.SCHEMA_VERSION` holds seven tables.
 A new file gets every migration in one transaction; a file written by an earlier
 release gets the migrations it lacks, in order, each in its own transaction (a file
 opened read-only is read as it is: the later tables are optional to a reader).
@@ -50,6 +50,11 @@ TABLES: dict[str, str] = {
     end_pos INTEGER NOT NULL,
     PRIMARY KEY (ns, digest)
 )""",
+    # the source of each held message of ``pending`` (a JSON list, in the same order);
+    # no row: the held messages belong to whichever source adds next
+    "held_sources": (
+        "CREATE TABLE IF NOT EXISTS held_sources (ns TEXT PRIMARY KEY, sources TEXT NOT NULL)"
+    ),
     "snapshots": """CREATE TABLE IF NOT EXISTS snapshots (
     ns TEXT PRIMARY KEY,
     steps INTEGER NOT NULL,
@@ -69,7 +74,7 @@ COLUMNS = {
     "pending": ("ns", "messages"),
 }
 #: The tables holding per-namespace rows (``ns`` column), in content-hash order.
-NAMESPACED = ("steps", "batches", "pending", "digests", "snapshots")
+NAMESPACED = ("steps", "batches", "pending", "digests", "snapshots", "held_sources")
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0001 steps, add batches and held messages", REQUIRED),
     Migration("0002 digests of added logs", ("digests",)),
     Migration("0003 retriever snapshots", ("snapshots",)),
+    Migration("0004 sources of held messages", ("held_sources",)),
 )
 
 

@@ -30,6 +30,16 @@ UPSERT_PENDING = (
     "ON CONFLICT (ns) DO UPDATE SET messages = excluded.messages"
 )
 DELETE_PENDING = "DELETE FROM pending WHERE ns = ?"
+SELECT_PENDING_WITH_SOURCES = (
+    "SELECT p.messages, h.sources FROM pending p "
+    "LEFT JOIN held_sources h ON h.ns = p.ns WHERE p.ns = ?"
+)
+SELECT_PENDING_NO_SOURCES = "SELECT messages, NULL FROM pending WHERE ns = ?"
+UPSERT_HELD_SOURCES = (
+    "INSERT INTO held_sources (ns, sources) VALUES (?, ?) "
+    "ON CONFLICT (ns) DO UPDATE SET sources = excluded.sources"
+)
+DELETE_HELD_SOURCES = "DELETE FROM held_sources WHERE ns = ?"
 
 HAS_DIGEST = "SELECT 1 FROM digests WHERE ns = ? AND digest = ?"
 SELECT_DIGESTS = "SELECT digest, end_pos FROM digests WHERE ns = ? ORDER BY end_pos, digest"

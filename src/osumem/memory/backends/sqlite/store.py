@@ -34,7 +34,7 @@ import hashlib
 import json
 import sqlite3
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -114,6 +114,7 @@ class SQLiteStore(MemoryStore):
             raise
         self._has_digests = "digests" in present
         self._has_snapshots = "snapshots" in present
+        self._has_held_sources = "held_sources" in present
 
     # --- identity and lifecycle -------------------------------------------------------
 
@@ -282,19 +283,62 @@ class SQLiteStore(MemoryStore):
                 )
                 ids.append(int(cur.lastrowid or 0))
             if add.pending is not None:
-                if add.pending:
-                    conn.execute(sql.UPSERT_PENDING, (namespace, encode_pending(add.pending)))
-                else:
-                    conn.execute(sql.DELETE_PENDING, (namespace,))
+                self._set_pending(namespace, add.pending, add.pending_sources)
             if add.digest is not None and self._has_digests:
                 conn.execute(sql.INSERT_DIGEST, (namespace, add.digest, start + len(rows)))
         return ids
+
+    def _set_pending(
+        self,
+        namespace: str,
+        messages: Sequence[Mapping[str, Any]],
+        sources: Sequence[str | None] | None,
+    ) -> None:
+        conn = self.conn
+        if messages:
+            conn.execute(sql.UPSERT_PENDING, (namespace, encode_pending(messages)))
+        else:
+            conn.execute(sql.DELETE_PENDING, (namespace,))
+        if not self._has_held_sources:
+            return
+        if messages and sources is not None and all(isinstance(x, str) for x in sources):
+            conn.execute(
+                sql.UPSERT_HELD_SOURCES,
+                (namespace, json.dumps(list(sources), ensure_ascii=False)),
+            )
+        else:
+            conn.execute(sql.DELETE_HELD_SOURCES, (namespace,))
+
+    @guarded
+    def pending_with_sources(self, namespace: str) -> tuple[list[dict[str, Any]], list[str | None]]:
+        query = (
+            sql.SELECT_PENDING_WITH_SOURCES
+            if self._has_held_sources
+            else (sql.SELECT_PENDING_NO_SOURCES)
+        )
+        row = self.conn.execute(query, (namespace,)).fetchone()
+        if row is None:
+            return [], []
+        held = decode_pending(row[0], self.name, namespace)
+        try:
+            sources = json.loads(row[1]) if row[1] is not None else None
+        except (TypeError, ValueError):
+            sources = None
+        if (
+            not isinstance(sources, list)
+            or len(sources) != len(held)
+            or not all(isinstance(x, str) for x in sources)
+        ):
+            return held, [None] * len(held)  # unknown: as a store without sources
+        return held, list(sources)
 
     @guarded
     def discard_pending(self, namespace: str) -> list[dict[str, Any]]:
         with self.conn.transaction():
             row = self.conn.execute(sql.SELECT_PENDING, (namespace,)).fetchone()
             self.conn.execute(sql.DELETE_PENDING, (namespace,))
+            if self._has_held_sources:
+                self.conn.execute(sql.DELETE_HELD_SOURCES, (namespace,))
         if row is None:
             return []
         try:
@@ -305,7 +349,11 @@ class SQLiteStore(MemoryStore):
 
     @guarded
     def delete_namespace(self, namespace: str) -> int:
-        present = {"digests": self._has_digests, "snapshots": self._has_snapshots}
+        present = {
+            "digests": self._has_digests,
+            "snapshots": self._has_snapshots,
+            "held_sources": self._has_held_sources,
+        }
         with self.conn.transaction():
             n = self.n_steps(namespace)
             for table in schema.NAMESPACED:
@@ -377,6 +425,8 @@ class SQLiteStore(MemoryStore):
         tables = [("meta", "key"), ("steps", "id"), ("batches", "id"), ("pending", "ns")]
         if self._has_digests:
             tables.append(("digests", "ns, digest"))
+        if self._has_held_sources:
+            tables.append(("held_sources", "ns"))
         for table, order in tables:
             h.update(table.encode())
             for row in self.conn.execute(sql.select_all(table, order)):
