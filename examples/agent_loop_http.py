@@ -68,10 +68,10 @@ def main() -> None:
             user = {"role": "user", "content": text}
             context = memory.retrieve(text, args.budget, namespace=args.namespace)
             prompt = [
-                {"role": "system", "content": "You are an airline agent.\n" + context["rendered"]},
+                {"role": "system", "content": "You are an airline agent.\n" + context.render()},
                 user,
             ]
-            print(f"--- turn {turn}: {text}\n{context['rendered']}\n")
+            print(f"--- turn {turn}: {text}\n{context.render()}\n")
             reply = call_model(prompt, turn)
             stored = memory.add_messages([user, *reply], namespace=args.namespace)
             print(

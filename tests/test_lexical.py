@@ -214,7 +214,7 @@ def test_reopened_memory_restores_the_index_from_its_snapshot(tmp_path, name):
         before = [s.position for s in mem.retrieve("flight HAT7 city", 64, namespace="a").steps]
     with Memory.open(path, encoder="hashing", method=name) as mem:
         calls = []
-        cls = type(mem._new_retriever())
+        cls = type(mem._retrievers.new())
         orig = cls.update
 
         def counting(self, view):
@@ -226,7 +226,7 @@ def test_reopened_memory_restores_the_index_from_its_snapshot(tmp_path, name):
             after = [s.position for s in mem.retrieve("flight HAT7 city", 64, namespace="a").steps]
         finally:
             cls.update = orig
-        assert mem._snapshots["a"] == 40 and calls == []
+        assert mem._retrievers.snapshot_steps("a") == 40 and calls == []
     assert after == before
 
 

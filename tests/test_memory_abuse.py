@@ -95,7 +95,7 @@ def test_held_messages_can_be_inspected_and_discarded(mem):
     with pytest.raises(InvalidInputError, match="tool_call_id"):
         mem.add_messages([result("c1")])  # the call is gone, so is its match
     # a damaged held entry is reported typed and can still be discarded
-    mem.store._conn.execute("INSERT INTO pending (ns, messages) VALUES ('bad', 'not json')")
+    mem.store.conn.execute("INSERT INTO pending (ns, messages) VALUES ('bad', 'not json')")
     with pytest.raises(OSUMemError, match="discard them"):
         mem.add_messages([U], namespace="bad")
     assert mem.discard_held("bad") == [{"unreadable": "not json"}]

@@ -14,8 +14,8 @@ from osumem.errors import InvalidInputError
 from osumem.memory import Memory
 from osumem.memory.api import MEMORY_ANN_MIN_STEPS, MemoryConfig
 from osumem.osu.views import hnsw_available
-from osumem.retrieve.base import ANN_MIN_STEPS
 from osumem.retrieve.registry import create
+from osumem.retrieve.step_index import ANN_MIN_STEPS
 from osumem.types import Step
 
 DIM = 16
@@ -63,7 +63,7 @@ def test_below_the_threshold_the_memory_scans_exactly():
     got = _answers(mem)
     retriever = mem.retriever()
     assert retriever is not None and retriever.ann_min_steps == 10_000
-    assert retriever._step_index is None  # no HNSW index was built
+    assert retriever.step_index.hnsw is None  # no HNSW index was built
     # the same answers as a retriever that never uses an index
     exact = create("osumem", None, seed=0)
     exact.ann_min_steps = 10**9
@@ -84,12 +84,12 @@ def test_above_the_threshold_a_reopened_memory_answers_like_the_live_one(tmp_pat
     _fill([mem, control], 300)
     live = _answers(control)
     assert _answers(mem) == live
-    assert control.retriever()._step_index is not None  # the index answered
+    assert control.retriever().step_index.hnsw is not None  # the index answered
     mem.close()
     with Memory.open(path, params=PARAMS, ann_min_steps=100) as again:
         assert again.store.snapshot("default").steps == 300  # restored, not replayed
         assert _answers(again) == live
-        assert again.retriever()._step_index is not None
+        assert again.retriever().step_index.hnsw is not None
     # the same after a full replay
     with sqlite3.connect(path) as con:
         con.execute("DELETE FROM snapshots")

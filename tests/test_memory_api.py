@@ -88,7 +88,7 @@ def test_incremental_pool_equals_batch_build_on_non_similarity_views():
         for m in msgs:
             inc.add_messages([m])
             inc.retrieve("reservation", 64)  # the pool is updated after every add
-        pool = inc.retriever().pool_
+        pool = inc.retriever().fitted_pool
         full = OSUPool.build(inc.view(), OSUConfig(views=NON_SIM))
         assert pool.signature(NON_SIM) == full.signature(NON_SIM)
         assert any(k.startswith("get_reservation") for k in pool.keys)
@@ -97,7 +97,7 @@ def test_incremental_pool_equals_batch_build_on_non_similarity_views():
         for m in msgs:
             dflt.add_messages([m])
             dflt.retrieve("reservation", 64)
-        assert dflt.retriever().pool_.signature(NON_SIM) == full.signature(NON_SIM)
+        assert dflt.retriever().fitted_pool.signature(NON_SIM) == full.signature(NON_SIM)
 
 
 @pytest.mark.parametrize("method,params", [("osumem", {"views": NON_SIM}), ("flat", None)])

@@ -34,7 +34,7 @@ def test_live_view_equals_reloaded_after_growth(tmp_path):
             if k % 37 == 0:
                 mem.retrieve("order 3", 64)
         live = mem.view()
-        assert live.n == 301 and mem._data["default"].users == 151
+        assert live.n == 301 and mem._views.buffer("default").users == 151
         np.testing.assert_array_equal(early.embeddings, early_copy[0])
         assert list(early.texts) == early_copy[1] and early.n == 1
         answer = mem.retrieve("order 3", 64).to_dict()

@@ -14,27 +14,27 @@ from osumem.bench.synthetic import SyntheticConfig, generate_episode
 from osumem.memory import Memory
 from osumem.memory import snapshot as snap_mod
 from osumem.osu import OSUConfig, OSUPool
-from osumem.osu import pool as pool_mod
+from osumem.osu import construct as construct_mod
 from osumem.types import Step
 
 DIM = 16
 PARAMS = {"similarity_refresh": 12, "similarity_refresh_ratio": 0.1, "similarity_scope": "all"}
 SLOT_ARRAYS = (
-    "_g_view",
-    "_g_rank",
-    "_g_first",
-    "_coh_raw",
-    "_k_size",
-    "_k_cost",
-    "_k_coh",
-    "_k_span",
-    "_row_ptr",
-    "_row_slots",
-    "_sim_slot",
-    "_kept",
-    "_live_row",
-    "_live_slot",
-    "_live_cent",
+    "view_code",
+    "rank",
+    "first",
+    "coh_raw",
+    "k_size",
+    "k_cost",
+    "k_coh",
+    "k_span",
+    "row_ptr",
+    "row_slots",
+    "sim_slot",
+    "kept",
+    "live_row",
+    "live_slot",
+    "live_cent",
 )
 
 
@@ -42,17 +42,20 @@ SLOT_ARRAYS = (
 def small_exact_limit(monkeypatch):
     """Take the HNSW + warm-started Leiden path of the similarity view from 40 steps
     on, so small tests cross it."""
-    monkeypatch.setattr(pool_mod, "EXACT_KNN_MAX", 40)
+    monkeypatch.setattr(construct_mod, "EXACT_KNN_MAX", 40)
 
 
 def assert_same_state(a: OSUPool, b: OSUPool) -> None:
     for name in SLOT_ARRAYS:
-        np.testing.assert_array_equal(getattr(a, name).v, getattr(b, name).v, err_msg=name)
-    assert a._g_key == b._g_key and a._g_members == b._g_members and a._last == b._last
-    assert a._similarity_upto == b._similarity_upto
+        np.testing.assert_array_equal(
+            getattr(a.slots, name).v, getattr(b.slots, name).v, err_msg=name
+        )
+    assert a.slots.keys == b.slots.keys and a.slots.members == b.slots.members
+    assert a.slots.last == b.slots.last
+    assert a.similarity.upto == b.similarity.upto
     np.testing.assert_array_equal(
-        np.asarray(a._partition if a._partition is not None else []),
-        np.asarray(b._partition if b._partition is not None else []),
+        np.asarray(a.similarity.partition if a.similarity.partition is not None else []),
+        np.asarray(b.similarity.partition if b.similarity.partition is not None else []),
     )
     assert (a.members != b.members).nnz == 0
     for name in ("keys", "centroids", "costs", "spans", "sizes", "coherence"):
@@ -83,7 +86,7 @@ def test_pool_state_round_trip_then_continues_identically(chunks):
         live.add(view.prefix(t))
         restored.add(view.prefix(t))
         assert_same_state(live, restored)
-    assert live._knn is not None and restored._knn is not None
+    assert live.similarity.knn is not None and restored.similarity.knn is not None
 
 
 def test_pool_state_rejects_inconsistent_arrays():

@@ -8,8 +8,8 @@ import pytest
 import scipy.sparse as sp
 
 from conftest import make_view
-from osumem.osu import OSUConfig, OSUPool
-from osumem.osu.pool import STATS_CHUNK, member_stats, segment_stats
+from osumem.osu import OSUConfig, OSUPool, construct
+from osumem.osu.sums import STATS_CHUNK, member_stats, segment_stats
 from osumem.osu.views import (
     annotation_group_arrays,
     community_group_arrays,
@@ -112,15 +112,15 @@ def test_build_equals_a_rederivation_of_its_own_slots():
     for cfg in (OSUConfig(), OSUConfig(similarity_scope="all", max_memberships=2)):
         pool = OSUPool.build(view, cfg, seed=1)
         before = pool.state()
-        cent = pool._live_cent.v.copy()
-        keys, members = list(pool._g_key), [list(m) for m in pool._g_members]
-        pool._rebuild(view, pool._refresh_similarity(view))
+        cent = pool.slots.live_cent.v.copy()
+        keys, members = list(pool.slots.keys), [list(m) for m in pool.slots.members]
+        construct.rebuild(pool, view, construct.refresh_similarity(pool, view))
         after = pool.state()
-        assert pool._g_key == keys and pool._g_members == members
+        assert pool.slots.keys == keys and pool.slots.members == members
         assert before.keys() == after.keys()
         for k in before:
             assert np.array_equal(before[k], after[k]), k
-        assert pool._live_cent.v.tobytes() == cent.tobytes()
+        assert pool.slots.live_cent.v.tobytes() == cent.tobytes()
 
 
 def test_leiden_partition_is_reused_for_the_same_graph_only(monkeypatch):

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-import osumem.osu.pool as pool_mod
+import osumem.osu.construct as construct_mod
 from osumem.bench.synthetic import SyntheticConfig, generate_episode
 from osumem.osu.config import OSUConfig
-from osumem.osu.pool import OSUPool, _Grow, release_free_memory
+from osumem.osu.heap import release_free_memory
+from osumem.osu.pool import OSUPool
+from osumem.osu.slots import GrowArray
 from osumem.osu.views import KnnIndex, similarity_scope
 
 
 def test_grow_new_entries_hold_fill_whatever_the_spare_capacity_held():
-    g = _Grow((2,), np.int64, fill=-1)
+    g = GrowArray((2,), np.int64, fill=-1)
     g.resize(40)
     assert (g.v == -1).all()
     g.a[:40] = 7
@@ -25,21 +27,23 @@ def test_grow_new_entries_hold_fill_whatever_the_spare_capacity_held():
 
 
 def test_built_pool_drops_similarity_index_and_later_refresh_matches_kept_index(monkeypatch):
-    monkeypatch.setattr(pool_mod, "EXACT_KNN_MAX", 40)
+    monkeypatch.setattr(construct_mod, "EXACT_KNN_MAX", 40)
     view = generate_episode(SyntheticConfig(n_episodes=1), 1000, 0).view
     cfg = OSUConfig(similarity_refresh=10, similarity_refresh_ratio=0.0, similarity_scope="all")
     head = view.prefix(min(view.n - 30, 120))
     built = OSUPool.build(head, cfg, 0)
-    assert built._knn is None and built._knn_pending > 0
+    assert built.similarity.knn is None and built.similarity.knn_pending > 0
     kept = OSUPool.build(head, cfg, 0)
     # as the pool used to keep it: the index over the same scope steps, built at once
-    kept._knn = KnnIndex(head.dim, seed=0)
-    kept._knn.add(head.embeddings[similarity_scope(head, cfg)[: kept._knn_pending]])
-    kept._knn_pending = 0
+    kept.similarity.knn = KnnIndex(head.dim, seed=0)
+    kept.similarity.knn.add(
+        head.embeddings[similarity_scope(head, cfg)[: kept.similarity.knn_pending]]
+    )
+    kept.similarity.knn_pending = 0
     for t in range(head.n + 10, view.n + 1, 10):
         built.add(view.prefix(t))
         kept.add(view.prefix(t))
-    np.testing.assert_array_equal(built._partition, kept._partition)
+    np.testing.assert_array_equal(built.similarity.partition, kept.similarity.partition)
     assert (built.members != kept.members).nnz == 0
     np.testing.assert_array_equal(built.centroids, kept.centroids)
     release_free_memory()  # harmless anywhere (a no-op without glibc)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import make_view
-from osumem.retrieve.base import greedy_pack
+from osumem.retrieve.packing import greedy_pack, novelty_pack, pack_first_fit
 from osumem.retrieve.registry import create
 
 
@@ -39,7 +39,7 @@ def test_novelty_pack_equals_greedy_pack_with_the_penalty(seed):
             cand = rng.permutation(n)[: int(rng.integers(0, n + 1))].astype(np.int64)
             rel = (r.view_.embeddings[cand] @ q).astype(np.float32)
             rel[::3] = np.round(rel[::3], 1)  # ties in relevance
-            got = r._novelty_pack(cand, rel, budget, gamma)
+            got = novelty_pack(r.view_.embeddings, r.view_.costs, cand, rel, budget, gamma)
             want = _greedy_reference(r, cand, rel, budget, gamma)
             assert got.tolist() == want.tolist()
             assert int(costs[got].sum()) <= budget
@@ -51,15 +51,13 @@ def _reference_select(r, q, budget):
     cfg = r.config
     costs = r.view_.costs
     cand = r._coarse_positions(q, budget)
-    ann = r._use_ann(r.view_.n)
+    ann = r.step_index.uses_ann(r.view_, r.view_.n)
     cos = r.view_.embeddings[cand] @ q if ann else r._cosines(q, r.view_.n)[cand]
     order = np.argsort(-cos, kind="stable")
     cand, rel = cand[order], cos[order]
     if cfg.novelty and budget >= cfg.novelty_min_budget and cand.size:
         chosen = _greedy_reference(r, cand, rel, budget, cfg.novelty_weight)
     else:
-        from osumem.retrieve.base import pack_first_fit
-
         chosen = pack_first_fit(cand, costs, budget)
     left = budget - int(costs[chosen].sum())
     if left <= 0:
@@ -76,7 +74,7 @@ def test_selection_equals_the_reference_construction(ann):
     if ann:
         r.ann_min_steps = 1000
     r.fit(data.view)
-    assert r._use_ann(data.view.n) == ann
+    assert r.step_index.uses_ann(r.view_, data.view.n) == ann
     skipped = 0
     for i, q in enumerate(data.queries):
         qn = r.view_.check_query(q)
@@ -98,16 +96,16 @@ def test_cost_stats_carried_over_through_adds_equal_a_fresh_computation():
     for t in range(301, 401, 7):
         view = data.view.prefix(t)
         r.update(view)
-        mean, low, n_low = r._cost_stats()
+        mean, low, n_low = r.step_index.cost_stats(r.view_)
         costs = view.costs
-        assert r._cost_view is view
+        assert r.step_index._cost_view is view
         assert mean == float(costs.mean())
         assert low == int(costs.min())
         assert n_low == int(np.count_nonzero(costs == costs.min()))
     # a view that is not an extension of the cached one is recomputed, not carried
     other = make_view(50, 16, costs=[5] * 50)
     r.fit(other)
-    assert r._cost_stats() == (5.0, 5, 50)
+    assert r.step_index.cost_stats(r.view_) == (5.0, 5, 50)
 
 
 def test_kept_union_is_the_union_of_the_slots_members():
@@ -115,7 +113,7 @@ def test_kept_union_is_the_union_of_the_slots_members():
 
     data = generate(800, 16, 2, n_queries=1)
     r = create("osumem", seed=0).fit(data.view)
-    pool = r.pool_
+    pool = r.fitted_pool
     rng = np.random.default_rng(0)
     for size in (0, 1, 2, 5, 40):
         slots = rng.choice(pool.n_slots, size=size, replace=False).astype(np.int64)
@@ -149,10 +147,10 @@ def test_coarse_positions_cover_the_exact_top_k_with_the_centroid_index():
 @pytest.mark.parametrize("m", [3, 10, 64, 65, 300])
 def test_top_slots_take_the_best_k_with_ties_by_canonical_order(m):
     from osumem.bench.scale import generate
-    from osumem.retrieve.osumem import _top_slots
+    from osumem.retrieve.centroids import top_slots
 
     data = generate(800, 16, 2, n_queries=1)
-    pool = create("osumem", seed=0).fit(data.view).pool_
+    pool = create("osumem", seed=0).fit(data.view).fitted_pool
     rng = np.random.default_rng(m)
     live = pool.live_arrays()[0]
     for trial in range(20):
@@ -161,7 +159,7 @@ def test_top_slots_take_the_best_k_with_ties_by_canonical_order(m):
         for k in (1, 2, slots.size // 2, slots.size - 1, slots.size):
             if k < 1:
                 continue
-            got = set(_top_slots(pool, slots, scores.astype(np.float32), k).tolist())
+            got = set(top_slots(pool, slots, scores.astype(np.float32), k).tolist())
             ranked = sorted(
                 range(slots.size), key=lambda i: (-scores[i], pool.canonical_key(int(slots[i])))
             )

@@ -13,7 +13,7 @@ from conftest import make_view
 from osumem.bench.synthetic import SyntheticConfig, generate_episode
 from osumem.osu import OSUConfig, OSUPool
 from osumem.osu import views as views_mod
-from osumem.retrieve.base import flat_first_fit, pack_first_fit, top_order
+from osumem.retrieve.packing import flat_first_fit, pack_first_fit, top_order
 from osumem.retrieve.registry import create
 
 PUBLIC = ("view_codes", "centroids", "costs", "spans", "sizes", "coherence")
@@ -126,19 +126,22 @@ def test_hnsw_knn_graph_matches_exact_on_clustered_data(monkeypatch):
 
 
 def test_large_similarity_view_refreshes_from_the_previous_partition(monkeypatch):
-    import osumem.osu.pool as pool_mod
+    import osumem.osu.construct as construct_mod
 
-    monkeypatch.setattr(pool_mod, "EXACT_KNN_MAX", 50)
+    monkeypatch.setattr(construct_mod, "EXACT_KNN_MAX", 50)
     view = generate_episode(SyntheticConfig(n_episodes=1), 1000, 0).view
     cfg = OSUConfig(views=("similarity",), similarity_refresh=20, similarity_refresh_ratio=0.0)
     inc = OSUPool(cfg, seed=0)
     for t in range(60, view.n + 1, 20):
         inc.add(view.prefix(t))
-    assert inc._knn is not None and inc._knn.size == inc._partition.shape[0]
+    assert (
+        inc.similarity.knn is not None
+        and inc.similarity.knn.size == inc.similarity.partition.shape[0]
+    )
     assert inc.n_osus > 1
     assert inc.sizes.max() <= cfg.max_osu_size
     # a batch build over the same steps takes the same (approximate) path
-    batch = OSUPool.build(view.prefix(inc._similarity_upto), cfg, seed=0)
+    batch = OSUPool.build(view.prefix(inc.similarity.upto), cfg, seed=0)
     assert batch.n_osus > 1
 
 
@@ -184,7 +187,7 @@ def _big_view(n=1500, dim=24, seed=0):
 
 
 def test_ann_paths_stay_within_budget_and_near_the_exact_answer(monkeypatch):
-    import osumem.retrieve.base as base
+    import osumem.retrieve.step_index as step_index
 
     data = _big_view()
     exact = {m: create(m, seed=0).fit(data.view) for m in ("flat", "flat_mmr", "osumem")}
@@ -192,7 +195,7 @@ def test_ann_paths_stay_within_budget_and_near_the_exact_answer(monkeypatch):
         m: [set(r.retrieve(q, 256).positions.tolist()) for q in data.queries]
         for m, r in exact.items()
     }
-    monkeypatch.setattr(base, "ANN_MIN_STEPS", 1000)
+    monkeypatch.setattr(step_index, "ANN_MIN_STEPS", 1000)
     for m in ("flat", "flat_mmr", "osumem"):
         r = create(m, seed=0).fit(data.view)
         overlap = []
@@ -201,7 +204,7 @@ def test_ann_paths_stay_within_budget_and_near_the_exact_answer(monkeypatch):
             assert sel.cost <= 256
             got = set(sel.positions.tolist())
             overlap.append(len(got & want) / max(1, len(want)))
-        assert r._step_index is not None and r._step_index.size == data.view.n
+        assert r.step_index.hnsw is not None and r.step_index.hnsw.size == data.view.n
         assert np.mean(overlap) > 0.8, m
         # causal queries never use the index
         assert (r.retrieve(data.queries[0], 256, before=500).positions < 500).all()
@@ -210,35 +213,37 @@ def test_ann_paths_stay_within_budget_and_near_the_exact_answer(monkeypatch):
 def test_fit_builds_the_step_index_as_the_first_query_would(monkeypatch):
     """The step index built on a second thread during fit is the one a first query
     builds (single-threaded insertion): the same answers, query for query."""
-    import osumem.retrieve.base as base
+    import osumem.retrieve.step_index as step_index
 
-    monkeypatch.setattr(base, "ANN_MIN_STEPS", 1000)
+    monkeypatch.setattr(step_index, "ANN_MIN_STEPS", 1000)
     data = _big_view()
     eager = create("osumem", seed=0).fit(data.view)
-    assert eager._step_index is not None and eager._step_index.size == data.view.n
+    assert eager.step_index.hnsw is not None and eager.step_index.hnsw.size == data.view.n
     assert eager._centroid_index is not None
     lazy = create("osumem", seed=0).fit(data.view)
-    lazy._step_index = None  # as before: built by the first query
+    lazy.step_index.reset()  # as before: built by the first query
     lazy._centroid_index = None
     for q in data.queries:
         assert eager.retrieve(q, 256).positions.tolist() == lazy.retrieve(q, 256).positions.tolist()
-        np.testing.assert_array_equal(eager._ann_top(q, 40), lazy._ann_top(q, 40))
+        np.testing.assert_array_equal(
+            eager.step_index.top(eager.view_, q, 40), lazy.step_index.top(lazy.view_, q, 40)
+        )
 
 
 def test_ann_fill_skips_excluded_steps_as_the_cost_trick_did(monkeypatch):
     """The index fill drops excluded steps from the head; the result equals first fit
     over the head with those steps priced out of the budget."""
-    import osumem.retrieve.base as base
-    from osumem.retrieve.base import pack_first_fit
+    import osumem.retrieve.step_index as step_index
+    from osumem.retrieve.packing import pack_first_fit
 
-    monkeypatch.setattr(base, "ANN_MIN_STEPS", 1000)
+    monkeypatch.setattr(step_index, "ANN_MIN_STEPS", 1000)
     data = _big_view()
     r = create("flat", seed=0).fit(data.view)
     costs = data.view.costs
     cheapest = np.flatnonzero(costs == costs.min())
     for i, q in enumerate(data.queries):
         budget = 100 + 40 * i
-        exclude = r._ann_top(q, 30)[i % 3 :: 3]
+        exclude = r.step_index.top(r.view_, q, 30)[i % 3 :: 3]
         if i % 4 == 0:
             exclude = np.concatenate([exclude, cheapest])  # every cheapest step excluded
         got = r._flat_pack(q, data.view.n, budget, exclude=exclude)
@@ -246,7 +251,7 @@ def test_ann_fill_skips_excluded_steps_as_the_cost_trick_did(monkeypatch):
         priced[exclude] = budget + 1
         k = max(32, 4 * int(np.ceil(budget / float(costs.mean()))))
         while True:  # the former loop: a growing head, stopped when nothing can fit
-            want = pack_first_fit(r._ann_top(q, k), priced, budget)
+            want = pack_first_fit(r.step_index.top(r.view_, q, k), priced, budget)
             if k >= data.view.n or budget - int(priced[want].sum()) < int(priced.min()):
                 break
             k = min(data.view.n, 4 * k)
@@ -255,9 +260,9 @@ def test_ann_fill_skips_excluded_steps_as_the_cost_trick_did(monkeypatch):
 
 
 def test_centroid_index_follows_the_pool_through_adds(monkeypatch):
-    import osumem.retrieve.base as base
+    import osumem.retrieve.step_index as step_index
 
-    monkeypatch.setattr(base, "ANN_MIN_STEPS", 1000)
+    monkeypatch.setattr(step_index, "ANN_MIN_STEPS", 1000)
     data = _big_view(1400)
     r = create("osumem", seed=0).fit(data.view.prefix(1200))
     r.retrieve(data.queries[0], 256)
@@ -266,11 +271,11 @@ def test_centroid_index_follows_the_pool_through_adds(monkeypatch):
     index = r._centroid_index
     assert index is not None
     index.sync()
-    live = set(r.pool_.live_arrays()[0].tolist())
+    live = set(r.fitted_pool.live_arrays()[0].tolist())
     labels = set(index._index.get_ids_list()) - index._deleted
     assert labels == live
-    rows, _, _ = r.pool_.slot_arrays()
-    cents = r.pool_.live_arrays()[1]
+    rows, _, _ = r.fitted_pool.slot_arrays()
+    cents = r.fitted_pool.live_arrays()[1]
     for g in list(live)[:50]:
         np.testing.assert_allclose(index._index.get_items([g])[0], cents[rows[g]], atol=1e-6)
 

@@ -237,8 +237,8 @@ def test_namespaces_with_slashes_and_unicode_round_trip(server):
         for ns in ("team-a/run 7", "épisode-ü"):
             assert mc.add_messages(turn(70), namespace=ns)["steps_in_namespace"] == 2
             got = mc.retrieve("R70", 100, namespace=ns)
-            assert got["namespace"] == ns and got["steps"]
+            assert got.namespace == ns and got.steps
             assert ns in mc.namespaces()
-            assert mc.delete(ns) == 2
+            assert mc.delete_namespace(ns) == 2
     with MemoryClient(server.url, token=TEAM_TOKEN) as mc:
         mc.add_messages(turn(71), namespace="team-b/sub")  # team-* covers sub-paths

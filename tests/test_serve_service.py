@@ -32,7 +32,7 @@ def test_concurrent_reads_during_writes_equal_serial_answers(tmp_path):
             try:
                 for i in range(25):
                     q = QUERIES[(i + j) % len(QUERIES)]
-                    r = svc.retrieve("main", q, 80)
+                    r = svc.retrieve(q, 80, namespace="main")
                     with lock:
                         seen.setdefault((q, len(r.steps)), set()).add(tuple(r.positions))
             except BaseException as exc:  # pragma: no cover - reported below
@@ -68,7 +68,7 @@ def test_reads_follow_writes_to_the_same_namespace(tmp_path):
         for k in range(8):
             svc.add_messages("ns", turn(k))
             for method in (None, "flat"):
-                got = svc.retrieve("ns", f"reservation R{k}", 30, method)
+                got = svc.retrieve(f"reservation R{k}", 30, namespace="ns", method=method)
                 with Memory.open(store, encoder="hashing:d64", method=method or "osumem") as m:
                     want = m.retrieve(f"reservation R{k}", 30, namespace="ns")
                 assert got.to_dict() == want.to_dict()
@@ -79,13 +79,13 @@ def test_limits_and_typed_errors(tmp_path):
     limits = ServiceLimits(max_budget=100, max_messages=3, max_query_chars=20, max_methods=0)
     with MemoryService(tmp_path / "l.db", encoder="hashing:d64", limits=limits) as svc:
         with pytest.raises(BudgetError, match="at most 100"):
-            svc.retrieve("a", "q", 101)
+            svc.retrieve("q", 101, namespace="a")
         with pytest.raises(InvalidInputError, match="query"):
-            svc.retrieve("a", "q" * 21, 10)
+            svc.retrieve("q" * 21, 10, namespace="a")
         with pytest.raises(InvalidInputError, match="at most 3"):
             svc.add_messages("a", turn(1) + turn(2))
         with pytest.raises(InvalidInputError, match="'osumem' only"):
-            svc.retrieve("a", "q", 10, "flat")
+            svc.retrieve("q", 10, namespace="a", method="flat")
         assert svc.namespaces() == []
     with pytest.raises(InvalidInputError):
         ServiceLimits(max_budget=0)

@@ -1,6 +1,8 @@
-"""Each way a store file can be damaged, locked or read-only gives its typed error in
-the API and a one-line error with exit status 2 on the command line (never a
-traceback)."""
+"""Each way a SQLite store file can be damaged, locked or read-only gives its typed
+error in the API and a one-line error with exit status 2 on the command line (never a
+traceback). The damage any backend can suffer is checked through the API against
+every backend in ``test_store_conformance.py``; this file holds the file-level damage
+(bytes, truncation, read-only media) and the command line."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ import contextlib
 import json
 import os
 import sqlite3
-import struct
 
 import numpy as np
 import pytest
@@ -18,27 +19,13 @@ from osumem.cli import main
 from osumem.embed import HashingEncoder
 from osumem.errors import (
     ForeignStoreError,
-    NewerSchemaError,
-    StoreBusyError,
-    StoreCorruptError,
     StoreError,
     StoreReadOnlyError,
 )
-from osumem.memory import Memory, MemoryStore
+from osumem.memory import Memory, open_store
+from store_backends import LOG, ROW_DAMAGE, SCHEMA_DAMAGE, SQLiteBackend
 
 ENC = HashingEncoder(16)
-LOG = [
-    {"role": "user", "content": "cancel reservation ABC123"},
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {"id": "c1", "function": {"name": "cancel", "arguments": '{"rid": "ABC123"}'}}
-        ],
-    },
-    {"role": "tool", "tool_call_id": "c1", "content": "cancelled"},
-    {"role": "assistant", "content": "Done: ABC123 is cancelled."},
-]
 
 
 @pytest.fixture
@@ -89,81 +76,32 @@ def _all_cli(path, match):
         assert match in r.stderr, (args, r.stderr)
 
 
-CASES = {
-    "dropped table": (lambda p: _sql(p, "DROP TABLE batches"), StoreCorruptError, "missing"),
-    "renamed table": (
-        lambda p: _sql(p, "ALTER TABLE steps RENAME TO steps_old"),
-        StoreCorruptError,
-        "missing",
-    ),
-    "dropped meta": (lambda p: _sql(p, "DROP TABLE meta"), StoreCorruptError, "meta"),
-    "bad meta dim": (
-        lambda p: _sql(p, "UPDATE meta SET value='abc' WHERE key='dim'"),
-        StoreCorruptError,
-        "dim",
-    ),
-    "missing meta row": (
-        lambda p: _sql(p, "DELETE FROM meta WHERE key='model_id'"),
-        StoreCorruptError,
-        "model_id",
-    ),
-    "newer schema": (
-        lambda p: _sql(p, "UPDATE meta SET value='7' WHERE key='schema_version'"),
-        NewerSchemaError,
-        "schema version 7",
-    ),
-    "foreign format": (
-        lambda p: _sql(p, "UPDATE meta SET value='other' WHERE key='format'"),
-        ForeignStoreError,
-        "not an osumem memory store",
-    ),
-    "not sqlite": (lambda p: p.write_bytes(b"hello" * 1000), ForeignStoreError, "SQLite"),
-}
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_damage_found_at_open(store, name):
-    damage, error, text = CASES[name]
-    damage(store)
-    with pytest.raises(error, match=text):
-        _use(store)
+@pytest.mark.parametrize("name", sorted(SCHEMA_DAMAGE))
+def test_schema_damage_is_one_line_on_the_command_line(store, name):
+    """(The API's typed errors for the same damage: test_store_conformance.py.)"""
+    statement, _, text = SCHEMA_DAMAGE[name]
+    _sql(store, statement)
     _all_cli(store, text)
 
 
-ROW_CASES = {
-    "non-JSON pending": (
-        "INSERT INTO pending (ns, messages) VALUES ('default', '{not json')",
-        "held messages",
-    ),
-    "short blob": ("UPDATE steps SET embedding = x'00000000' WHERE id = 3", "embedding"),
-    "NaN vector": (None, "non-finite"),
-    "bad entities": ("UPDATE steps SET entities = 'nope' WHERE id = 2", "entities"),
-    "invalid UTF-8 text": ("UPDATE steps SET text = CAST(x'c328ff' AS TEXT) WHERE id = 2", "UTF-8"),
-}
-
-
-@pytest.mark.parametrize("name", sorted(ROW_CASES))
-def test_damaged_rows_are_typed_and_checked(store, name):
-    statement, text = ROW_CASES[name]
-    if statement is None:
-        nan = struct.pack("<16f", *([float("nan")] * 16))
-        con = sqlite3.connect(store)
-        con.execute("UPDATE steps SET embedding = ? WHERE id = 5", (nan,))
-        con.commit()
-        con.close()
-    else:
-        _sql(store, statement)
-    with pytest.raises(StoreCorruptError, match=text):
+def test_a_file_that_is_not_sqlite(store):
+    store.write_bytes(b"hello" * 1000)
+    with pytest.raises(ForeignStoreError, match="SQLite"):
         _use(store)
-    with _ro(store) as st, pytest.raises(StoreCorruptError, match="corrupt"):
-        st.check()
+    _all_cli(store, "SQLite")
+
+
+@pytest.mark.parametrize("name", sorted(ROW_DAMAGE))
+def test_damaged_rows_fail_check_in_one_line(store, name):
+    statement, params, _, _ = ROW_DAMAGE[name]
+    SQLiteBackend().execute(str(store), statement, params)
     r = _cli_one_line(["check", "--store", str(store)])
     assert "corrupt" in r.stderr
 
 
 class _ro:
     def __init__(self, path):
-        self.st = MemoryStore(path, read_only=True)
+        self.st = open_store(path, read_only=True)
 
     def __enter__(self):
         return self.st
@@ -179,7 +117,7 @@ def test_truncated_file(store):
     with pytest.raises(StoreError):
         _use(store)
     with pytest.raises(StoreError):
-        st = MemoryStore(store, read_only=True)
+        st = open_store(store, read_only=True)
         try:
             st.check()
         finally:
@@ -205,17 +143,9 @@ def test_byte_flips_never_escape_untyped(store, seed):
         assert len(r.stderr.strip().splitlines()) == 1
 
 
-def test_lock_held_is_busy(store):
-    con = sqlite3.connect(store, isolation_level=None)
-    con.execute("BEGIN IMMEDIATE")
-    try:
-        with Memory.open(store, encoder=ENC, method="flat", timeout=0.1) as m:
-            assert m.retrieve("order", 64).steps  # readers are not blocked (WAL)
-            h = m.store.content_hash()
-            with pytest.raises(StoreBusyError, match="busy"):
-                m.add_messages([{"role": "user", "content": "x"}])
-            assert m.store.content_hash() == h
-        (store.parent / "log.json").write_text(json.dumps(LOG))
+def test_lock_held_is_busy_on_the_command_line(store):
+    (store.parent / "log.json").write_text(json.dumps(LOG))
+    with SQLiteBackend().write_lock(str(store)):
         r = _cli_one_line(
             [
                 "ingest",
@@ -226,10 +156,7 @@ def test_lock_held_is_busy(store):
                 "0.1",
             ]
         )
-        assert "busy" in r.stderr
-    finally:
-        con.execute("ROLLBACK")
-        con.close()
+    assert "busy" in r.stderr
 
 
 def test_read_only_medium(store, monkeypatch):
@@ -254,36 +181,11 @@ def test_read_only_medium(store, monkeypatch):
     r = _cli_one_line(["ingest", str(store.parent / "log.json"), "--store", str(store)])
     assert "read-only" in r.stderr
     with pytest.raises(StoreReadOnlyError, match="read-only folder"):
-        MemoryStore(store.parent / "new.db")
+        open_store(store.parent / "new.db")
 
 
 def test_immutable_fallback_reads_a_clean_store(store):
     """The URI path used when even the -shm file cannot be made still answers."""
-    st = MemoryStore(store, read_only=True)
+    st = open_store(store, read_only=True)
     assert st.n_steps("default") == 60
     st.close()
-
-
-def test_concurrent_creation_of_one_store(tmp_path):
-    import subprocess
-    import sys
-
-    code = (
-        "import sys; from osumem.memory import Memory\n"
-        "from osumem.embed import HashingEncoder\n"
-        "m = Memory.open(sys.argv[1], encoder=HashingEncoder(16), method='flat')\n"
-        "m.add_messages([{'role': 'user', 'content': 'hi ' + sys.argv[2]}]); m.close()\n"
-    )
-    path = tmp_path / "race.db"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", code, str(path), str(k)], env=env, stderr=subprocess.PIPE
-        )
-        for k in range(3)
-    ]
-    errs = [p.communicate(timeout=120)[1].decode() for p in procs]
-    assert all(p.returncode == 0 for p in procs), errs
-    with Memory.open(path, encoder=ENC, method="flat") as m:
-        assert m.n_steps() == 3
-        m.check()

@@ -34,7 +34,7 @@ def truth(store):
     """What the library says: the answer to QUERY and the members of a few units."""
     with Memory.open(store, read_only=True) as mem:
         positions = mem.retrieve(QUERY, BUDGET, namespace=NAMESPACE).positions
-        pool = mem.retriever(NAMESPACE).pool_
+        pool = mem.retriever(NAMESPACE).osu_pool()
         names = pool.view_names()
         # a unit of each view, from the middle of the trajectory
         units = {}

@@ -2,6 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+#: Integers beyond a signed 64 bits are named by their size in messages (their
+#: decimal text can be longer than Python prints).
+_MAX_SHOWN_INT = 2**63 - 1
+
+
+def show_value(value: Any) -> str:
+    """A short, always printable rendering of a rejected value, for error messages."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _MAX_SHOWN_INT:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        text = repr(value)
+    except Exception:  # a value whose repr fails is still named
+        return f"a {type(value).__name__}"
+    return text if len(text) <= 80 else text[:77] + "..."
+
 
 class OSUMemError(Exception):
     """Base class of every error this library raises on purpose."""
@@ -17,6 +34,10 @@ class BudgetError(InvalidInputError):
 
 class DimensionError(InvalidInputError):
     """A vector or matrix has the wrong shape for the memory it is used with."""
+
+
+class NotFittedError(InvalidInputError):
+    """A retriever was asked to retrieve (or hand over its state) before ``fit``."""
 
 
 class NonFiniteError(InvalidInputError):

@@ -291,7 +291,6 @@ def _import_local(
 ) -> dict[str, Any]:
     from osumem.memory import Memory
     from osumem.memory.export import import_file
-    from osumem.memory.store import remove_store_files
 
     mem = Memory.open(store)
     created = mem.store.created
@@ -299,8 +298,8 @@ def _import_local(
         summary = import_file(mem, file, namespaces=namespaces, replace=replace).to_dict()
     except BaseException:
         mem.close()
-        if created and mem.store.path is not None:
-            remove_store_files(mem.store.path)  # a failed first import leaves no file
+        if created:
+            mem.store.discard()  # a failed first import leaves no file
         raise
     mem.close()
     return summary
@@ -350,8 +349,7 @@ def view_cmd(
             data = client.page_data(namespace)
             if query is not None:
                 answer = client.retrieve(query, budget, namespace=namespace, explain=True)
-                answer.pop("rendered", None)
-                data["query"] = answer_for_page(answer)
+                data["query"] = answer_for_page(answer.to_dict(explain=True))
     else:
         assert store is not None
         with _open(store, method=method) as mem:

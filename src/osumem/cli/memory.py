@@ -89,7 +89,6 @@ def ingest_cmd(
     from osumem.errors import ConfigError, InvalidInputError, OSUMemError
     from osumem.ingest import read_logs, skip_summary
     from osumem.memory import Memory
-    from osumem.memory.store import remove_store_files
 
     store_or_server(store, server)
     if limit is not None and limit < 0:
@@ -147,8 +146,8 @@ def ingest_cmd(
         }
     except BaseException:
         mem.close()
-        if created and mem.store.path is not None:
-            remove_store_files(mem.store.path)  # a failed first ingest leaves no file
+        if created:
+            mem.store.discard()  # a failed first ingest leaves no file
         raise
     mem.close()
     if skip_summary(normalized):  # after success: an error stays the only line
@@ -183,11 +182,11 @@ def check_cmd(store: Path, as_json: bool) -> None:
     finite values), JSON columns and held messages. Exit 2 with one line naming every
     problem found."""
     from osumem.errors import DataFileError
-    from osumem.memory.store import MemoryStore
+    from osumem.memory import open_store
 
     if not store.is_file():
         raise DataFileError(f"memory store not found: {store}")
-    st = MemoryStore(store, read_only=True)
+    st = open_store(store, read_only=True)
     try:
         st.check()
         namespaces = st.namespaces()

@@ -379,7 +379,6 @@ def remote_query(
 ) -> None:
     """``osumem query --server``: print the server's answer as the local query would."""
     from osumem.errors import ConfigError
-    from osumem.memory.explain import Explanation
     from osumem.serve.client import MemoryClient
 
     if params:
@@ -389,9 +388,8 @@ def remote_query(
     with MemoryClient(server) as client:
         answer = client.retrieve(text, budget, namespace=namespace, method=method, explain=explain)
     if as_json:
-        answer.pop("rendered", None)
-        click.echo(json.dumps(answer, indent=2, ensure_ascii=False))
+        click.echo(json.dumps(answer.to_dict(explain=explain), indent=2, ensure_ascii=False))
     else:
-        click.echo(answer["rendered"])
+        click.echo(answer.render())
         if explain:
-            click.echo(Explanation.from_dict(answer["explanation"]).render())
+            click.echo(answer.explain().render())

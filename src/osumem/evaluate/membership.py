@@ -60,8 +60,10 @@ def episode_membership_rows(
     pools: Mapping[tuple[Any, int], tuple[Any, float]] | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`membership_rows` of one episode, as records. ``pools`` maps
-    ``(construction settings, query time)`` to a pool already built on that prefix of
-    this episode with ``seed``; a pool found there is used instead of building it."""
+    ``(construction settings, query time)`` to the state (a ``RetrieverState`` holding
+    the pool) and build time of a pool already built on that prefix of this episode
+    with ``seed`` (what :func:`osumem.evaluate.runner.evaluate_episode` fills); a pool
+    found there is used instead of building it."""
     base = base or OSUConfig()
     rows: list[dict[str, Any]] = []
     for t, queries in queries_by_time(episode):
@@ -69,7 +71,7 @@ def episode_membership_rows(
         for mode, changes in modes.items():
             cfg = dataclasses.replace(base, **changes)
             shared = None if pools is None else pools.get((cfg, t))
-            pool = shared[0] if shared is not None else OSUPool.build(prefix, cfg, seed)
+            pool = shared[0].structure if shared is not None else OSUPool.build(prefix, cfg, seed)
             csr = pool.members.tocsr()
             for q in queries:
                 for e in q.evidence:

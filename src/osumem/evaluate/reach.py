@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 from osumem.evaluate.membership import DEFAULT_MODES, queries_by_time
 from osumem.osu.config import VIEWS
-from osumem.retrieve.base import check_budget
+from osumem.retrieve.budget import check_budget
 from osumem.retrieve.osumem import OSUMem
 from osumem.retrieve.registry import create
 from osumem.types import Episode
@@ -54,10 +54,7 @@ def coarse_diagnostics(
 ) -> CoarseDiagnostics:
     """Which OSUs a fitted :class:`OSUMem` keeps for ``query`` at ``budget``, their
     views, and whether each evidence step lies in a kept OSU (coarse routing recall)."""
-    view = retriever.view_
-    pool = retriever.pool_
-    if view is None or pool is None:
-        raise ValueError("coarse_diagnostics: fit the retriever first")
+    view, pool = retriever.fitted_view, retriever.fitted_pool
     b = check_budget(budget)
     limit = view.n if before is None else max(0, min(int(before), view.n))
     q = view.check_query(query)
@@ -107,8 +104,7 @@ def _evidence_reach(
 ) -> tuple[int, list[tuple[int, set[str], set[str]]]]:
     """``(K, [(step, views, kept_views)])``: the evidence rows of
     :func:`coarse_diagnostics` (same steps, same sets) without building its tables."""
-    view = retriever.view_
-    assert view is not None
+    view = retriever.fitted_view
     b = check_budget(budget)
     limit = view.n
     q = view.check_query(query)
@@ -143,13 +139,12 @@ def episode_reach_rows(
             r = create(method, {k: str(v) for k, v in changes.items()}, seed=seed)
             if not isinstance(r, OSUMem):
                 raise TypeError(f"reach_rows: {method!r} is not a coarse-to-fine OSU-Mem")
-            shared = None if pools is None else pools.get((r.config.osu_config(), t))
+            shared = None if pools is None else pools.get((r.state_key(), t))
             if shared is not None:
-                r.restore(prefix, shared[0])
+                r.load_state(prefix, shared[0])
             else:
                 r.fit(prefix)
-            assert r.pool_ is not None
-            names = r.pool_.view_names()
+            names = r.fitted_pool.view_names()
             for q in queries:
                 for b in budgets:
                     k, ev_rows = _evidence_reach(r, names, q.vector, b, q.evidence)

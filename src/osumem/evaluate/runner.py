@@ -22,7 +22,7 @@ import numpy as np
 
 from osumem.errors import ConfigError, OSUMemError
 from osumem.evaluate.metrics import score_query
-from osumem.retrieve.base import check_budget
+from osumem.retrieve.budget import check_budget
 from osumem.retrieve.registry import get_class, get_spec, make_config, params_for
 from osumem.types import Episode
 
@@ -147,12 +147,10 @@ def parse_method_runs(
     return runs
 
 
-#: Configs by (registry name, parameters) and the construction part of each pool
-#: config, made once per process: a config is immutable, and validating one per
-#: method and episode (and one construction part per prefix) cost more than the
-#: small methods' retrieval.
+#: Configs by (registry name, parameters), made once per process: a config is
+#: immutable, and validating one per method and episode cost more than the small
+#: methods' retrieval.
 _CONFIGS: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
-_OSU_CONFIGS: dict[Any, Any] = {}
 
 
 def _run_config(run: MethodRun) -> Any:
@@ -161,13 +159,6 @@ def _run_config(run: MethodRun) -> Any:
     if config is None:
         config = _CONFIGS[key] = make_config(run.method, run.params)
     return config
-
-
-def _osu_config(config: Any) -> Any:
-    part = _OSU_CONFIGS.get(config)
-    if part is None:
-        part = _OSU_CONFIGS[config] = config.osu_config()
-    return part
 
 
 def evaluate_episode(
@@ -180,8 +171,9 @@ def evaluate_episode(
     pools: dict[tuple[Any, int], tuple[Any, float]] | None = None,
 ) -> list[dict[str, Any]]:
     """Per-query rows for one episode, every method and budget. ``pools`` (optional):
-    a dict that receives the OSU pools built, ``(construction settings, t) -> (pool,
-    build seconds)``, for an analysis of the same episode to reuse.
+    a dict that receives the fitted states built (``Retriever.state``: the OSU pools),
+    ``(Retriever.state_key(), t) -> (state, build seconds)``, for an analysis of the
+    same episode to reuse.
 
     Runs that name the same method (class and config; e.g. ``osumem`` and
     ``osumem[max_memberships=5]``) are evaluated once: the others get the same rows
@@ -201,8 +193,6 @@ def _evaluate_episode(
     seed: int,
     pools: dict[tuple[Any, int], tuple[Any, float]] | None,
 ) -> list[dict[str, Any]]:
-    from osumem.retrieve.osumem import _PoolRetriever
-
     rows: list[dict[str, Any]] = []
     by_t: dict[int, list] = defaultdict(list)
     for q in episode.queries:
@@ -230,20 +220,17 @@ def _evaluate_episode(
         for t in sorted(by_t):
             queries = by_t[t]
             view = episode.view.prefix(t)
-            pool_key = None
-            if isinstance(retriever, _PoolRetriever):
-                settings, variant = _osu_config(config), retriever.pool_variant()
-                pool_key = (settings if variant is None else (settings, variant), t)
-            shared = None if pool_key is None else pools.get(pool_key)
+            state_key = retriever.state_key()
+            shared = None if state_key is None else pools.get((state_key, t))
             if shared is not None:
-                retriever.restore(view, shared[0])  # type: ignore[attr-defined]
+                retriever.load_state(view, shared[0])
                 build_s = shared[1]
             else:
                 start = time.perf_counter()
                 retriever.fit(view)
                 build_s = time.perf_counter() - start
-                if pool_key is not None:
-                    pools[pool_key] = (retriever.pool_, build_s)  # type: ignore[attr-defined]
+                if state_key is not None:
+                    pools[(state_key, t)] = (retriever.state(), build_s)
             share = build_s / (len(queries) * len(budgets))
             for q in queries:
                 ev = np.asarray(q.evidence, dtype=np.int64) if retriever.is_oracle else None

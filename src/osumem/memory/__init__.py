@@ -1,26 +1,29 @@
-"""The agent-facing memory: incremental, persistent (SQLite), namespaced.
+"""The agent-facing memory: incremental, persistent, namespaced.
 
 See :class:`Memory` (``Memory.open(path, encoder=..., method="osumem")``),
-:class:`Retrieved` (``.steps``, ``.render()``, ``.explain()``) and :class:`MemoryStore`;
+:class:`Retrieved` (``.steps``, ``.render()``, ``.explain()``), the store interface
+:class:`MemoryStore` (:mod:`osumem.memory.backends`; SQLite is
+:class:`~osumem.memory.backends.sqlite.SQLiteStore`) and :func:`open_store`;
 :mod:`osumem.memory.export` exports a memory to JSON Lines and imports it back.
 """
 
-from osumem.memory.api import DEFAULT_NAMESPACE, Memory, MemoryConfig, OversizedInputError
-from osumem.memory.explain import Explanation, StaleResultError
-from osumem.memory.retrieved import OSUHandle, Retrieved, RetrievedStep
-from osumem.memory.store import (
-    SCHEMA_VERSION,
+from osumem.errors import (
     ForeignStoreError,
     IncompatibleStoreError,
-    MemoryStore,
     NewerSchemaError,
     StoreBusyError,
     StoreCorruptError,
     StoreError,
-    StoreIntegrityError,
     StoreIOError,
     StoreReadOnlyError,
 )
+from osumem.memory.api import DEFAULT_NAMESPACE, Memory, MemoryConfig, OversizedInputError
+from osumem.memory.backends import SCHEMA_VERSION, MemoryStore, open_store
+from osumem.memory.explain import Explanation, StaleResultError
+from osumem.memory.retrieved import OSUHandle, Retrieved, RetrievedStep
+
+#: The error :meth:`MemoryStore.check` raises (the corrupt-store error under its old name).
+StoreIntegrityError = StoreCorruptError
 
 __all__ = [
     "DEFAULT_NAMESPACE",
@@ -43,4 +46,5 @@ __all__ = [
     "StoreIOError",
     "StoreIntegrityError",
     "StoreReadOnlyError",
+    "open_store",
 ]

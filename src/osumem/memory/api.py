@@ -10,139 +10,78 @@ past steps that support a query under a token budget.
 Each namespace is its own episode: its own positions, view and retriever; nothing
 crosses namespaces. Every add is one store transaction, validated before anything is
 written, and then brings the namespace's retriever up to date through
-``Retriever.update`` (OSU-Mem adds the new steps to its pool without a rebuild). The
-retriever is built lazily at the first retrieval of a namespace by replaying the
-store's add-batch boundaries (``fit`` on the first batch, ``update`` on each next
-one), so a reopened store answers exactly as the session that wrote it did; a stored
-snapshot of the structure (written at close and as the memory grows, see
-:mod:`osumem.memory.snapshot`) lets it replay only the batches after the snapshot.
+``Retriever.update`` (OSU-Mem adds the new steps to its pool without a rebuild).
+
+:class:`Memory` is a thin facade over three parts, each in its own module: the
+namespace cache (:mod:`osumem.memory.namespaces`: the loaded steps, following other
+writers), the retriever cache (:mod:`osumem.memory.retrievers`: replay along the
+stored add batches, snapshots, causal queries) and the message planner
+(:mod:`osumem.memory.planner`: messages to validated rows, embeddings and held
+messages), over a store behind the backend interface
+(:class:`~osumem.memory.backends.MemoryStore`).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, Self
 
 import numpy as np
 from numpy.typing import NDArray
 
-from osumem.annotate import DEFAULT_BOILERPLATE
 from osumem.embed import Encoder, as_encoder
 from osumem.errors import (
-    BudgetError,
     ConfigError,
-    DimensionError,
     DuplicateInputError,
-    InvalidInputError,
-    NonFiniteError,
-    StoreError,
-)
-from osumem.frozen import Constraints, FrozenConfig, Interval, Options
-from osumem.memory import snapshot
-from osumem.memory.buffer import NamespaceBuffer
-from osumem.memory.encoders import EXTERNAL_PREFIX, check_available, resolve_encoder
-from osumem.memory.explain import Explanation, explainer
-from osumem.memory.held import HeldSnapshot, check_answers, split_held
-from osumem.memory.retrieved import Retrieved, RetrievedStep, osu_handles
-from osumem.memory.store import (
     IncompatibleStoreError,
-    MemoryStore,
-    NamespaceData,
-    StepRow,
-    remove_store_files,
+    InvalidInputError,
 )
+from osumem.memory.backends import MemoryStore, open_store
+from osumem.memory.config import (
+    DEFAULT_NAMESPACE,
+    MEMORY_ANN_MIN_STEPS,
+    ON_DUPLICATE,
+    MemoryConfig,
+)
+from osumem.memory.encoders import EXTERNAL_PREFIX, check_available, resolve_encoder
+from osumem.memory.explain import Explanation
+from osumem.memory.namespaces import NamespaceCache
+from osumem.memory.planner import MessagePlanner, canonical
+from osumem.memory.query import query_vector
+from osumem.memory.retrieved import Retrieved, retrieved_from
+from osumem.memory.retrievers import MAX_OTHER_METHODS, MethodCaches
+from osumem.memory.rows import StepRow
 from osumem.memory.validate import (
     OversizedInputError,
     _show,
     check_messages,
     check_namespace,
-    continue_segments,
     log_digest,
-    open_call_start,
-    step_row,
 )
-from osumem.retrieve.base import Retriever, check_budget
-from osumem.types import MemoryView, Step, l2_normalise
+from osumem.retrieve.base import Retriever
+from osumem.retrieve.budget import validated_budget
+from osumem.types import MemoryView, Step
 
-#: The namespace used when none is given.
-DEFAULT_NAMESPACE = "default"
-#: What an add does with a log the namespace already holds (see ``on_duplicate``).
-ON_DUPLICATE = ("append", "skip", "error")
-#: Memory size from which a memory's whole-memory queries use the HNSW indexes
-#: (``MemoryConfig.ann_min_steps``). Below it they scan exactly: answers are exact and
-#: a reopened memory builds no index before its first answer (docs/decisions.md).
-MEMORY_ANN_MIN_STEPS = 100_000
-
-
-@dataclass(frozen=True, kw_only=True)
-class MemoryConfig(FrozenConfig):
-    """Settings of a :class:`Memory` (all keyword-only, validated on construction:
-    a bad ``budget`` raises :class:`~osumem.errors.BudgetError`, a bad
-    ``max_text_chars`` or ``ann_min_steps`` one :class:`~osumem.errors.ConfigError`
-    naming each, an unknown ``method`` :class:`~osumem.errors.UnknownMethodError`, bad
-    ``params`` the method config's :class:`~osumem.errors.ConfigError`).
-
-    Attributes:
-        method: registered retrieval method (``osumem list`` / ``osumem methods``).
-        params: parameter overrides of the method's config.
-        seed: seed of the retriever (similarity-view communities); fixed so a reopened
-            store rebuilds the same structure.
-        budget: default token budget of :meth:`Memory.retrieve`.
-        max_text_chars: longest accepted step or message text, in characters; also
-            the bound of every other stored string (argument values, keys, labels);
-            a whole message may hold ``2 * max_text_chars + 4096`` characters.
-        boilerplate: tool names that get no tool signature (no tool OSU).
-        prefix_namespace: prefix entities and tool signatures with the step's source
-            name (set it when one namespace holds several unrelated episodes).
-        replay_batches: rebuild a reopened namespace along its add-batch boundaries
-            (identical results to the writing session) rather than in one ``fit``.
-        ann_min_steps: from this many steps in a namespace on, queries over all of it
-            take their candidates from HNSW indexes (hnswlib, the ``scale`` extra),
-            built when the namespace is loaded; below it they scan exactly.
-        on_duplicate: the default of :meth:`Memory.add_messages`' ``on_duplicate``
-            (``"skip"``; ``"append"`` for an agent that repeats messages on purpose and
-            gives no ``log_id``).
-    """
-
-    method: str = "osumem"
-    params: Mapping[str, Any] | None = None
-    seed: int = 0
-    budget: int = 256
-    max_text_chars: int = 100_000
-    boilerplate: frozenset[str] = DEFAULT_BOILERPLATE
-    prefix_namespace: bool = False
-    replay_batches: bool = True
-    ann_min_steps: int = MEMORY_ANN_MIN_STEPS
-    on_duplicate: str = "skip"
-
-    parameter_constraints: ClassVar[Constraints] = {
-        "on_duplicate": Options(ON_DUPLICATE),
-        "budget": Interval(int, 1, None),  # checked first, as a BudgetError
-        "max_text_chars": Interval(int, 1, None),
-        "ann_min_steps": Interval(int, 1, None),
-    }
-
-    def __post_init__(self) -> None:
-        from osumem.retrieve.registry import check_deployable, make_config
-
-        check_budget(self.budget)  # a BudgetError, as every budget check raises
-        super().__post_init__()
-        make_config(self.method, self.params)  # unknown method / parameter fails here
-        check_deployable(self.method)  # an oracle needs ground truth a memory lacks
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "MAX_OTHER_METHODS",
+    "MEMORY_ANN_MIN_STEPS",
+    "ON_DUPLICATE",
+    "Memory",
+    "MemoryConfig",
+    "OversizedInputError",
+]
 
 
 class Memory:
     """An incremental, optionally persistent trajectory memory. Use :meth:`open`.
 
-    Several processes may write one store (each add is one ``BEGIN IMMEDIATE``
-    transaction); before answering, a memory catches up with what other writers
-    committed (SQLite's ``data_version``), so its positions and answers always equal
-    a fresh open's. One ``Memory`` object is not meant to be used by two threads at
-    once: serialise calls (the SQLite connection itself is thread-safe).
+    Several processes may write one store (each add is one write transaction); before
+    answering, a memory catches up with what other writers committed (the store's
+    change counter), so its positions and answers always equal a fresh open's. One
+    ``Memory`` object is not meant to be used by two threads at once: serialise calls.
     """
 
     def __init__(
@@ -159,12 +98,11 @@ class Memory:
         self._encoder = encoder
         self._encoder_spec = encoder_spec
         self._owns_encoder = owns_encoder or encoder_spec is not None
-        self._data: dict[str, NamespaceBuffer] = {}
-        self._counts: dict[str, tuple[int, int]] = {}  # namespace -> (steps, user steps)
-        self._retrievers: dict[str, tuple[Retriever, int]] = {}
-        self._snapshots: dict[str, int] = {}  # namespace -> steps its stored snapshot covers
-        self._causal_cache: tuple[tuple[str, int, int], Retriever] | None = None
-        self._version = store.data_version()
+        # dropped namespaces take their retrievers along (every method's)
+        self._views = NamespaceCache(store, on_forget=lambda ns: self._methods.forget(ns))
+        self._methods = MethodCaches(self._views, config)
+        self._retrievers = self._methods.own
+        self._planner = MessagePlanner(config, store, self._need_encoder, lambda: self._encoder)
 
     @classmethod
     def open(
@@ -208,7 +146,7 @@ class Memory:
             raise InvalidInputError(
                 f"encoder: expected an Encoder, a name or a path, got {type(encoder).__name__}"
             )
-        store = MemoryStore(path, read_only=read_only, timeout=timeout)
+        store = open_store(path, read_only=read_only, timeout=timeout)
         try:
             enc = resolve_encoder(encoder)
             recorded = store.encoder_id
@@ -229,10 +167,8 @@ class Memory:
                 owns_encoder=enc is not None and not isinstance(encoder, Encoder),
             )
         except BaseException:
-            created = store.created
             store.close()
-            if created and store.path is not None:
-                remove_store_files(store.path)
+            store.discard()
             raise
         return memory
 
@@ -258,37 +194,9 @@ class Memory:
     # --- keeping up with other writers ---------------------------------------------
 
     def _refresh(self) -> None:
-        """Bring the cached namespaces up to what other connections committed: new
-        steps are appended to the cached view (the retriever then takes them as an
-        ``update`` along the stored batch ends); anything else is reloaded."""
-        version = self.store.data_version()
-        if version == self._version:
-            return
-        self._version = version
-        self._causal_cache = None
-        for ns in list(self._data):
-            buf = self._data[ns]
-            n = self.store.n_steps(ns)
-            if n == buf.n:
-                continue
-            if n < buf.n:
-                self._forget(ns)
-                continue
-            buf.extend(self.store.load(ns, start=buf.n))
-
-    def _forget(self, namespace: str | None = None) -> None:
-        """Drop cached views and retrievers (of one namespace, or all)."""
-        if namespace is None:
-            self._data.clear()
-            self._counts.clear()
-            self._retrievers.clear()
-            self._snapshots.clear()
-        else:
-            self._data.pop(namespace, None)
-            self._counts.pop(namespace, None)
-            self._retrievers.pop(namespace, None)
-            self._snapshots.pop(namespace, None)
-        self._causal_cache = None
+        """Bring the cached namespaces up to what other writers committed."""
+        if self._views.refresh():
+            self._methods.drop_causal()
 
     @contextmanager
     def transaction(self) -> Iterator[Memory]:
@@ -305,7 +213,7 @@ class Memory:
                 yield self
         except BaseException:
             if outer:
-                self._forget()
+                self._views.forget()
             raise
 
     # --- reading --------------------------------------------------------------------
@@ -323,13 +231,13 @@ class Memory:
         """The columnar view of ``namespace`` (what the retriever reads)."""
         check_namespace(namespace)
         self._refresh()
-        return self._namespace(namespace).view
+        return self._views.data(namespace).view
 
     def retriever(self, namespace: str = DEFAULT_NAMESPACE) -> Retriever | None:
         """The namespace's retriever, brought up to date (``None`` while it is empty)."""
         check_namespace(namespace)
         self._refresh()
-        return self._sync(namespace)
+        return self._retrievers.sync(namespace)
 
     def held(self, namespace: str = DEFAULT_NAMESPACE) -> list[dict[str, Any]]:
         """The messages of ``namespace`` held back by :meth:`add_messages` (an
@@ -350,177 +258,8 @@ class Memory:
         ``Memory`` objects on the store drop the namespace at their next call."""
         check_namespace(namespace)
         n = self.store.delete_namespace(namespace)
-        self._forget(namespace)
+        self._views.forget(namespace)
         return n
-
-    def _namespace(self, namespace: str) -> NamespaceData:
-        buf = self._data.get(namespace)
-        if buf is None:
-            buf = NamespaceBuffer(self.store.load(namespace))
-            self._data[namespace] = buf
-        return buf.data()
-
-    def _users(self, namespace: str) -> int:
-        """User steps stored in ``namespace`` (the subgoal segment counter), kept
-        incrementally: only steps added since the last count are looked at."""
-        n = self.store.n_steps(namespace)
-        buf = self._data.get(namespace)
-        if buf is not None and buf.n == n:
-            return buf.users
-        seen, users = self._counts.get(namespace, (0, 0))
-        if seen > n:
-            seen, users = 0, 0
-        if seen < n:
-            users += self.store.count_role(namespace, "user", start=seen)
-        self._counts[namespace] = (n, users)
-        return users
-
-    def _snapshot(self, namespace: str, source: str) -> HeldSnapshot:
-        """What an add from ``source`` continues: its held messages, the namespace's
-        user-step count, and the other sources' held messages with their sources
-        (:mod:`osumem.memory.held`)."""
-        held, sources = self.store.pending_with_sources(namespace)
-        mine, others, of = split_held(held, sources, source)
-        return mine, self._users(namespace), others, of
-
-    def _sync(self, namespace: str) -> Retriever | None:
-        data = self._namespace(namespace)
-        if data.view.n == 0:
-            return None
-        retriever, fitted = self._retrievers.get(namespace, (None, 0))
-        if retriever is None:
-            retriever, fitted = self._restore(namespace, data)
-        retriever, fitted = self._replay(namespace, data, data.view.n, retriever, fitted)
-        self._retrievers[namespace] = (retriever, fitted)
-        if not self.store.in_transaction:
-            self._save_snapshot(namespace, force=False)
-        return retriever
-
-    def _snapshots_on(self) -> bool:
-        """Snapshots are kept for a file store replayed along its add batches."""
-        return self.store.path is not None and self.config.replay_batches
-
-    def _new_retriever(self) -> Retriever:
-        """A fresh retriever of the configured method, seed and ANN threshold."""
-        from osumem.retrieve.registry import create
-
-        retriever = create(self.config.method, self.config.params, seed=self.config.seed)
-        retriever.ann_min_steps = self.config.ann_min_steps
-        return retriever
-
-    def _restore(self, namespace: str, data: NamespaceData) -> tuple[Retriever | None, int]:
-        """A retriever loaded from the namespace's stored snapshot and the steps it
-        covers, or ``(None, 0)`` when there is none that matches (see
-        :mod:`osumem.memory.snapshot`)."""
-        self._snapshots[namespace] = 0
-        if not self._snapshots_on():
-            return None, 0
-        row = self.store.snapshot(namespace)
-        if row is None or not 0 < row.steps <= data.view.n:
-            return None, 0
-        retriever = self._new_retriever()
-        n = row.steps
-        view = data.view.prefix(n) if n == data.view.n else self._data[namespace].prefix_view(n)
-        if not snapshot.restore(retriever, row, data, view):
-            return None, 0
-        self._snapshots[namespace] = n
-        return retriever, n
-
-    def _save_snapshot(self, namespace: str, *, force: bool) -> None:
-        """Store a snapshot of the namespace's retriever when one is due (``force``:
-        whenever it covers more than the stored one); a busy or read-only store skips
-        it."""
-        if not self._snapshots_on() or self.store.read_only:
-            return
-        retriever, fitted = self._retrievers.get(namespace, (None, 0))
-        buf = self._data.get(namespace)
-        if retriever is None or buf is None or buf.n < fitted or not snapshot.supports(retriever):
-            return
-        last = self._snapshots.get(namespace, 0)
-        if fitted <= last or not (force or snapshot.due(fitted, last)):
-            return
-        row = snapshot.encode(retriever, buf.data(), fitted)
-        if self.store.save_snapshot(namespace, row):
-            self._snapshots[namespace] = fitted
-
-    def _replay(
-        self,
-        namespace: str,
-        data: NamespaceData,
-        upto: int,
-        retriever: Retriever | None = None,
-        fitted: int = 0,
-    ) -> tuple[Retriever, int]:
-        """Bring ``retriever`` (a new one when ``None``) from ``fitted`` steps up to
-        ``upto`` along the stored add boundaries, as the writing session did."""
-        if retriever is None:
-            retriever = self._new_retriever()
-        ends = data.batch_ends if self.config.replay_batches or fitted else (data.view.n,)
-        if type(retriever).update is Retriever.update:
-            ends = ()  # its update is a fresh fit: one fit of the prefix is the same state
-        buf = self._data[namespace]
-        for end in [*(e for e in ends if fitted < e < upto), upto]:
-            if end <= fitted:
-                continue
-            # intermediate batches go through copy-free prefix views; the last one is
-            # a plain view, which the retriever keeps
-            v = data.view.prefix(end) if end == upto else buf.prefix_view(end)
-            retriever = retriever.fit(v) if fitted == 0 else retriever.update(v)
-            fitted = end
-        return retriever, fitted
-
-    def _causal(self, namespace: str, before: int) -> Retriever:
-        """A retriever built from the steps before ``before`` only (no later step can
-        shape its OSUs, tree or partitions); the last one is kept for repeated calls."""
-        data = self._namespace(namespace)
-        key = (namespace, before, data.view.n)
-        cached = self._causal_cache
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        retriever, _ = self._replay(namespace, data, before)
-        self._causal_cache = (key, retriever)
-        return retriever
-
-    def _query_vector(self, query: Any) -> tuple[NDArray[np.float32], str | None]:
-        """Validate ``query`` (a non-empty text or a finite vector of the store's
-        dimension) and return it as a vector (and its text)."""
-        if isinstance(query, str):
-            if not query.strip():
-                raise InvalidInputError("query: empty text; give words to search for")
-            if len(query) > self.config.max_text_chars:
-                raise OversizedInputError(
-                    f"query: {len(query)} characters; max_text_chars is "
-                    f"{self.config.max_text_chars}"
-                )
-            try:
-                query.encode("utf-8")
-            except UnicodeEncodeError as exc:
-                raise InvalidInputError(
-                    f"query: not valid Unicode text (position {exc.start})"
-                ) from None
-            return self._need_encoder("retrieve(query text)").encode([query])[0], query
-        if isinstance(query, bytes | bytearray | Mapping | set | frozenset) or not isinstance(
-            query, np.ndarray | Sequence
-        ):
-            raise InvalidInputError(
-                f"query: expected a text or a vector of numbers, got {type(query).__name__}"
-            )
-        try:
-            with np.errstate(over="ignore", invalid="ignore"):
-                q = np.asarray(query, dtype=np.float32)
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise InvalidInputError(f"query: not a vector of numbers ({exc})") from None
-        dim = self.store.dim
-        if q.ndim != 1 or q.shape[0] == 0:
-            raise DimensionError(f"query: expected a non-empty 1-d vector, got shape {q.shape}")
-        if dim and q.shape[0] != dim:
-            raise DimensionError(
-                f"query: vector has dimension {q.shape[0]}, the memory store has {dim} "
-                f"(encoder {self.store.encoder_id!r})"
-            )
-        if not np.isfinite(q).all():
-            raise NonFiniteError("query: the vector holds NaN or infinite values")
-        return q, None
 
     def retrieve(
         self,
@@ -528,6 +267,7 @@ class Memory:
         budget: int | None = None,
         *,
         namespace: str = DEFAULT_NAMESPACE,
+        method: str | None = None,
         before: int | None = None,
     ) -> Retrieved:
         """Select past steps of ``namespace`` for ``query`` under ``budget`` tokens.
@@ -537,15 +277,22 @@ class Memory:
                 query vector; anything else is an ``InvalidInputError``.
             budget: token budget (default: the memory's ``budget``).
             namespace: which episode to search.
+            method: a registered retrieval method to answer with instead of the
+                memory's own (default parameters, built on first use over the same
+                steps); ``None``: the memory's method.
             before: only steps at positions ``< before`` (causality); ``None``: all.
                 The answer is what the memory would have given right after step
                 ``before - 1`` was added: the structure is rebuilt from those steps
                 alone, so later steps cannot influence it.
         """
-        if isinstance(budget, int) and not isinstance(budget, bool) and abs(budget) > 2**62:
-            raise BudgetError(f"budget must be a positive integer, got {_show(budget)}")
-        b = check_budget(self.config.budget if budget is None else budget)
+        with validated_budget(self.config.budget if budget is None else budget) as b:
+            return self._retrieve(query, b, namespace, method, before)
+
+    def _retrieve(
+        self, query: Any, b: int, namespace: str, method: str | None, before: int | None
+    ) -> Retrieved:
         check_namespace(namespace)
+        cache = self._methods.cache(method)
         if before is not None and (
             isinstance(before, bool) or not isinstance(before, int | np.integer)
         ):
@@ -553,35 +300,32 @@ class Memory:
         if before is not None and before < 0:
             raise InvalidInputError(f"before: expected a position >= 0, got {before}")
         before = None if before is None else int(before)
-        q, text = self._query_vector(query)
-        self._refresh()
-        retriever = self._sync(namespace)
-        if retriever is None or before == 0:
-            empty = Explanation(self.config.method, b, 0)
-            return Retrieved(namespace, self.config.method, b, (), text, explanation=empty)
-        data = self._namespace(namespace)
-        if before is not None and before < data.view.n:
-            retriever = self._causal(namespace, before)
-        sel = retriever.retrieve(q, b, text=text)
-        handles = osu_handles(retriever, sel.positions)
-        v = data.view
-        steps = tuple(
-            RetrievedStep(
-                position=int(p),
-                step_id=int(data.step_ids[p]),
-                namespace=namespace,
-                source=str(v.sources[p]),
-                role=str(v.roles[p]),
-                text=str(v.texts[p]),
-                tool_action=str(v.tool_actions[p]),
-                cost=int(v.costs[p]),
-                osus=handles[rank],
-                rank=rank,
-            )
-            for rank, p in enumerate(sel.positions.tolist())
+        q, text = query_vector(
+            query,
+            max_text_chars=self.config.max_text_chars,
+            dim=self.store.dim,
+            encoder_id=self.store.encoder_id,
+            encode=lambda t: self._need_encoder("retrieve(query text)").encode([t])[0],
         )
-        why = explainer(retriever, q, text, b, sel.positions, self.config.method)
-        return Retrieved(namespace, self.config.method, b, steps, text, _explainer=why)
+        self._refresh()
+        retriever = cache.sync(namespace)
+        if retriever is None or before == 0:
+            empty = Explanation(cache.method, b, 0)
+            return Retrieved(namespace, cache.method, b, (), text, explanation=empty)
+        data = self._views.data(namespace)
+        if before is not None and before < data.view.n:
+            retriever = cache.causal(namespace, before)
+        sel = retriever.retrieve(q, b, text=text)
+        return retrieved_from(
+            retriever,
+            q,
+            sel.positions,
+            data,
+            namespace=namespace,
+            method=cache.method,
+            budget=b,
+            text=text,
+        )
 
     # --- writing --------------------------------------------------------------------
 
@@ -600,17 +344,12 @@ class Memory:
         ``namespace`` as its source. Nothing is written if any step is invalid.
         """
         check_namespace(namespace)
-        if isinstance(steps, Step) or not isinstance(steps, Sequence):
-            raise InvalidInputError("steps: expected a list of Step records")
-        rows = [
-            step_row(s, f"steps[{i}]", namespace, self.config.max_text_chars)
-            for i, s in enumerate(steps)
-        ]
-        emb = self._embed(rows, embeddings)
+        rows = self._planner.step_rows(steps, namespace)
+        emb = self._planner.embed(rows, embeddings)
         with self.store.transaction():
             self._refresh()
             ids = self._write(namespace, rows, emb, embeddings is not None, pending=None)
-        self._extend_cache(namespace, rows, emb, ids)
+        self._views.extend(namespace, rows, emb, ids)
         return ids
 
     def add_messages(
@@ -671,36 +410,35 @@ class Memory:
             check_namespace(source, "source")
         if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
             raise InvalidInputError("messages: expected a list of message dicts")
-        clean = _canonical(check_messages(messages, self.config.max_text_chars), format)
+        clean = canonical(check_messages(messages, self.config.max_text_chars), format)
         digest = log_digest(clean, log_id)
         src = namespace if source is None else source
         prefix = self.config.prefix_namespace if prefix_namespace is None else prefix_namespace
         self._refresh()
         if on_duplicate != "append" and self._is_duplicate(namespace, digest, on_duplicate):
             return []
-        snapshot = self._snapshot(namespace, src)
-        plan = self._plan(clean, snapshot, namespace, src, prefix, hold_open_calls)
+        state = self._views.held_state(namespace, src)
+        plan = self._planner.plan(clean, state, namespace, src, prefix, hold_open_calls)
         with self.store.transaction():
             self._refresh()
             if on_duplicate != "append" and self._is_duplicate(namespace, digest, on_duplicate):
                 return []
-            now = self._snapshot(namespace, src)
-            if now != snapshot:  # another writer moved the namespace meanwhile
-                plan = self._plan(clean, now, namespace, src, prefix, hold_open_calls)
-            rows, emb, new_held = plan
+            now = self._views.held_state(namespace, src)
+            if now != state:  # another writer moved the namespace meanwhile
+                plan = self._planner.plan(clean, now, namespace, src, prefix, hold_open_calls)
             # an agent's streaming adds (append, no id) are not logs: no digest kept
             keep = on_duplicate != "append" or log_id is not None
             others, of = now[2], now[3]  # other sources' held messages stay held
             ids = self._write(
                 namespace,
-                rows,
-                emb,
+                plan.rows,
+                plan.embeddings,
                 False,
-                pending=[*others, *new_held],
-                pending_sources=[*of, *([src] * len(new_held))],
+                pending=[*others, *plan.held],
+                pending_sources=[*of, *([src] * len(plan.held))],
                 digest=digest if keep else None,
             )
-        self._extend_cache(namespace, rows, emb, ids)
+        self._views.extend(namespace, plan.rows, plan.embeddings, ids)
         return ids
 
     def contains_log(
@@ -715,7 +453,7 @@ class Memory:
         check_namespace(namespace)
         if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
             raise InvalidInputError("messages: expected a list of message dicts")
-        clean = _canonical(check_messages(messages, self.config.max_text_chars), "auto")
+        clean = canonical(check_messages(messages, self.config.max_text_chars), "auto")
         return self.store.has_digest(namespace, log_digest(clean, log_id))
 
     def _is_duplicate(self, namespace: str, digest: str, on_duplicate: str) -> bool:
@@ -728,92 +466,6 @@ class Memory:
             )
         return True
 
-    def _plan(
-        self,
-        messages: list[dict[str, Any]],
-        snapshot: HeldSnapshot,
-        namespace: str,
-        source: str,
-        prefix: bool,
-        hold_open_calls: bool,
-    ) -> tuple[list[StepRow], NDArray[np.float32], list[dict[str, Any]]]:
-        """Validate held + new messages and turn them into rows, embeddings and the
-        messages to hold (everything an add writes, computed before the write)."""
-        from osumem.ingest.openai_chat import read_messages
-
-        held, users_before = snapshot[0], snapshot[1]
-        check_answers(messages, held, snapshot[2], snapshot[3], source)
-        combined = [*held, *messages]
-        where = "messages" if not held else f"held+messages (the first {len(held)} held)"
-        read = functools.partial(
-            read_messages,
-            source=source,
-            boilerplate=self.config.boilerplate,
-            prefix_namespace=prefix,
-            where=where,
-        )
-        limit = self.config.max_text_chars
-        every = continue_segments(read(combined), users_before, source)  # validates all
-        for i, s in enumerate(every):  # held calls included: nothing is checked later
-            if len(s.text) > limit:
-                raise OversizedInputError(
-                    f"{where}: step {i} ({s.role}) text has {len(s.text)} characters; "
-                    f"max_text_chars is {limit}"
-                )
-            step_row(s, f"{where}: step {i}", namespace, limit)
-        cut = open_call_start(combined) if hold_open_calls else len(combined)
-        new_held = combined[cut:]
-        if new_held:
-            read(new_held)  # a held tail must be readable on its own at the next add
-        steps = continue_segments(read(combined[:cut]), users_before, source)
-        enc = self._need_encoder("add_messages") if steps else None
-        if enc is not None:
-            costs = enc.count_tokens([s.text for s in steps])
-            steps = [replace(s, cost=int(c)) for s, c in zip(steps, costs, strict=True)]
-        rows = [step_row(s, f"{where}: step {i}", namespace, limit) for i, s in enumerate(steps)]
-        return rows, self._embed(rows, None), new_held
-
-    def _embed(self, rows: list[StepRow], embeddings: NDArray[Any] | None) -> NDArray[np.float32]:
-        """Validated, L2-normalised embeddings of ``rows`` (given or encoded)."""
-        store_dim = self.store.dim
-        if embeddings is None:
-            if rows:
-                enc = self._need_encoder("add (steps without embeddings)")
-                emb = enc.encode([r.text for r in rows])
-                where = f"encoder {enc.encoder_id}"
-            else:
-                emb = np.zeros((0, store_dim), dtype=np.float32)
-                where = "embeddings"
-        else:
-            try:
-                emb = np.asarray(embeddings, dtype=np.float32)
-            except (TypeError, ValueError, OverflowError) as exc:
-                raise InvalidInputError(f"embeddings: not a matrix of numbers ({exc})") from None
-            where = "embeddings"
-        if emb.ndim != 2 or emb.shape[0] != len(rows):
-            raise DimensionError(f"{where}: expected shape ({len(rows)}, d), got {emb.shape}")
-        if rows and store_dim and emb.shape[1] != store_dim:
-            raise DimensionError(
-                f"{where}: vectors of dimension {emb.shape[1]}, the memory store holds "
-                f"dimension {store_dim} (encoder {self.store.encoder_id!r})"
-            )
-        if rows and emb.shape[1] == 0:
-            raise DimensionError(f"{where}: vectors of dimension 0")
-        own = self._encoder
-        # a first add of given vectors must match the encoder the store will record
-        if (
-            embeddings is not None
-            and rows
-            and not store_dim
-            and own is not None
-            and (emb.shape[1] != own.dim)
-        ):
-            raise DimensionError(
-                f"embeddings: vectors of dimension {emb.shape[1]}, the memory's encoder "
-                f"{own.encoder_id!r} has dimension {own.dim}"
-            )
-        return l2_normalise(emb, what=where) if rows else emb
-
     def _write(
         self,
         namespace: str,
@@ -825,14 +477,10 @@ class Memory:
         pending_sources: Sequence[str | None] | None = None,
         digest: str | None = None,
     ) -> list[int]:
-        """Store validated rows (inside the caller's transaction)."""
-        if rows and self.store.dim and emb.shape[1] != self.store.dim:
-            raise DimensionError(
-                f"embeddings: vectors of dimension {emb.shape[1]}, the memory store holds "
-                f"dimension {self.store.dim} (encoder {self.store.encoder_id!r})"
-            )
+        """Store validated rows (inside the caller's transaction; the store checks the
+        vectors' dimension against what it holds under its write lock)."""
         encoder_id = self._encoder_id_for(external, emb.shape[1])
-        users = self._users(namespace) if rows else 0
+        users = self._views.users(namespace) if rows else 0
         ids = self.store.append(
             namespace,
             rows,
@@ -842,9 +490,7 @@ class Memory:
             pending_sources=pending_sources,
             digest=digest,
         )
-        if rows:
-            n = self.store.n_steps(namespace)
-            self._counts[namespace] = (n, users + sum(r.role == "user" for r in rows))
+        self._views.count_added(namespace, users, rows)
         if encoder_id.startswith(EXTERNAL_PREFIX) and self._encoder is None:
             self._encoder_spec = None  # a vectors-only store: never guess an encoder
         return ids
@@ -856,41 +502,6 @@ class Memory:
         enc = self._encoder if external else self.encoder
         return enc.encoder_id if enc is not None else f"{EXTERNAL_PREFIX}:d{dim}"
 
-    def _extend_cache(
-        self, namespace: str, rows: list[StepRow], emb: NDArray[np.float32], ids: list[int]
-    ) -> None:
-        """Append the committed rows to the cached view (the same bytes the store now
-        holds, so the live view equals a reloaded one)."""
-        buf = self._data.get(namespace)
-        if buf is None or not rows:
-            return
-        if self.store.n_steps(namespace) != buf.n + len(rows):
-            self._forget(namespace)  # someone else wrote in between: reload lazily
-            return
-
-        def obj(values: Iterable[Any]) -> NDArray[Any]:
-            new = np.empty(len(rows), dtype=object)
-            new[:] = list(values)
-            return new
-
-        delta = NamespaceData(
-            view=MemoryView(
-                embeddings=emb.astype(np.float32, copy=False),
-                costs=np.array([r.cost for r in rows], dtype=np.int64),
-                tool_actions=obj(r.tool_action for r in rows),
-                tool_signatures=obj(r.tool_signature for r in rows),
-                entities=tuple(frozenset(r.entities) for r in rows),
-                subgoals=obj(r.subgoal for r in rows),
-                sources=obj(r.source for r in rows),
-                roles=obj(r.role for r in rows),
-                texts=obj(r.text for r in rows),
-            ),
-            step_ids=np.asarray(ids, dtype=np.int64),
-            arguments=tuple(r.arguments_json for r in rows),
-            batch_ends=(buf.n + len(rows),),
-        )
-        buf.extend(delta)
-
     # --- lifecycle ------------------------------------------------------------------
 
     def check(self) -> None:
@@ -899,15 +510,12 @@ class Memory:
         self.store.check()
 
     def close(self) -> None:
-        """Checkpoint and close the store and, if this memory opened it, the encoder's
-        cache. Before closing, the retrievers built in this session are stored as
-        snapshots (when they cover more than the stored ones), so the next open need
-        not replay every add."""
+        """Close the store and, if this memory opened it, the encoder's cache. Before
+        closing, the retrievers built in this session are stored as snapshots (when
+        they cover more than the stored ones), so the next open need not replay every
+        add."""
         if self.store.is_open and not self.store.in_transaction:
-            for namespace in list(self._retrievers):
-                # a snapshot is a cache: never fail a close for it
-                with suppress(StoreError, ValueError, OSError, MemoryError):
-                    self._save_snapshot(namespace, force=True)
+            self._retrievers.save_all()  # the memory's own method keeps snapshots
         self.store.close()
         close = getattr(self._encoder, "close", None)
         if self._owns_encoder and callable(close):
@@ -918,10 +526,3 @@ class Memory:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _canonical(messages: list[dict[str, Any]], format: str) -> list[dict[str, Any]]:
-    """The messages in canonical OpenAI ``tool_calls`` shape (validated input)."""
-    from osumem.ingest import normalize_messages
-
-    return [dict(m) for m in normalize_messages(messages, format).messages]

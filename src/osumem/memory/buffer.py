@@ -11,7 +11,7 @@ from typing import Any, cast, overload
 import numpy as np
 from numpy.typing import NDArray
 
-from osumem.memory.store import NamespaceData
+from osumem.memory.rows import NamespaceData
 from osumem.types import MemoryView
 
 

@@ -192,7 +192,7 @@ def answer_for_page(result: dict[str, Any]) -> dict[str, Any]:
 def _units(retriever: Any) -> dict[str, Any]:
     """The units of a retriever over an OSU pool as columns, members in CSR form
     (``indptr``/``indices``); empty for other methods."""
-    pool = getattr(retriever, "pool_", None)
+    pool = retriever.osu_pool() if retriever is not None else None
     if pool is None or pool.n_osus == 0:
         return {"views": [], "view": [], "key": [], "indptr": [0], "indices": []}
     members = pool.members

@@ -355,9 +355,9 @@ def _units(
     retriever: Any, q: NDArray[np.float32], n: int, positions: IntArray, kept: IntArray | None
 ) -> dict[int, dict[int, UnitWhy]]:
     """Per returned step, its units (pool OSU id -> :class:`UnitWhy`), for a retriever
-    over an OSU pool (``pool_``) covering the ``n`` visible steps; empty otherwise."""
-    pool = getattr(retriever, "pool_", None)
-    if pool is None or getattr(pool, "n_steps", -1) != n or not positions.size:
+    over an OSU pool (``osu_pool()``) covering the ``n`` visible steps; empty otherwise."""
+    pool = retriever.osu_pool()
+    if pool is None or pool.n_steps != n or not positions.size:
         return {}
     scores = (pool.centroids @ q).astype(np.float64)
     ranks = unit_ranks(scores, pool.sizes > 0)

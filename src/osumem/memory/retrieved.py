@@ -3,7 +3,8 @@ rendering of them as a context block for a prompt."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +12,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from osumem.errors import InvalidInputError
-from osumem.memory.explain import Explanation
+from osumem.memory.explain import Explanation, explainer
+from osumem.memory.rows import NamespaceData
+from osumem.retrieve.base import Retriever
 
 
 @dataclass(frozen=True)
@@ -19,18 +22,30 @@ class OSUHandle:
     """One OSU a retrieved step belongs to: its view, key and member span.
 
     The handle names the unit the way the paper does (view + key); ``first``/``last``
-    are its first and last member positions and ``size`` its member count, so two OSUs
-    with the same key (split by the temporal gap or the S_max cap) stay distinct.
+    are its first and last member positions and ``size`` its member count (``None``
+    for a handle read back from its text form, e.g. over HTTP), so two OSUs with the
+    same key (split by the temporal gap or the S_max cap) stay distinct.
     """
 
     view: str
     key: str
     first: int
     last: int
-    size: int
+    size: int | None
 
     def __str__(self) -> str:
         return f"{self.view}:{self.key}@{self.first}-{self.last}"
+
+    @classmethod
+    def parse(cls, text: str) -> OSUHandle:
+        """The handle written as ``view:key@first-last`` (its :func:`str`); the text
+        form has no member count, so ``size`` is ``None``."""
+        view, sep, rest = str(text).partition(":")
+        key, at, span = rest.rpartition("@")
+        first, dash, last = span.partition("-")
+        if not (sep and at and dash and first.isdigit() and last.isdigit()):
+            raise InvalidInputError(f"OSU handle: expected view:key@first-last, got {text!r}")
+        return cls(view=view, key=key, first=int(first), last=int(last), size=None)
 
 
 @dataclass(frozen=True)
@@ -61,6 +76,27 @@ class RetrievedStep:
     cost: int
     osus: tuple[OSUHandle, ...]
     rank: int
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RetrievedStep:
+        """The step :meth:`to_dict` wrote (OSU handles parsed back, without sizes)."""
+        try:
+            return cls(
+                position=int(data["position"]),
+                step_id=int(data["step_id"]),
+                namespace=str(data["namespace"]),
+                source=str(data["source"]),
+                role=str(data["role"]),
+                text=str(data["text"]),
+                tool_action=str(data["tool_action"]),
+                cost=int(data["cost"]),
+                osus=tuple(OSUHandle.parse(h) for h in data["osus"]),
+                rank=int(data["rank"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, InvalidInputError):
+                raise
+            raise InvalidInputError(f"retrieved step: not a step dict ({exc!r})") from None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict (OSU handles as strings)."""
@@ -164,14 +200,92 @@ class Retrieved:
             out["explanation"] = self.explain().to_dict()
         return out
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Retrieved:
+        """The result :meth:`to_dict` wrote, or the HTTP retrieve answer (whose
+        ``rendered`` block is :meth:`render` again, and whose ``explanation``, when
+        asked for, is :meth:`explain`): how the client turns a server's answer back
+        into a :class:`Retrieved`."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("steps"), list):
+            raise InvalidInputError("retrieved: expected a dict with a list of steps")
+        query = data.get("query")
+        why = data.get("explanation")
+        try:
+            return cls(
+                namespace=str(data["namespace"]),
+                method=str(data["method"]),
+                budget=int(data["budget"]),
+                steps=tuple(RetrievedStep.from_dict(s) for s in data["steps"]),
+                query=None if query is None else str(query),
+                explanation=None if why is None else Explanation.from_dict(why),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, InvalidInputError):
+                raise
+            raise InvalidInputError(f"retrieved: not a retrieve result ({exc!r})") from None
 
-def osu_handles(retriever: Any, positions: NDArray[np.int64]) -> list[tuple[OSUHandle, ...]]:
-    """OSU handles of ``positions`` in ``retriever``'s structure, found by duck typing:
-    a retriever exposing an OSU pool as ``pool_`` (with ``osus_of``, ``view_names``,
-    ``keys``, ``spans`` and ``sizes``) gets handles; any other method gets none."""
-    pool = getattr(retriever, "pool_", None)
-    needed = ("osus_of", "view_names", "keys", "spans", "sizes")
-    if pool is None or not all(hasattr(pool, a) for a in needed):
+    def _old_answer(self, spelling: str) -> dict[str, Any]:
+        warnings.warn(
+            f"{spelling} (the HTTP client's dict answer of earlier releases) is deprecated; "
+            "use the attributes (.steps, .cost, .namespace) and .render()",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return {**self.to_dict(explain=self.explanation is not None), "rendered": self.render()}
+
+    def __getitem__(self, key: str) -> Any:
+        """Deprecated: ``result["rendered"]``, ``result["steps"]`` ... (the client's dict
+        answer of earlier releases)."""
+        return self._old_answer("Retrieved[...]")[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """Deprecated: ``dict.get`` on the client's dict answer of earlier releases."""
+        return self._old_answer("Retrieved.get(...)").get(key, default)
+
+
+def retrieved_from(
+    retriever: Retriever,
+    query: NDArray[np.float32],
+    positions: NDArray[np.int64],
+    data: NamespaceData,
+    *,
+    namespace: str,
+    method: str,
+    budget: int,
+    text: str | None,
+) -> Retrieved:
+    """The :class:`Retrieved` of ``positions`` (``retriever``'s selection for
+    ``query``, in rank order) of the namespace's steps ``data``, with the OSU handles of
+    the retriever's pool and the means to explain it later."""
+    handles = osu_handles(retriever, positions)
+    v = data.view
+    steps = tuple(
+        RetrievedStep(
+            position=int(p),
+            step_id=int(data.step_ids[p]),
+            namespace=namespace,
+            source=str(v.sources[p]),
+            role=str(v.roles[p]),
+            text=str(v.texts[p]),
+            tool_action=str(v.tool_actions[p]),
+            cost=int(v.costs[p]),
+            osus=handles[rank],
+            rank=rank,
+        )
+        for rank, p in enumerate(positions.tolist())
+    )
+    why = explainer(retriever, query, text, budget, positions, method)
+    return Retrieved(namespace, method, budget, steps, text, _explainer=why)
+
+
+def osu_handles(
+    retriever: Retriever | None, positions: NDArray[np.int64]
+) -> list[tuple[OSUHandle, ...]]:
+    """OSU handles of ``positions`` in ``retriever``'s OSU pool
+    (:meth:`~osumem.retrieve.Retriever.osu_pool`); a method without OSUs (or no
+    retriever) gets none."""
+    pool = None if retriever is None else retriever.osu_pool()
+    if pool is None:
         return [() for _ in positions]
     names = pool.view_names()
     out = []

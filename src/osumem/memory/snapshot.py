@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from osumem.memory.store import NamespaceData, SnapshotRow
+from osumem.memory.rows import NamespaceData, SnapshotRow
 from osumem.retrieve.base import Retriever
 from osumem.types import MemoryView
 
@@ -57,37 +57,26 @@ _UNREADABLE = (
 
 
 def supports(retriever: Retriever) -> bool:
-    """Whether ``retriever`` keeps a structure that a snapshot can restore: an
-    incremental pool, or its own ``state()`` / ``load_state(view, state)`` pair (a
-    plain dict of arrays, e.g. a lexical index)."""
-    from osumem.retrieve.osumem import _PoolRetriever
-
-    return isinstance(retriever, _PoolRetriever) or _has_state(retriever)
-
-
-def _has_state(retriever: Retriever) -> bool:
-    return callable(getattr(retriever, "state", None)) and callable(
-        getattr(retriever, "load_state", None)
-    )
+    """Whether ``retriever`` keeps a fitted state that a snapshot can restore."""
+    return retriever.state_format() is not None
 
 
 def settings_key(retriever: Retriever) -> str:
     """SHA-256 of everything besides the steps that shapes the retriever's state: the
-    snapshot format, library version, method, full configuration, seed and the
-    similarity view's construction switches."""
+    snapshot format, the state's layout version, library version, method, full
+    configuration, seed and the construction switches of the state
+    (:meth:`~osumem.retrieve.Retriever.state_format`)."""
     from osumem import __version__
-    from osumem.osu import pool as pool_mod
-    from osumem.osu.views import hnsw_available
 
+    layout, *switches = retriever.state_format() or (None,)
     parts = [
         SNAPSHOT_FORMAT,
-        pool_mod.POOL_STATE_FORMAT,
+        layout,
         __version__,
         retriever.name,
         repr(retriever.config),
         int(retriever.seed),
-        hnsw_available(),
-        pool_mod.EXACT_KNN_MAX,
+        *switches,
     ]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
@@ -106,11 +95,9 @@ def fingerprint(data: NamespaceData, steps: int) -> str:
 
 def encode(retriever: Retriever, data: NamespaceData, steps: int) -> SnapshotRow:
     """The snapshot row of ``retriever``, fitted on the first ``steps`` steps of ``data``."""
-    # a retriever's own state() (e.g. pool + lexical index), else its pool's
-    owner: Any = retriever if _has_state(retriever) else retriever.pool_  # type: ignore[attr-defined]
-    state = owner.state()
     buf = io.BytesIO()
-    np.savez_compressed(buf, **state)
+    arrays: dict[str, Any] = retriever.state_arrays()
+    np.savez_compressed(buf, **arrays)
     payload = buf.getvalue()
     return SnapshotRow(
         steps=steps,
@@ -125,8 +112,6 @@ def restore(retriever: Retriever, row: SnapshotRow, data: NamespaceData, view: M
     """Load ``row`` into ``retriever`` (fresh, unfitted) over ``view`` (the first
     ``row.steps`` steps of ``data``); ``False`` (and ``retriever`` untouched) when the
     snapshot does not match or cannot be read."""
-    from osumem.osu import OSUPool
-
     n = row.steps
     if not supports(retriever) or not 0 < n <= data.view.n or view.n != n:
         return False
@@ -141,15 +126,10 @@ def restore(retriever: Retriever, row: SnapshotRow, data: NamespaceData, view: M
         return False
     try:
         with np.load(io.BytesIO(row.payload), allow_pickle=False) as npz:
-            state: dict[str, Any] = {k: npz[k] for k in npz.files}
-        if _has_state(retriever):
-            retriever.load_state(view, state)  # type: ignore[attr-defined]
-            return True
-        cfg = retriever.config.osu_config()  # type: ignore[attr-defined]
-        pool = OSUPool.from_state(view, cfg, retriever.seed, state)
+            arrays: dict[str, Any] = {k: npz[k] for k in npz.files}
+        retriever.load_state(view, arrays)
     except _UNREADABLE:
         return False
-    retriever.restore(view, pool)  # type: ignore[attr-defined]
     return True
 
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from osumem.errors import InvalidInputError
-from osumem.memory.store import StepRow
+from osumem.errors import InvalidInputError, show_value
+from osumem.memory.rows import StepRow
 from osumem.types import Step
 
 
@@ -194,6 +194,14 @@ def _check_utf8(value: str, where: str, name: str) -> None:
         ) from None
 
 
+def check_cost(cost: Any, where: str) -> None:
+    """A step's token cost: a positive integer of at most :data:`MAX_STEP_COST`."""
+    if isinstance(cost, bool) or not isinstance(cost, int | np.integer) or cost <= 0:
+        raise InvalidInputError(f"{where}: cost must be a positive integer, got {_show(cost)}")
+    if cost > MAX_STEP_COST:
+        raise InvalidInputError(f"{where}: cost {_show(cost)} exceeds the maximum {MAX_STEP_COST}")
+
+
 def step_row(s: Any, where: str, namespace: str, max_text_chars: int) -> StepRow:
     """Validate one :class:`Step` and turn it into a store row (``where`` names it)."""
     if not isinstance(s, Step):
@@ -217,12 +225,7 @@ def step_row(s: Any, where: str, namespace: str, max_text_chars: int) -> StepRow
             )
     if len(s.role) > MAX_ROLE_CHARS:
         raise InvalidInputError(f"{where}: role longer than {MAX_ROLE_CHARS} characters")
-    if isinstance(s.cost, bool) or not isinstance(s.cost, int | np.integer) or s.cost <= 0:
-        raise InvalidInputError(f"{where}: cost must be a positive integer, got {_show(s.cost)}")
-    if s.cost > MAX_STEP_COST:
-        raise InvalidInputError(
-            f"{where}: cost {_show(s.cost)} exceeds the maximum {MAX_STEP_COST}"
-        )
+    check_cost(s.cost, where)
     try:
         entities = list(s.entities)
     except TypeError:
@@ -262,15 +265,8 @@ def step_row(s: Any, where: str, namespace: str, max_text_chars: int) -> StepRow
     )
 
 
-def _show(value: Any) -> str:
-    """A short, always printable rendering of a rejected value."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
-        return f"an integer of {value.bit_length()} bits"
-    try:
-        text = repr(value)
-    except Exception:  # a value whose repr fails is still named
-        return f"a {type(value).__name__}"
-    return text if len(text) <= 80 else text[:77] + "..."
+#: A short, always printable rendering of a rejected value.
+_show = show_value
 
 
 def check_namespace(namespace: Any, what: str = "namespace") -> None:

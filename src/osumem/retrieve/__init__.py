@@ -1,18 +1,14 @@
 """Retrieval methods behind one interface, found through one registry."""
 
-from osumem.retrieve.base import (
-    Retriever,
-    RetrieverConfig,
-    Selection,
-    check_budget,
-    greedy_pack,
-    pack_first_fit,
-)
+from osumem.retrieve.base import Retriever, RetrieverConfig, RetrieverState, Selection
+from osumem.retrieve.budget import check_budget, validated_budget
+from osumem.retrieve.packing import greedy_pack, pack_first_fit
 from osumem.retrieve.registry import available, create, get_class, make_config
 
 __all__ = [
     "Retriever",
     "RetrieverConfig",
+    "RetrieverState",
     "Selection",
     "available",
     "check_budget",
@@ -21,4 +17,5 @@ __all__ = [
     "greedy_pack",
     "make_config",
     "pack_first_fit",
+    "validated_budget",
 ]

@@ -40,9 +40,9 @@ from numpy.typing import NDArray
 
 from osumem.frozen import Boolean, Constraints, Interval, Options, Subset
 from osumem.osu.config import VIEWS
-from osumem.retrieve.base import pack_first_fit
 from osumem.retrieve.explain import Part, SelectionParts, best_unit, unit_ranks
 from osumem.retrieve.osumem import OSUMem, OSUMemConfig
+from osumem.retrieve.packing import pack_first_fit
 from osumem.types import IntArray
 
 
@@ -142,16 +142,15 @@ class AdaptiveOSUMem(OSUMem[AdaptiveConfig]):
     def binding(self, q: NDArray[np.float32], limit: int) -> BindingDecision:
         """Run the binding test for query ``q`` over the steps before ``limit``."""
         cfg = self.config
-        assert self.pool_ is not None
         cos = self._cosines(q, limit)
         head = np.argsort(-cos, kind="stable")[: cfg.seed_steps].astype(np.int64)
         return self._binding_from_head(head, limit)
 
     def _binding_from_head(self, head: IntArray, limit: int) -> BindingDecision:
         cfg = self.config
-        assert self.pool_ is not None
+        pool = self.fitted_pool
         members, _, _ = self._visible(limit)
-        codes = np.asarray(self.pool_.view_codes)[: members.shape[1]]
+        codes = np.asarray(pool.view_codes)[: members.shape[1]]
         allowed = np.isin(codes, [VIEWS.index(v) for v in cfg.binding_views])
         bmembers = members[:, np.flatnonzero(allowed)]
         cols = np.flatnonzero(allowed).astype(np.int64)
@@ -175,9 +174,9 @@ class AdaptiveOSUMem(OSUMem[AdaptiveConfig]):
     def _in_binding_osu(self, limit: int) -> NDArray[np.bool_]:
         """Which of the steps before ``limit`` belong to some OSU of a binding view."""
         cfg = self.config
-        assert self.pool_ is not None
+        pool = self.fitted_pool
         members, _, _ = self._visible(limit)
-        codes = np.asarray(self.pool_.view_codes)[: members.shape[1]]
+        codes = np.asarray(pool.view_codes)[: members.shape[1]]
         allowed = np.isin(codes, [VIEWS.index(v) for v in cfg.binding_views]).astype(np.float64)
         return np.asarray(members @ allowed).ravel()[:limit] > 0
 
@@ -194,22 +193,6 @@ class AdaptiveOSUMem(OSUMem[AdaptiveConfig]):
         flat = np.argsort(-cos, kind="stable").astype(np.int64)
         return self._stages_ranked(q, budget, limit, evidence, flat, cos.astype(np.float64))
 
-    def _select_ranked(
-        self,
-        q: NDArray[np.float32],
-        budget: int,
-        limit: int,
-        evidence: IntArray | None,
-        flat: IntArray,
-        cos: NDArray[np.float64],
-    ) -> IntArray:
-        """The method over a given ranking of the visible steps: ``flat`` (every step
-        before ``limit``, best first) and the score ``cos`` it sorts by (Flat's cosine
-        here; a subclass may rank by another score). The binding test reads the head
-        of ``flat``, expansion candidates are ordered by ``cos``, orphans and the fill
-        come from ``flat``."""
-        return self._stages_ranked(q, budget, limit, evidence, flat, cos).positions
-
     def _stages_ranked(
         self,
         q: NDArray[np.float32],
@@ -219,10 +202,14 @@ class AdaptiveOSUMem(OSUMem[AdaptiveConfig]):
         flat: IntArray,
         cos: NDArray[np.float64],
     ) -> AdaptiveStages:
-        """:meth:`_select_ranked` in its three parts."""
-        assert self.view_ is not None
+        """The method over a given ranking of the visible steps, in its three parts:
+        ``flat`` (every step before ``limit``, best first) and the score ``cos`` it
+        sorts by (Flat's cosine here; a subclass may rank by another score). The
+        binding test reads the head of ``flat``, expansion candidates are ordered by
+        ``cos``, orphans and the fill come from ``flat``."""
+        view = self.fitted_view
         cfg = self.config
-        costs = self.view_.costs
+        costs = view.costs
         decision = self._binding_from_head(flat[: cfg.seed_steps], limit)
         none = np.empty(0, dtype=np.int64)
         if not decision.binds:
@@ -293,7 +280,6 @@ class AdaptiveOSUMem(OSUMem[AdaptiveConfig]):
                 candidates_label="the flat ranking (the query does not bind)",
                 summary=summary,
             )
-        assert self.pool_ is not None
         members, centroids, _ = self._visible(limit)
         ranks = unit_ranks(centroids @ q, np.diff(members.indptr) > 0)
         allowed = None

@@ -10,8 +10,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from osumem.frozen import Constraints, Interval, Symbols
-from osumem.retrieve.base import Retriever, RetrieverConfig, greedy_pack
+from osumem.retrieve.base import Retriever, RetrieverConfig
 from osumem.retrieve.groups import label_codes
+from osumem.retrieve.packing import greedy_pack
 from osumem.types import IntArray, MemoryView
 
 
@@ -44,12 +45,12 @@ class CoverageAware(Retriever[CoverageConfig]):
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
-        assert self.view_ is not None
+        view = self.fitted_view
         beta = float(self.config.subgoal_bonus)
         cand = self._flat_order(q, limit)
         cos = self._cosines(q, limit)[cand].astype(np.float64)
         if beta == 0.0:
-            return greedy_pack(cos, cand, self.view_.costs, budget)
+            return greedy_pack(cos, cand, view.costs, budget)
         codes = self.subgoal_codes_[cand]
         covered: set[int] = set()
 
@@ -60,4 +61,4 @@ class CoverageAware(Retriever[CoverageConfig]):
             covered.add(s)
             return np.where(codes == s, -beta, 0.0)
 
-        return greedy_pack(cos + beta * (codes >= 0), cand, self.view_.costs, budget, on_pick)
+        return greedy_pack(cos + beta * (codes >= 0), cand, view.costs, budget, on_pick)

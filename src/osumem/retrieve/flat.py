@@ -44,7 +44,6 @@ class FlatVector(Retriever[FlatConfig]):
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
-        assert self.view_ is not None
         return self._flat_pack(q, limit, budget)
 
     def update(self, view: MemoryView) -> Self:

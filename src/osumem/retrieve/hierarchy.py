@@ -10,7 +10,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from osumem.frozen import Boolean, Constraints, Interval
-from osumem.retrieve.base import Retriever, RetrieverConfig, pack_first_fit
+from osumem.retrieve.base import Retriever, RetrieverConfig
 from osumem.retrieve.groups import (
     coarse_k,
     coarse_to_fine,
@@ -20,6 +20,7 @@ from osumem.retrieve.groups import (
     labels_to_incidence,
     with_fallback,
 )
+from osumem.retrieve.packing import pack_first_fit
 from osumem.types import IntArray, MemoryView
 
 
@@ -118,12 +119,12 @@ class DisjointHierarchy(Retriever[DisjointHierarchyConfig]):
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
-        assert self.view_ is not None
+        view = self.fitted_view
         cfg = self.config
-        costs = self.view_.costs
+        costs = view.costs
         cos = self._cosines(q, limit)
         ok = self.first_ < limit
-        if limit >= self.view_.n:  # every step visible: the costs computed at build
+        if limit >= view.n:  # every step visible: the costs computed at build
             vis_cost = self.costs_[ok]
         else:
             vis_cost = group_costs(costs[:limit], self.members_[:, :limit])[ok]

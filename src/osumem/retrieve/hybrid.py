@@ -14,24 +14,28 @@ fusion), both under the shared first-fit packer.
 Without a query text (a query given as a vector only, or a benchmark whose queries have
 no words, like the synthetic one) both rank by cosine alone and select exactly what
 ``flat`` selects. The index is built from :attr:`MemoryView.texts` at ``fit`` and
-extended at each ``update`` (only the new steps are tokenised); :meth:`state` and
-:meth:`load_state` hold it as plain arrays for a snapshot.
+extended at each ``update`` (only the new steps are tokenised); ``state_arrays`` and
+``load_state`` hold it as plain arrays for a snapshot (the retriever state protocol of
+:mod:`osumem.retrieve.base`; nothing is shared between retrievers).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 import numpy as np
 from numpy.typing import NDArray
 
+from osumem.errors import InvalidInputError
 from osumem.frozen import Boolean, Constraints, Interval
-from osumem.retrieve.base import ConfigT, Retriever, RetrieverConfig, pack_first_fit
-from osumem.retrieve.lexical import LexicalIndex
+from osumem.retrieve.base import ConfigT, Retriever, RetrieverConfig, RetrieverState
+from osumem.retrieve.lexical import LEXICAL_STATE_FORMAT, LexicalIndex, fitted_index
+from osumem.retrieve.packing import pack_first_fit
 from osumem.types import IntArray, MemoryView
 
-#: Prefix of the lexical index's arrays in a retriever's :meth:`state`.
+#: Prefix of the lexical index's arrays in a retriever's ``state_arrays``.
 LEXICAL_KEY = "lexical."
 
 
@@ -69,9 +73,16 @@ class HybridConfig(LexicalConfig):
 
 class LexicalMixin(Retriever[ConfigT]):
     """A retriever that keeps a :class:`LexicalIndex` over its view's step texts
-    (``lexical_``), built at ``fit``, extended at ``update``, part of :meth:`state`."""
+    (``lexical_``), built at ``fit``, extended at ``update``, part of its snapshot
+    arrays."""
 
     lexical_: LexicalIndex | None = None
+
+    @property
+    def fitted_lexical(self) -> LexicalIndex:
+        """The lexical index built by ``fit`` (a :class:`~osumem.errors.NotFittedError`
+        before)."""
+        return fitted_index(self.lexical_, self)
 
     def _new_lexical(self) -> LexicalIndex:
         cfg: Any = self.config
@@ -93,10 +104,9 @@ class LexicalMixin(Retriever[ConfigT]):
 
     def lexical_state(self) -> dict[str, Any]:
         """The lexical index's arrays under :data:`LEXICAL_KEY`-prefixed names."""
-        assert self.lexical_ is not None
-        return {LEXICAL_KEY + k: v for k, v in self.lexical_.state().items()}
+        return {LEXICAL_KEY + k: v for k, v in self.fitted_lexical.state().items()}
 
-    def _load_lexical(self, view: MemoryView, state: dict[str, Any]) -> None:
+    def _load_lexical(self, view: MemoryView, state: Mapping[str, Any]) -> None:
         part = {k[len(LEXICAL_KEY) :]: v for k, v in state.items() if k.startswith(LEXICAL_KEY)}
         index = LexicalIndex.from_state(part)
         if index.n != view.n:
@@ -108,9 +118,7 @@ class LexicalMixin(Retriever[ConfigT]):
     ) -> NDArray[np.float64]:
         """The BM25 score of the steps at ``positions`` for the query ``text`` (what
         the lexical ranking of this retriever saw; 0 for a step the words miss)."""
-        if self.lexical_ is None:
-            raise ValueError(f"{type(self).__name__}: call fit() first")
-        return self.lexical_.scores(text, positions, limit=limit)
+        return self.fitted_lexical.scores(text, positions, limit=limit)
 
 
 class _LexicalRetriever(LexicalMixin[ConfigT]):
@@ -121,19 +129,28 @@ class _LexicalRetriever(LexicalMixin[ConfigT]):
         if self.view_ is None or self.lexical_ is None:
             return self.fit(view)
         self._extend_lexical(view)
-        self._extend_cost_stats(self.view_, view)
+        self.step_index.extend_cost_stats(self.view_, view)
         self.view_ = view
         return self
 
-    def state(self) -> dict[str, Any]:
+    def state_format(self) -> tuple[Any, ...]:
+        """The lexical index's layout version (it is the whole snapshot)."""
+        return (LEXICAL_STATE_FORMAT,)
+
+    def state_arrays(self) -> dict[str, Any]:
         """Everything a restore needs beside the view: the lexical index's arrays."""
         return self.lexical_state()
 
-    def load_state(self, view: MemoryView, state: dict[str, Any]) -> Self:
-        """Take ``state`` (from :meth:`state`, over ``view``) as the fitted structure."""
+    def load_state(
+        self, view: MemoryView, state: RetrieverState | Mapping[str, NDArray[Any]]
+    ) -> Self:
+        """Take ``state`` (from :meth:`state_arrays`, over ``view``) as the fitted
+        structure."""
+        if isinstance(state, RetrieverState):
+            raise InvalidInputError(f"{type(self).__name__} shares no state; load its arrays")
         self._load_lexical(view, state)
         self.view_ = view
-        self._step_index = None
+        self.step_index.reset()
         return self
 
     def _select(
@@ -150,20 +167,16 @@ class _LexicalRetriever(LexicalMixin[ConfigT]):
         limit: int,
         evidence: IntArray | None,
     ) -> IntArray:
-        assert self.view_ is not None and self.lexical_ is not None
-        docs, scores = self.lexical_.ranking(text, limit)
+        view, lexical = self.fitted_view, self.fitted_lexical
+        docs, scores = lexical.ranking(text, limit)
         if docs.shape[0] == 0:
             return self._select(q, budget, limit, evidence)
-        order = self._order(q, limit, docs, scores)
-        return pack_first_fit(order, self.view_.costs, budget)
+        order = self._order(self._flat_order(q, limit), docs, scores)
+        return pack_first_fit(order, view.costs, budget)
 
-    def _order(
-        self,
-        q: NDArray[np.float32],
-        limit: int,
-        docs: IntArray,
-        scores: NDArray[np.float64],
-    ) -> IntArray:
+    def _order(self, dense: IntArray, docs: IntArray, scores: NDArray[np.float64]) -> IntArray:
+        """The ranking of every visible step from the ``dense`` (cosine) order and the
+        lexical matches ``docs`` (best first) with their ``scores``."""
         raise NotImplementedError
 
 
@@ -173,15 +186,8 @@ class BM25Retriever(_LexicalRetriever[LexicalConfig]):
     name = "bm25"
     Config = LexicalConfig
 
-    def _order(
-        self,
-        q: NDArray[np.float32],
-        limit: int,
-        docs: IntArray,
-        scores: NDArray[np.float64],
-    ) -> IntArray:
-        dense = self._flat_order(q, limit)
-        seen = np.zeros(limit, dtype=bool)
+    def _order(self, dense: IntArray, docs: IntArray, scores: NDArray[np.float64]) -> IntArray:
+        seen = np.zeros(dense.shape[0], dtype=bool)
         seen[docs] = True
         return np.concatenate([docs, dense[~seen[dense]]])
 
@@ -192,15 +198,9 @@ class HybridRetriever(_LexicalRetriever[HybridConfig]):
     name = "hybrid"
     Config = HybridConfig
 
-    def _order(
-        self,
-        q: NDArray[np.float32],
-        limit: int,
-        docs: IntArray,
-        scores: NDArray[np.float64],
-    ) -> IntArray:
+    def _order(self, dense: IntArray, docs: IntArray, scores: NDArray[np.float64]) -> IntArray:
         k = self.config.rrf_k
-        dense = self._flat_order(q, limit)
+        limit = dense.shape[0]
         fused = np.empty(limit, dtype=np.float64)
         fused[dense] = 1.0 / (k + np.arange(1, limit + 1, dtype=np.float64))
         fused[docs] += 1.0 / (k + np.arange(1, docs.shape[0] + 1, dtype=np.float64))

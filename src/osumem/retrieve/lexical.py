@@ -35,7 +35,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from osumem.annotate import ENGLISH_STOP_WORDS
-from osumem.errors import InvalidInputError
+from osumem.errors import InvalidInputError, NotFittedError
 
 #: Scripts written without spaces between words: each character is a token.
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
@@ -416,3 +416,11 @@ class LexicalIndex:
 
 #: Version of the :meth:`LexicalIndex.state` layout.
 LEXICAL_STATE_FORMAT = 1
+
+
+def fitted_index(index: LexicalIndex | None, owner: object) -> LexicalIndex:
+    """``index``, or a :class:`~osumem.errors.NotFittedError` naming ``owner`` (a
+    retriever) while it has not built one (before ``fit``)."""
+    if index is None:
+        raise NotFittedError(f"{type(owner).__name__}: call fit() first")
+    return index

@@ -9,7 +9,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from osumem.frozen import Constraints, Interval, Symbols
-from osumem.retrieve.base import FLAT_HEAD_MIN, Retriever, RetrieverConfig, greedy_pack
+from osumem.retrieve.base import Retriever, RetrieverConfig
+from osumem.retrieve.packing import FLAT_HEAD_MIN, greedy_pack
 from osumem.types import IntArray, MemoryView
 
 
@@ -48,15 +49,15 @@ class FlatMMR(Retriever[MMRConfig]):
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
-        assert self.view_ is not None
+        view = self.fitted_view
         cfg = self.config
         if cfg.head_ratio > 0:
             cand = self._flat_head(q, limit, cfg.head_ratio * budget, min_count=FLAT_HEAD_MIN)
         else:
             cand = self._flat_order(q, limit)
-        H = self.view_.embeddings[cand]
+        H = view.embeddings[cand]
         lam = cfg.mmr_lambda
-        costs = self.view_.costs
+        costs = view.costs
         relevance = lam * (H @ q).astype(np.float64)
         if lam == 1.0:
             chosen = greedy_pack(relevance, cand, costs, budget)
@@ -80,8 +81,8 @@ class FlatMMR(Retriever[MMRConfig]):
     ) -> IntArray:
         """Budget the head could not use goes to the rest of the flat ranking, first
         fit (so λ = 1 selects exactly what Flat Vector selects)."""
-        assert self.view_ is not None
-        costs = self.view_.costs
+        view = self.fitted_view
+        costs = view.costs
         left = budget - int(costs[chosen].sum())
         if left <= 0 or head.shape[0] >= limit:
             return chosen

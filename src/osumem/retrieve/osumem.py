@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self, TypeVar
 
@@ -21,19 +22,19 @@ import numpy as np
 import scipy.sparse as sp
 from numpy.typing import NDArray
 
+from osumem.errors import InvalidInputError, NotFittedError
 from osumem.frozen import Boolean, Constraints, Interval, Options, Symbols
 from osumem.osu.config import OSUConfig
-from osumem.osu.pool import OSUPool, release_free_memory
-from osumem.osu.views import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M
-from osumem.retrieve.base import Retriever, RetrieverConfig, greedy_pack, pack_first_fit
+from osumem.osu.heap import release_free_memory
+from osumem.osu.pool import OSUPool
+from osumem.retrieve.base import Retriever, RetrieverConfig, RetrieverState
+from osumem.retrieve.centroids import CentroidIndex, top_slots
 from osumem.retrieve.explain import SelectionParts, best_unit, unit_ranks
+from osumem.retrieve.packing import greedy_pack, novelty_pack, pack_first_fit
 from osumem.types import IntArray, MemoryView
 
 #: Extra centroids asked of the HNSW centroid index beyond K (re-scored exactly).
 CENTROID_MARGIN = 8
-
-#: Up to this many candidate OSUs, the top K is taken by one full sort.
-SMALL_SORT = 64
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,126 +122,93 @@ class CoarseResult:
     k: int
 
 
-class CentroidIndex:
-    """An HNSW index (hnswlib, inner product) over the live OSU centroids of a pool,
-    labelled by slot and kept in step with the pool's change log: a changed centroid
-    is updated in place, a dead OSU marked deleted, a full derivation rebuilds it."""
-
-    def __init__(self, pool: OSUPool, seed: int) -> None:
-        self.pool = pool
-        self.seed = seed
-        self.epoch = -1
-        self.position = 0
-        self._index: Any = None
-        self._deleted: set[int] = set()
-        self._known: set[int] = set()
-        self._ef = -1
-
-    def _rebuild(self) -> None:
-        import hnswlib
-
-        slots, cents = self.pool.live_arrays()
-        self._index = hnswlib.Index(space="ip", dim=cents.shape[1])
-        # capacity for the live OSUs plus an eighth (grown by doubling in sync): hnswlib
-        # keeps a lock and a level per element of capacity, resident even when unused
-        self._index.init_index(
-            max_elements=max(1024, slots.size + slots.size // 8),
-            M=HNSW_M,
-            ef_construction=HNSW_EF_CONSTRUCTION,
-            random_seed=self.seed,
-        )
-        self._index.set_num_threads(1)
-        self._ef = -1
-        if slots.size:
-            self._index.add_items(cents, slots)
-        self._known = set(slots.tolist())
-        self._deleted = set()
-
-    def sync(self) -> None:
-        """Apply the pool's changes since the last sync."""
-        pool = self.pool
-        if (
-            self._index is not None
-            and self.epoch == pool.epoch
-            and self.position == pool.change_log_position
-        ):
-            return
-        changes = pool.changes_since(self.epoch, self.position) if self._index else None
-        if changes is None:
-            self._rebuild()
-        else:
-            rows, _, sizes = pool.slot_arrays()
-            _, cents = pool.live_arrays()
-            changed = list(dict.fromkeys(changes))
-            fresh = [g for g in changed if sizes[g] > 0 and g not in self._known]
-            need = len(self._known) + len(fresh)
-            if need > self._index.get_max_elements():
-                self._index.resize_index(max(need, 2 * self._index.get_max_elements()))
-            for g in changed:
-                if sizes[g] > 0:
-                    if g in self._deleted:
-                        self._index.unmark_deleted(g)
-                        self._deleted.discard(g)
-                    self._index.add_items(cents[rows[g] : rows[g] + 1], np.array([g]))
-                    self._known.add(g)
-                elif g in self._known and g not in self._deleted:
-                    self._index.mark_deleted(g)
-                    self._deleted.add(g)
-        self.epoch, self.position = pool.epoch, pool.change_log_position
-
-    def query(self, q: NDArray[np.float32], k: int) -> IntArray | None:
-        """About the ``k`` best slots by centroid cosine (``None`` when the index
-        cannot answer ``k``; the caller then scans)."""
-        self.sync()
-        ef = max(HNSW_EF_SEARCH, 2 * k)
-        if ef != self._ef:
-            self._index.set_ef(ef)
-            self._ef = ef
-        try:
-            labels, _ = self._index.knn_query(q[None, :], k=k)
-        except RuntimeError:
-            return None
-        return labels[0].astype(np.int64)
+#: The construction part of each pool config, made once per process (a config is
+#: immutable; the evaluation makes one retriever per method and episode).
+_CONSTRUCTION_PARTS: dict[PoolRetrieverConfig, OSUConfig] = {}
 
 
-def _top_slots(pool: OSUPool, slots: IntArray, scores: NDArray[Any], k: int) -> IntArray:
-    """The ``k`` of ``slots`` with the best ``scores``, ties by the pool's canonical
-    order (as a set: the caller takes the union of their members). Sorting by key
-    in Python happens only when scores tie at the k-th place."""
-    m = int(slots.shape[0])
-    if k >= m:
-        return slots
-    sc = np.asarray(scores, dtype=np.float64)
-    if m <= SMALL_SORT:
-        # a few candidates (the centroid index's): one sort, the tie check on two
-        order = np.argsort(-sc)
-        if sc[order[k - 1]] > sc[order[k]]:
-            return slots[order[:k]]
-        kth = sc[order[k - 1]]
-    else:
-        top = np.argpartition(-sc, k - 1)[:k]
-        kth = sc[top].min()
-        if int(np.count_nonzero(sc >= kth)) == k:
-            return slots[top]
-    head = np.flatnonzero(sc >= kth).tolist()
-    best = sorted(head, key=lambda i: (-sc[i], pool.canonical_key(int(slots[i]))))[:k]
-    return slots[np.asarray(best, dtype=np.int64)]
+def _construction_part(config: PoolRetrieverConfig) -> OSUConfig:
+    try:
+        part = _CONSTRUCTION_PARTS.get(config)
+    except TypeError:  # a config with unhashable values is not cached
+        return config.osu_config()
+    if part is None:
+        part = _CONSTRUCTION_PARTS[config] = config.osu_config()
+    return part
 
 
 class _PoolRetriever(Retriever[PoolConfigT]):
-    """Shared fit/update over an :class:`OSUPool`."""
+    """Shared fit/update over an :class:`OSUPool`, and the state protocol for it: the
+    state is the pool (:meth:`OSUPool.state` as arrays), keyed by the construction
+    part of the config (methods that build the same pool share one)."""
 
     pool_: OSUPool | None = None
     _centroid_index: CentroidIndex | None = None
     _mean_cost_state: tuple[Any, ...] | None = None
     _mean_cost = 0.0
+    _osu_part: OSUConfig | None = None
+
+    @property
+    def fitted_pool(self) -> OSUPool:
+        """The OSU pool built by ``fit`` (a :class:`~osumem.errors.NotFittedError`
+        before)."""
+        if self.pool_ is None:
+            raise NotFittedError(f"{type(self).__name__}: call fit() before retrieve()")
+        return self.pool_
+
+    def osu_pool(self) -> OSUPool | None:
+        return self.pool_
+
+    def state_key(self) -> Hashable:
+        """The construction part of the config and the :meth:`pool_variant` (with the
+        seed, they fix the pool): retrievers with equal keys share one pool."""
+        if self._osu_part is None:
+            self._osu_part = _construction_part(self.config)
+        variant = self.pool_variant()
+        return self._osu_part if variant is None else (self._osu_part, variant)
+
+    def state_format(self) -> tuple[Any, ...]:
+        """The pool state's layout version, whether the similarity view may use HNSW
+        and the size up to which its k-NN graph is exact."""
+        from osumem.osu import construct
+        from osumem.osu.pool_state import POOL_STATE_FORMAT
+        from osumem.osu.views import hnsw_available
+
+        return (POOL_STATE_FORMAT, hnsw_available(), construct.EXACT_KNN_MAX)
+
+    def state(self) -> RetrieverState:
+        pool = self.fitted_pool
+        return RetrieverState(key=self.state_key(), n_steps=pool.n_steps, structure=pool)
+
+    def load_state(
+        self, view: MemoryView, state: RetrieverState | Mapping[str, NDArray[Any]]
+    ) -> Self:
+        if isinstance(state, RetrieverState):
+            if state.key != self.state_key() or not isinstance(state.structure, OSUPool):
+                raise InvalidInputError(
+                    f"{type(self).__name__}: the state was built with other settings"
+                )
+            pool = state.structure
+        else:
+            pool = OSUPool.from_state(view, self.config.osu_config(), self.seed, dict(state))
+        return self._take_pool(view, pool)
+
+    def _take_pool(self, view: MemoryView, pool: OSUPool) -> Self:
+        """Take ``pool`` (over ``view``) as the fitted structure."""
+        self.view_ = view
+        self.step_index.reset()
+        self._centroid_index = None
+        self.pool_ = pool
+        return self
 
     def _build(self, view: MemoryView) -> None:
         """Build the pool; for a memory whose queries use the HNSW indexes, also the
         step index (on a second thread, while the pool builds) and the centroid index
         (while the step index finishes), so the first query builds nothing."""
-        wait = self._start_step_index(view)
+        wait = self.step_index.start_build(view)
         try:
+            # each pool holds its own construction config, as fit always made it (the
+            # efficiency tables measure the pool's bytes, its config included)
             self.pool_ = OSUPool.build(view, self.config.osu_config(), self.seed)
             if wait is not None:
                 self._centroid_index = CentroidIndex(self.pool_, self.seed)
@@ -262,32 +230,22 @@ class _PoolRetriever(Retriever[PoolConfigT]):
         if self.pool_ is None or self.view_ is None:
             return self.fit(view)
         self.pool_.add(view)
-        self._extend_cost_stats(self.view_, view)
+        self.step_index.extend_cost_stats(self.view_, view)
         self.view_ = view
-        return self
-
-    def restore(self, view: MemoryView, pool: OSUPool) -> Self:
-        """Take ``pool`` (this method's pool over ``view``, e.g. loaded from a stored
-        snapshot) as the fitted structure, as ``fit``/``update`` would have left it."""
-        self.view_ = view
-        self._step_index = None
-        self._centroid_index = None
-        self.pool_ = pool
         return self
 
     def _visible(self, limit: int) -> tuple[sp.csc_matrix, NDArray[np.float32], IntArray]:
         """Membership, centroids and costs restricted to steps < ``limit``: later members
         are dropped and centroids/costs recomputed from the visible ones (OSUs left
         empty get a zero centroid and cost 0)."""
-        pool = self.pool_
-        assert pool is not None and self.view_ is not None
+        pool, view = self.fitted_pool, self.fitted_view
         if limit >= pool.n_steps:
             return pool.members, pool.centroids, pool.costs
         members = pool.members[:limit].tocsc()
-        sums = np.asarray(members.T @ self.view_.embeddings[:limit].astype(np.float64))
+        sums = np.asarray(members.T @ view.embeddings[:limit].astype(np.float64))
         norms = np.linalg.norm(sums, axis=1, keepdims=True)
         centroids = (sums / np.where(norms > 0, norms, 1.0)).astype(np.float32)
-        costs = np.asarray(members.T @ self.view_.costs[:limit].astype(np.float64)).astype(np.int64)
+        costs = np.asarray(members.T @ view.costs[:limit].astype(np.float64)).astype(np.int64)
         return members, centroids, costs
 
 
@@ -329,14 +287,13 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
     def _union_k(self, ranked_members: sp.csc_matrix, target: float, limit: int) -> int:
         """Smallest K whose first K OSUs (in rank order) cover ``target`` tokens of
         distinct steps (all of them when the pool holds fewer)."""
-        assert self.view_ is not None
         n_cols = ranked_members.shape[1]
         col_of = np.repeat(np.arange(n_cols), np.diff(ranked_members.indptr))
         first = np.full(limit, n_cols, dtype=np.int64)
         np.minimum.at(first, ranked_members.indices, col_of)
         covered = first < n_cols
         gained = np.bincount(
-            first[covered], weights=self.view_.costs[:limit][covered], minlength=n_cols
+            first[covered], weights=self.fitted_view.costs[:limit][covered], minlength=n_cols
         )
         return int(np.searchsorted(np.cumsum(gained), target, side="left")) + 1
 
@@ -344,30 +301,30 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
         """The coarse stage over the whole pool from its slot-level state: the same
         K OSUs as :meth:`coarse` (ties by canonical order), without assembling the
         pool; returns the distinct positions they keep, increasing."""
-        pool = self.pool_
-        assert pool is not None
+        pool = self.fitted_pool
         cfg = self.config
         slots, cents = pool.live_arrays()
         if slots.size == 0:
             return np.empty(0, dtype=np.int64)
         k = min(math.ceil(cfg.coarse_ratio * budget / self._mean_osu_cost()), slots.size)
         found = None
-        if self._use_ann(pool.n_steps) and k + CENTROID_MARGIN < slots.size:
+        if self.step_index.uses_ann(self.fitted_view, pool.n_steps) and (
+            k + CENTROID_MARGIN < slots.size
+        ):
             if self._centroid_index is None or self._centroid_index.pool is not pool:
                 self._centroid_index = CentroidIndex(pool, self.seed)
             found = self._centroid_index.query(q, k + CENTROID_MARGIN)
         if found is not None:
             # approximate: the index's candidates, re-scored exactly
             live_row = pool.slot_arrays()[0]
-            best = _top_slots(pool, found, cents[live_row[found]] @ q, k)
+            best = top_slots(pool, found, cents[live_row[found]] @ q, k)
         else:
-            best = _top_slots(pool, slots, cents @ q, k)
+            best = top_slots(pool, slots, cents @ q, k)
         return pool.kept_union(best)
 
     def _mean_osu_cost(self) -> float:
         """Mean token cost of the live OSUs (cached until the pool changes)."""
-        pool = self.pool_
-        assert pool is not None
+        pool = self.fitted_pool
         state = (pool, pool.epoch, pool.change_log_position)
         if self._mean_cost_state != state:
             slots, _ = pool.live_arrays()
@@ -378,28 +335,28 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
-        assert self.view_ is not None and self.pool_ is not None
+        view, pool = self.fitted_view, self.fitted_pool
         cfg = self.config
-        costs = self.view_.costs
-        if limit >= self.pool_.n_steps and not self.is_oracle and cfg.coarse_k_rule == "mean_cost":
+        costs = view.costs
+        if limit >= pool.n_steps and not self.is_oracle and cfg.coarse_k_rule == "mean_cost":
             cand = self._coarse_positions(q, budget)
         else:
             coarse = self.coarse(q, budget, limit, evidence)
             cand = np.unique(coarse.members[:, coarse.kept].indices).astype(np.int64)
-        if self._use_ann(limit):
-            cos_cand = self.view_.embeddings[cand] @ q
+        if self.step_index.uses_ann(view, limit):
+            cos_cand = view.embeddings[cand] @ q
         else:
             cos_cand = self._cosines(q, limit)[cand]
         order = np.argsort(-cos_cand, kind="stable")
         cand, rel = cand[order], cos_cand[order]
         if cfg.novelty and budget >= cfg.novelty_min_budget and cand.size:
-            chosen = self._novelty_pack(cand, rel, budget, cfg.novelty_weight)
+            chosen = novelty_pack(view.embeddings, costs, cand, rel, budget, cfg.novelty_weight)
         else:
             chosen = pack_first_fit(cand, costs, budget)
         if not cfg.fill_from_flat:
             return chosen
         left = budget - int(costs[chosen].sum())
-        if left < self._cost_stats()[1]:
+        if left < self.step_index.cost_stats(view)[1]:
             # no step is cheap enough for what is left: the fill would add nothing
             return chosen
         extra = self._flat_pack(q, limit, left, exclude=chosen)
@@ -417,7 +374,6 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
         best-ranked kept unit holding it brought it in) or from the flat fill; the
         candidates are the kept units' members by cosine, then the flat ranking (see
         :mod:`osumem.retrieve.explain`)."""
-        assert self.view_ is not None
         cfg = self.config
         coarse = self.coarse(q, budget, limit)
         sizes = np.diff(coarse.members.indptr)
@@ -456,45 +412,6 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
             },
         )
 
-    def _novelty_pack(
-        self, cand: IntArray, relevance: NDArray[np.float32], budget: int, gamma: float
-    ) -> IntArray:
-        """Greedy fine stage with the penalty γ·max(0, max cosine to selected steps).
-
-        The same picks, and the same floating-point operations on every score that
-        can still be picked, as :func:`greedy_pack` with the penalty as its update
-        (tested); steps that no longer fit or are taken are set to −inf instead of
-        masked at every pick, which halves the NumPy calls per pick.
-        """
-        assert self.view_ is not None
-        if cand.shape[0] == 0:
-            return np.empty(0, dtype=np.int64)
-        H = self.view_.embeddings[cand]
-        cost = np.asarray(self.view_.costs, dtype=np.int64)[cand]
-        score = relevance.astype(np.float64)
-        score[cost > budget] = -np.inf
-        max_sim = np.zeros(cand.shape[0])
-        new_max = np.empty_like(max_sim)
-        remaining = int(budget)
-        top_cost = int(cost.max())
-        picked: list[int] = []
-        while True:
-            j = int(score.argmax())
-            if score[j] == -np.inf:
-                break
-            picked.append(j)
-            score[j] = -np.inf
-            remaining -= int(cost[j])
-            # score += -γ·(new_max − max_sim), written as score −= γ·(…): equal bits
-            np.maximum(max_sim, H @ H[j], out=new_max)
-            penalty = new_max - max_sim
-            penalty *= gamma
-            score -= penalty
-            max_sim, new_max = new_max, max_sim
-            if remaining < top_cost:
-                score[cost > remaining] = -np.inf
-        return cand[np.asarray(picked, dtype=np.int64)]
-
 
 class OSUMemGF(OSUMem[OSUMemConfig]):
     """OSU-Mem + GF (ground-truth filtering). ORACLE: reads the query's evidence and
@@ -515,14 +432,13 @@ class OSUMemCoverage(_PoolRetriever[OSUMemCoverageConfig]):
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
-        assert self.view_ is not None
-        cfg = self.config
+        cfg, view = self.config, self.fitted_view
         beta = cfg.beta
         members, _, _ = self._visible(limit)
         cos = self._cosines(q, limit).astype(np.float64)
         if cfg.candidates == "flat_top":
             order = self._flat_head(q, limit, cfg.candidate_ratio * budget)
-            csum = np.cumsum(self.view_.costs[order])
+            csum = np.cumsum(view.costs[order])
             head = int(np.searchsorted(csum, cfg.candidate_ratio * budget, side="right"))
             cand = order[: max(head, 1)]
         else:
@@ -544,7 +460,7 @@ class OSUMemCoverage(_PoolRetriever[OSUMemCoverageConfig]):
             )
             return -beta * np.bincount(hit, minlength=limit)[cand].astype(np.float64)
 
-        return greedy_pack(score, cand, self.view_.costs, budget, on_pick)
+        return greedy_pack(score, cand, view.costs, budget, on_pick)
 
     def explain_selection(
         self,
@@ -556,7 +472,6 @@ class OSUMemCoverage(_PoolRetriever[OSUMemCoverageConfig]):
     ) -> SelectionParts:
         """Each step's starting score: cosine + β per unit it sits in (the bonus shrinks
         as selected steps cover its units); the candidates in that order."""
-        assert self.view_ is not None
         beta = self.config.beta
         members, _, _ = self._visible(limit)
         n_units = np.bincount(members.indices, minlength=limit)[:limit]

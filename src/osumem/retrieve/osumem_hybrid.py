@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self, cast
 
@@ -46,9 +47,11 @@ from osumem.annotate import extract_text_entities, prefix_entities
 from osumem.frozen import Boolean, Constraints, Interval, Options, Subset
 from osumem.osu.pool import OSUPool
 from osumem.retrieve.adaptive import AdaptiveConfig, AdaptiveOSUMem
-from osumem.retrieve.base import ANN_HEAD_MIN, pack_first_fit, top_order
+from osumem.retrieve.base import RetrieverState
 from osumem.retrieve.hybrid import LEXICAL_KEY
-from osumem.retrieve.lexical import LexicalIndex
+from osumem.retrieve.lexical import LexicalIndex, fitted_index
+from osumem.retrieve.packing import pack_first_fit, pack_ranked_heads, top_order
+from osumem.retrieve.step_index import ANN_HEAD_MIN
 from osumem.types import IntArray, MemoryView
 
 #: Up to this many visible steps the fused ranking is computed over every step (full
@@ -135,6 +138,12 @@ class HybridOSUMem(AdaptiveOSUMem):
     Config = HybridOSUMemConfig
 
     lexical_: LexicalIndex | None = None
+
+    @property
+    def fitted_lexical(self) -> LexicalIndex:
+        """The lexical index built by ``fit``."""
+        return fitted_index(self.lexical_, self)
+
     _text_entities: list[frozenset[str]]
     _combined: tuple[frozenset[str], ...] = ()
     _prefix_state: tuple[bool | None, int] = (None, 0)
@@ -244,32 +253,32 @@ class HybridOSUMem(AdaptiveOSUMem):
         if view.n < self.lexical_.n:
             return self.fit(view)
         self.pool_.add(self._with_text_entities(view))
-        self._extend_cost_stats(self.view_, view)
+        self.step_index.extend_cost_stats(self.view_, view)
         self.view_ = view
         self._index_texts(view)
         return self
 
-    def restore(self, view: MemoryView, pool: OSUPool) -> Self:
-        """Take ``pool`` (built over this method's entity view of ``view``) and index
-        the texts (the runner shares pools between methods of one construction)."""
-        super().restore(view, pool)
-        self._reset_entities()
-        self._sample = None
-        self._with_text_entities(view)
-        self.lexical_ = self._new_lexical()
-        self._index_texts(view)
-        return self
-
-    def state(self) -> dict[str, Any]:
-        """The pool's state and the lexical index's arrays (``lexical.``-prefixed)."""
-        assert self.pool_ is not None and self.lexical_ is not None
-        out = dict(self.pool_.state())
-        out.update({LEXICAL_KEY + k: v for k, v in self.lexical_.state().items()})
+    def state_arrays(self) -> dict[str, Any]:
+        """The pool's arrays and the lexical index's (``lexical.``-prefixed)."""
+        out = dict(self.fitted_pool.state())
+        out.update({LEXICAL_KEY + k: v for k, v in self.fitted_lexical.state().items()})
         return out
 
-    def load_state(self, view: MemoryView, state: dict[str, Any]) -> Self:
-        """Restore from :meth:`state` over ``view`` (``ValueError``/``KeyError`` for
-        a state that does not fit)."""
+    def load_state(
+        self, view: MemoryView, state: RetrieverState | Mapping[str, NDArray[Any]]
+    ) -> Self:
+        """A shared pool (a :class:`RetrieverState`, built over this method's entity
+        view of ``view``: the runner shares pools between methods of one
+        construction) with the texts indexed again, or :meth:`state_arrays` over
+        ``view`` (``ValueError``/``KeyError`` for arrays that do not fit)."""
+        if isinstance(state, RetrieverState):
+            super().load_state(view, state)
+            self._reset_entities()
+            self._sample = None
+            self._with_text_entities(view)
+            self.lexical_ = self._new_lexical()
+            self._index_texts(view)
+            return self
         pool_state = {k: v for k, v in state.items() if not k.startswith(LEXICAL_KEY)}
         lex = {k[len(LEXICAL_KEY) :]: v for k, v in state.items() if k.startswith(LEXICAL_KEY)}
         index = LexicalIndex.from_state(lex)
@@ -278,7 +287,7 @@ class HybridOSUMem(AdaptiveOSUMem):
         self._reset_entities()
         entity_view = self._with_text_entities(view)
         pool = OSUPool.from_state(entity_view, self.config.osu_config(), self.seed, pool_state)
-        AdaptiveOSUMem.restore(self, view, pool)
+        self._take_pool(view, pool)
         self.lexical_ = index
         self._same_buf = np.asarray(view.subgoals[1:] == view.subgoals[:-1], dtype=bool)
         self._same = self._same_buf
@@ -290,9 +299,7 @@ class HybridOSUMem(AdaptiveOSUMem):
     ) -> NDArray[np.float64]:
         """The BM25 score of the steps at ``positions`` for the query ``text``, over
         their scoring texts (what the fusion read)."""
-        if self.lexical_ is None:
-            raise ValueError(f"{type(self).__name__}: call fit() first")
-        return self.lexical_.scores(text, positions, limit=limit)
+        return self.fitted_lexical.scores(text, positions, limit=limit)
 
     # --- retrieval -----------------------------------------------------------------------
 
@@ -328,10 +335,9 @@ class HybridOSUMem(AdaptiveOSUMem):
     ) -> NDArray[np.float64]:
         """The fused score (dense and lexical, with neighbours) of every step before
         ``limit`` (see the module docstring)."""
-        assert self.view_ is not None and self.lexical_ is not None
         cfg = self.cfg
         cos = self._cosines(q, limit).astype(np.float64)
-        bm = self.lexical_.score_all(text, limit)
+        bm = self.fitted_lexical.score_all(text, limit)
         if cfg.neighbour_on == "lexical":
             bm = self._neighbours(bm, limit, in_place=True)
         if cfg.fusion == "rrf":
@@ -361,27 +367,27 @@ class HybridOSUMem(AdaptiveOSUMem):
         limit: int,
         evidence: IntArray | None,
     ) -> IntArray:
-        assert self.lexical_ is not None and self.view_ is not None
-        if not text or self.lexical_.query_terms(text).shape[0] == 0:
+        view = self.fitted_view
+        if not text or self.fitted_lexical.query_terms(text).shape[0] == 0:
             return self._select(q, budget, limit, evidence)
         if limit > EXACT_FUSION_MAX and not self.cfg.expand_text and self.cfg.fusion == "rrf":
             return self._head_fused(q, text, budget, limit)
         score = self.fused_scores(q, text, limit)
         order = np.argsort(-score, kind="stable").astype(np.int64)
         if not self.cfg.expand_text:
-            return pack_first_fit(order, self.view_.costs, budget)
-        return self._select_ranked(q, budget, limit, evidence, order, score)
+            return pack_first_fit(order, view.costs, budget)
+        return self._stages_ranked(q, budget, limit, evidence, order, score).positions
 
     def _rank_sample(self, n: int) -> NDArray[np.float32]:
         """The embeddings of a fixed, seeded sample of :data:`RANK_SAMPLE` of the first
         ``n`` steps (kept, contiguous, until the memory grows by a quarter)."""
-        assert self.view_ is not None
+        view = self.fitted_view
         cached = self._sample
         if cached is None or not (cached[0] <= n < 1.25 * cached[0]) or cached[2] != self.seed:
             rng = np.random.default_rng([self.seed, 17])
             k = min(n, RANK_SAMPLE)
             rows = np.sort(rng.choice(n, size=k, replace=False))
-            cached = (n, np.ascontiguousarray(self.view_.embeddings[rows]), self.seed)
+            cached = (n, np.ascontiguousarray(view.embeddings[rows]), self.seed)
             self._sample = cached
         return cached[1]
 
@@ -393,20 +399,20 @@ class HybridOSUMem(AdaptiveOSUMem):
         (the share of a fixed sample of steps with a higher cosine), packed first
         fit; ``k`` grows (×4) while budget is left that an unseen step could use. No
         step is sorted beyond the candidates."""
-        assert self.view_ is not None and self.lexical_ is not None
-        view = self.view_
+        view = self.fitted_view
         costs = view.costs
         rrf_k = self.cfg.rrf_k
-        ann = self._use_ann(limit)
+        ann = self.step_index.uses_ann(view, limit)
         cos_all = None if ann else self._cosines(q, limit)
-        bm = self._neighbours(self.lexical_.score_all(text, limit), limit, in_place=True)
+        bm = self._neighbours(self.fitted_lexical.score_all(text, limit), limit, in_place=True)
         matched = np.flatnonzero(bm)
         sample = self._rank_sample(limit) @ q
         sample.sort()
-        mean_cost, min_cost, _ = self._cost_stats()
-        k = min(limit, max(ANN_HEAD_MIN, 4 * math.ceil(budget / mean_cost)))
-        while True:
-            head = self._ann_top(q, k) if cos_all is None else top_order(cos_all, k)
+        mean_cost, min_cost, _ = self.step_index.cost_stats(view)
+
+        def fused_head(k: int) -> IntArray:
+            """The candidates of the dense and lexical tops ``k``, by fused rank."""
+            head = self.step_index.top(view, q, k) if cos_all is None else top_order(cos_all, k)
             lex = matched
             if lex.shape[0] > k:
                 lex = lex[np.argpartition(-bm[lex], k - 1)[:k]]
@@ -428,8 +434,7 @@ class HybridOSUMem(AdaptiveOSUMem):
                 dense_rank[out[order_out]] = ranks
             rows = np.searchsorted(cand, lex)
             fused[rows] += 1.0 / (rrf_k + np.arange(1, lex.shape[0] + 1))
-            order = cand[np.lexsort((cand, dense_rank, -fused))]
-            taken = pack_first_fit(order, costs, budget)
-            if k >= limit or budget - int(costs[taken].sum()) < min_cost:
-                return taken
-            k = min(limit, 4 * k)
+            return cand[np.lexsort((cand, dense_rank, -fused))]
+
+        first = min(limit, max(ANN_HEAD_MIN, 4 * math.ceil(budget / mean_cost)))
+        return pack_ranked_heads(fused_head, costs, budget, n=limit, first=first, min_cost=min_cost)

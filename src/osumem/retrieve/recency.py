@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from osumem.retrieve.base import Retriever, RetrieverConfig, pack_first_fit
+from osumem.retrieve.base import Retriever, RetrieverConfig
 from osumem.retrieve.groups import recency_order
+from osumem.retrieve.packing import pack_first_fit
 from osumem.types import IntArray
 
 
@@ -32,8 +33,8 @@ class TruncatedReplay(Retriever[TruncatedReplayConfig]):
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
-        assert self.view_ is not None
-        return pack_first_fit(recency_order(limit), self.view_.costs, budget)
+        view = self.fitted_view
+        return pack_first_fit(recency_order(limit), view.costs, budget)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,7 +61,7 @@ class SlidingWindow(Retriever[SlidingWindowConfig]):
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
-        assert self.view_ is not None
-        costs = self.view_.costs
+        view = self.fitted_view
+        costs = view.costs
         w = window_size(budget, float(costs[:limit].mean()))
         return pack_first_fit(recency_order(limit, max(0, limit - w)), costs, budget)

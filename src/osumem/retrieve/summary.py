@@ -11,8 +11,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from osumem.frozen import Boolean, Constraints, Interval, Options
-from osumem.retrieve.base import Retriever, RetrieverConfig, pack_first_fit
+from osumem.retrieve.base import Retriever, RetrieverConfig
 from osumem.retrieve.groups import group_argmax, group_centroids, labels_to_incidence
+from osumem.retrieve.packing import pack_first_fit
 from osumem.types import FloatMatrix, IntArray, MemoryView
 
 
@@ -74,9 +75,9 @@ class PeriodicSummary(Retriever[PeriodicSummaryConfig]):
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
-        assert self.view_ is not None
+        view = self.fitted_view
         cfg = self.config
-        costs = self.view_.costs
+        costs = view.costs
         # Recent window: the longest suffix of visible steps fitting the recent budget.
         recent_budget = math.floor(cfg.recent_fraction * budget)
         back = np.cumsum(costs[:limit][::-1])
@@ -88,7 +89,7 @@ class PeriodicSummary(Retriever[PeriodicSummaryConfig]):
         centroids = self.chunk_centroids_[:n_full]
         cut_start = n_full * cfg.chunk_size
         if cut_start < older_end:
-            span = self.view_.embeddings[cut_start:older_end]
+            span = view.embeddings[cut_start:older_end]
             step, cent = central_steps(span, np.zeros(span.shape[0], dtype=np.int64))
             summaries = np.append(summaries, cut_start + step)
             centroids = np.vstack([centroids, cent])

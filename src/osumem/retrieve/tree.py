@@ -12,13 +12,14 @@ from numpy.typing import NDArray
 
 from osumem.errors import MissingExtraError
 from osumem.frozen import Boolean, Constraints, Interval
-from osumem.retrieve.base import Retriever, RetrieverConfig, pack_first_fit
+from osumem.retrieve.base import Retriever, RetrieverConfig
 from osumem.retrieve.groups import (
     budget_prefix,
     group_centroids,
     labels_to_incidence,
     with_fallback,
 )
+from osumem.retrieve.packing import pack_first_fit
 from osumem.types import FloatMatrix, IntArray, MemoryView
 
 
@@ -108,9 +109,9 @@ class TreeAbstraction(Retriever[TreeConfig]):
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
-        assert self.view_ is not None
+        view = self.fitted_view
         cfg = self.config
-        costs = self.view_.costs
+        costs = view.costs
         cos = self._cosines(q, limit)
         vis = costs[:limit].astype(np.float64)
         top = len(self.nodes_) - 1

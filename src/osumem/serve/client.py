@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
 from osumem.errors import OSUMemError
+from osumem.memory.retrieved import Retrieved
 from osumem.serve.auth import TOKEN_ENV
 
 #: Most steps one ``GET /v1/namespaces/{ns}/steps`` returns.
@@ -125,20 +127,26 @@ class MemoryClient:
     def retrieve(
         self,
         query: str,
-        budget: int,
+        budget: int | None = None,
         *,
         namespace: str = "default",
         method: str | None = None,
         explain: bool = False,
-    ) -> dict[str, Any]:
-        """The retrieved context: ``rendered`` (a prompt block) and ``steps`` (with
-        ``explain``, also ``explanation``)."""
-        body: dict[str, Any] = {"query": query, "budget": budget}
+    ) -> Retrieved:
+        """The retrieved context, as ``Memory.retrieve`` and ``MemoryService.retrieve``
+        return it (a :class:`~osumem.memory.Retrieved`: ``.steps``, ``.render()``;
+        ``budget=None``: the server memory's default; with ``explain``, its
+        ``.explain()`` comes with the answer). The dict answer of earlier releases still
+        reads (``result["rendered"]``) with a DeprecationWarning."""
+        body: dict[str, Any] = {"query": query}
+        if budget is not None:
+            body["budget"] = budget
         if method is not None:
             body["method"] = method
         if explain:
             body["explain"] = True
-        return dict(self._call("POST", f"/v1/namespaces/{self._ns(namespace)}/retrieve", body))
+        answer = self._call("POST", f"/v1/namespaces/{self._ns(namespace)}/retrieve", body)
+        return Retrieved.from_dict(answer)
 
     def namespace_info(self) -> list[dict[str, Any]]:
         """The namespaces this token may use, each with its step count and held
@@ -190,9 +198,18 @@ class MemoryClient:
         """The namespaces this token may use that hold steps."""
         return list(self._call("GET", "/v1/namespaces")["namespaces"])
 
-    def delete(self, namespace: str) -> int:
+    def delete_namespace(self, namespace: str = "default") -> int:
         """Delete a namespace; returns the number of steps deleted."""
         return int(self._call("DELETE", f"/v1/namespaces/{self._ns(namespace)}")["deleted_steps"])
+
+    def delete(self, namespace: str) -> int:
+        """Deprecated spelling of :meth:`delete_namespace` (for one release)."""
+        warnings.warn(
+            "MemoryClient.delete is deprecated; use MemoryClient.delete_namespace",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.delete_namespace(namespace)
 
     def close(self) -> None:
         """Close the connection pool."""

@@ -323,12 +323,9 @@ def build_app(
         a rendered context block and the structured steps; with ``explain``, why each
         step is there and what the budget left out."""
         allowed(request, namespace)
-        if body.explain:
-            result = await service.aretrieve_explained(
-                namespace, body.query, body.budget, body.method
-            )
-        else:
-            result = await service.aretrieve(namespace, body.query, body.budget, body.method)
+        result = await service.aretrieve(
+            body.query, body.budget, namespace=namespace, method=body.method, explain=body.explain
+        )
         # the response model documents the shape; the dict is built straight from the
         # result (no second validation pass on the hot path)
         return JSONResponse(result.to_dict(explain=body.explain) | {"rendered": result.render()})
@@ -427,7 +424,7 @@ def build_app(
     async def delete_namespace(namespace: str, request: Request) -> DeleteResponse:
         """Delete every step of a namespace (one transaction)."""
         allowed(request, namespace)
-        n = await service.adelete(namespace)
+        n = await service.adelete_namespace(namespace)
         return DeleteResponse(namespace=namespace, deleted_steps=n)
 
     hosts = HostPolicy.for_bind(host, allowed_hosts)

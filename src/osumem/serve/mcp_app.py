@@ -195,7 +195,12 @@ def build_mcp(service: MemoryService, tokens: TokenTable | None = None) -> Any:
         ctx: Context,
         namespace: Namespace = "default",
         budget: Annotated[
-            int, Field(description="Token budget of the returned steps.", gt=0)
+            int,
+            Field(
+                description="Token budget of the returned steps (> 0).",
+                # documented for clients; the service checks it (once per call)
+                json_schema_extra={"exclusiveMinimum": 0},
+            ),
         ] = 256,
         method: Annotated[
             str | None,
@@ -213,8 +218,9 @@ def build_mcp(service: MemoryService, tokens: TokenTable | None = None) -> Any:
         a token budget. Returns `rendered` (a context block for the prompt, in time
         order) and `steps` (each with position, role, tool, token cost, OSUs, text)."""
         authorize(ctx, namespace)
-        call = service.aretrieve_explained if explain else service.aretrieve
-        result = await call(namespace, query, budget, method)
+        result = await service.aretrieve(
+            query, budget, namespace=namespace, method=method, explain=explain
+        )
         return RetrieveResponse.of(result, explain=explain)
 
     @tool(
@@ -265,7 +271,7 @@ def build_mcp(service: MemoryService, tokens: TokenTable | None = None) -> Any:
         """Delete every step of a namespace, permanently. Returns how many steps were
         deleted (0 when the namespace held none)."""
         authorize(ctx, namespace)
-        n = await service.adelete(namespace)
+        n = await service.adelete_namespace(namespace)
         return DeleteResponse(namespace=namespace, deleted_steps=n)
 
     return server

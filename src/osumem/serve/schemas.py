@@ -126,7 +126,12 @@ class RetrieveRequest(BaseModel):
         pattern=r"\S",
         description="What the agent needs to know, in words (not only white space).",
     )
-    budget: int = Field(strict=True, ge=1, description="Token budget of the returned steps (> 0).")
+    budget: int | None = Field(
+        default=None,
+        strict=True,
+        ge=1,
+        description="Token budget of the returned steps (> 0; default: the server's).",
+    )
     method: str | None = Field(
         default=None, description="Retrieval method (default: the server's)."
     )

@@ -21,25 +21,30 @@ overlap each other and wait for a write only while it commits and updates the in
 from __future__ import annotations
 
 import asyncio
+import functools
 import queue
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
 from osumem.errors import BudgetError, InvalidInputError
-from osumem.memory import Memory, MemoryConfig, Retrieved, contents, export
+from osumem.frozen import Constraints, FrozenConfig, Interval
+from osumem.memory import DEFAULT_NAMESPACE, Memory, MemoryConfig, Retrieved, contents, export
+from osumem.retrieve.budget import validated_budget
 from osumem.serve.threads import ReadWriteLock, SerializedEncoder, set_torch_threads
 
 T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ServiceLimits:
-    """Bounds on what one request may ask (all keyword-only, validated on construction).
+class ServiceLimits(FrozenConfig):
+    """Bounds on what one request may ask (all keyword-only, validated on construction:
+    every bad value is reported at once in one :class:`~osumem.errors.ConfigError`).
 
     Attributes:
         max_budget: largest token budget of a retrieval.
@@ -55,15 +60,28 @@ class ServiceLimits:
     max_body_bytes: int = 4 * 1024 * 1024
     max_methods: int = 4
 
-    def __post_init__(self) -> None:
-        for name in ("max_budget", "max_messages", "max_query_chars", "max_body_bytes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidInputError(f"{name}: expected a positive integer, got {value!r}")
-        if isinstance(self.max_methods, bool) or self.max_methods < 0:
-            raise InvalidInputError(
-                f"max_methods: expected an integer >= 0, got {self.max_methods}"
-            )
+    config_name = "ServiceLimits"
+    parameter_constraints: ClassVar[Constraints] = {
+        **dict.fromkeys(
+            ("max_budget", "max_messages", "max_query_chars", "max_body_bytes"),
+            Interval(int, 1, None),
+        ),
+        "max_methods": Interval(int, 0, None),
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceThreads(FrozenConfig):
+    """The threads of a :class:`MemoryService` (see its arguments)."""
+
+    readers: int = 4
+    torch_threads: int | None = 1
+
+    config_name = "MemoryService"
+    parameter_constraints: ClassVar[Constraints] = {
+        "readers": Interval(int, 1, None),
+        "torch_threads": (Interval(int, 1, None), None),
+    }
 
 
 @dataclass(frozen=True)
@@ -104,24 +122,15 @@ class MemoryService:
         torch_threads: int | None = 1,
         **memory_settings: Any,
     ) -> None:
-        if isinstance(readers, bool) or not isinstance(readers, int) or readers < 1:
-            raise InvalidInputError(f"readers: expected a positive integer, got {readers!r}")
-        if torch_threads is not None and (
-            isinstance(torch_threads, bool)
-            or not isinstance(torch_threads, int)
-            or torch_threads < 1
-        ):
-            raise InvalidInputError(
-                f"torch_threads: expected a positive integer, got {torch_threads!r}"
-            )
-        self._torch_threads = torch_threads
+        threads = ServiceThreads(readers=readers, torch_threads=torch_threads)
+        self._torch_threads = threads.torch_threads
         self.limits = limits or ServiceLimits()
         self.path = Path(path)
         self._settings = dict(memory_settings)
         self._lock = ReadWriteLock()
         self._store = ThreadPoolExecutor(max_workers=1, thread_name_prefix="osumem-store")
         self._readers = ThreadPoolExecutor(
-            max_workers=readers,
+            max_workers=threads.readers,
             thread_name_prefix="osumem-read",
             initializer=lambda: set_torch_threads(self._torch_threads),  # per thread
         )
@@ -204,33 +213,41 @@ class MemoryService:
 
     def retrieve(
         self,
-        namespace: str,
         query: str,
-        budget: int,
+        budget: int | None = None,
+        *old: Any,
+        namespace: str = DEFAULT_NAMESPACE,
         method: str | None = None,
-        *,
         explain: bool = False,
     ) -> Retrieved:
-        """The memory's answer for ``query`` in ``namespace`` under ``budget`` tokens,
-        with ``method`` (default: the service's). Equal to ``Memory.retrieve`` on a
-        memory opened with that method over the same store. With ``explain``, the
-        result's explanation is computed too (while no write can change the structure
-        it explains)."""
-        self._check_retrieve(query, budget)
-        name = self.method if method is None or method == "" else str(method)
-        while True:
-            mem = self._ready(namespace, name)
-            self._lock.acquire_read()
-            if self._is_warm(mem, namespace, name):
-                break
-            self._lock.release_read()  # a write got in between: warm it again
-        try:
-            result = mem.retrieve(query, budget, namespace=namespace)
-            if explain:
-                result.explain()
-            return result
-        finally:
-            self._lock.release_read()
+        """The memory's answer for ``query`` in ``namespace`` under ``budget`` tokens
+        (default: the memory's), with ``method`` (default: the service's): the
+        signature of ``Memory.retrieve`` and ``MemoryClient.retrieve``. Equal to
+        ``Memory.retrieve`` on a memory opened with that method over the same store.
+        With ``explain``, the result's explanation is computed too (while no write can
+        change the structure it explains).
+
+        The spelling of earlier releases, ``retrieve(namespace, query, budget[,
+        method])``, still works for one release (a DeprecationWarning)."""
+        query, budget, namespace, method = _retrieve_args(
+            "MemoryService.retrieve", query, budget, old, namespace, method
+        )
+        with validated_budget(self.memory.config.budget if budget is None else budget) as b:
+            self._check_retrieve(query, b)
+            name = self.method if method is None or method == "" else str(method)
+            while True:
+                mem = self._ready(namespace, name)
+                self._lock.acquire_read()
+                if self._is_warm(mem, namespace, name):
+                    break
+                self._lock.release_read()  # a write got in between: warm it again
+            try:
+                result = mem.retrieve(query, b, namespace=namespace)
+                if explain:
+                    result.explain()
+                return result
+            finally:
+                self._lock.release_read()
 
     def namespaces(self) -> list[str]:
         """Namespaces holding steps or held messages, sorted."""
@@ -240,10 +257,15 @@ class MemoryService:
         """Number of steps stored in ``namespace``."""
         return self._on_store(lambda: self.memory.n_steps(namespace)).result()
 
-    def delete(self, namespace: str) -> int:
+    def delete_namespace(self, namespace: str = DEFAULT_NAMESPACE) -> int:
         """Delete every step and held message of ``namespace`` (one transaction);
         returns the number of steps deleted (0 for an unknown namespace)."""
         return self._delete_future(namespace).result()
+
+    def delete(self, namespace: str) -> int:
+        """Deprecated spelling of :meth:`delete_namespace` (for one release)."""
+        _deprecated("MemoryService.delete", "MemoryService.delete_namespace")
+        return self.delete_namespace(namespace)
 
     def namespace_info(self) -> list[dict[str, Any]]:
         """Every namespace with its step count and held messages
@@ -306,32 +328,39 @@ class MemoryService:
         return await asyncio.wrap_future(fut)
 
     async def aretrieve(
-        self, namespace: str, query: str, budget: int, method: str | None = None
+        self,
+        query: str,
+        budget: int | None = None,
+        *old: Any,
+        namespace: str = DEFAULT_NAMESPACE,
+        method: str | None = None,
+        explain: bool = False,
     ) -> Retrieved:
         """:meth:`retrieve` without blocking the event loop (runs on a reader thread)."""
+        query, budget, namespace, method = _retrieve_args(
+            "MemoryService.aretrieve", query, budget, old, namespace, method
+        )
         if self._closed:
             raise RuntimeError("the memory service is closed")
-        fut = self._readers.submit(self.retrieve, namespace, query, budget, method)
+        fut = self._readers.submit(
+            functools.partial(
+                self.retrieve, query, budget, namespace=namespace, method=method, explain=explain
+            )
+        )
         return await asyncio.wrap_future(fut)
 
     async def anamespaces(self) -> list[str]:
         """:meth:`namespaces` without blocking the event loop."""
         return await asyncio.wrap_future(self._on_store(lambda: self.memory.namespaces()))
 
-    async def adelete(self, namespace: str) -> int:
-        """:meth:`delete` without blocking the event loop."""
+    async def adelete_namespace(self, namespace: str = DEFAULT_NAMESPACE) -> int:
+        """:meth:`delete_namespace` without blocking the event loop."""
         return await asyncio.wrap_future(self._delete_future(namespace))
 
-    async def aretrieve_explained(
-        self, namespace: str, query: str, budget: int, method: str | None = None
-    ) -> Retrieved:
-        """:meth:`retrieve` with ``explain=True`` without blocking the event loop."""
-        if self._closed:
-            raise RuntimeError("the memory service is closed")
-        fut = self._readers.submit(
-            lambda: self.retrieve(namespace, query, budget, method, explain=True)
-        )
-        return await asyncio.wrap_future(fut)
+    async def adelete(self, namespace: str) -> int:
+        """Deprecated spelling of :meth:`adelete_namespace` (for one release)."""
+        _deprecated("MemoryService.adelete", "MemoryService.adelete_namespace")
+        return await self.adelete_namespace(namespace)
 
     async def acall(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """One of the blocking reading or import methods (``namespace_info``,
@@ -437,7 +466,8 @@ class MemoryService:
 
         return self._on_store(write)
 
-    def _check_retrieve(self, query: Any, budget: Any) -> None:
+    def _check_retrieve(self, query: Any, budget: int) -> None:
+        """The service's own bounds on a query and an already validated budget."""
         if not isinstance(query, str) or not query.strip():
             raise InvalidInputError(f"query: expected a non-empty text, got {query!r}")
         if len(query) > self.limits.max_query_chars:
@@ -445,8 +475,6 @@ class MemoryService:
                 f"query: {len(query)} characters; the server accepts at most "
                 f"{self.limits.max_query_chars}"
             )
-        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-            raise BudgetError(f"budget: expected a positive integer, got {budget!r}")
         if budget > self.limits.max_budget:
             raise BudgetError(
                 f"budget: {budget} tokens; the server accepts at most {self.limits.max_budget}"
@@ -546,3 +574,33 @@ class MemoryService:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _deprecated(old: str, new: str) -> None:
+    warnings.warn(f"{old} is deprecated; use {new}", DeprecationWarning, stacklevel=3)
+
+
+def _retrieve_args(
+    name: str,
+    query: Any,
+    budget: Any,
+    old: tuple[Any, ...],
+    namespace: str,
+    method: str | None,
+) -> tuple[Any, Any, str, str | None]:
+    """``(query, budget, namespace, method)`` of a retrieve call, in the shared
+    signature or the service's spelling of earlier releases, ``(namespace, query,
+    budget[, method])`` (recognised by a text in the budget's place; a warning)."""
+    if not isinstance(budget, str):
+        if old:
+            raise TypeError(f"{name}: namespace and method are keyword arguments")
+        return query, budget, namespace, method
+    warnings.warn(
+        f"{name}(namespace, query, budget) is deprecated; use "
+        f"{name}(query, budget, namespace=..., method=...)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    if not old or len(old) > 2:
+        raise TypeError(f"{name}(namespace, query, budget[, method]): give the budget")
+    return budget, old[0], str(query), old[1] if len(old) == 2 else method

@@ -1,80 +1,38 @@
-"""Telling store failures apart and finding damage: the typed error for every
-``sqlite3`` error, and the row-by-row checks behind ``MemoryStore.check``."""
+"""Finding damage in a SQLite store: the row-by-row checks behind
+:meth:`SQLiteStore.integrity_problems
+<osumem.memory.backends.sqlite.store.SQLiteStore.integrity_problems>`, reading
+through the connection and the schema module only."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from osumem.errors import (
-    ForeignStoreError,
-    StoreBusyError,
-    StoreCorruptError,
-    StoreError,
-    StoreIOError,
-    StoreReadOnlyError,
-)
+from osumem.errors import StoreCorruptError
+from osumem.memory.backends.sqlite import schema, sql
+from osumem.memory.backends.sqlite.connection import Connection
+from osumem.memory.backends.sqlite.rows import decode_pending
+from osumem.memory.rows import STEP_TEXT_COLUMNS
 
-if TYPE_CHECKING:
-    from osumem.memory.store import MemoryStore
-
-#: The text columns of a stored step (the store's schema lists its columns from these).
-STEP_TEXT_COLUMNS = (
-    "role",
-    "text",
-    "tool_action",
-    "arguments",
-    "tool_signature",
-    "entities",
-    "subgoal",
-    "source",
-)
 _TEXT_COLUMNS = ("ns", *STEP_TEXT_COLUMNS)
 
 
-def translate_error(exc: sqlite3.Error, name: str, timeout: float) -> StoreError:
-    """The typed store error for an ``sqlite3`` error (``name`` names the store)."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    primary = code & 0xFF if isinstance(code, int) else None
-    text = str(exc)
-    low = text.lower()
-    if primary in (5, 6) or "database is locked" in low or "is busy" in low:
-        return StoreBusyError(
-            f"{name}: busy: another process held its lock for more than "
-            f"{timeout:g} s ({text}); retry later"
-        )
-    if primary == 8 or "readonly" in low or "read-only" in low:
-        return StoreReadOnlyError(f"{name}: read-only, cannot write ({text})")
-    if primary in (10, 13, 14, 15, 22) or "disk i/o" in low:
-        return StoreIOError(f"{name}: I/O error ({text})")
-    if primary == 26 or "not a database" in low:
-        return ForeignStoreError(f"{name}: not a readable SQLite database ({text})")
-    if primary == 11 or "malformed" in low:
-        return StoreCorruptError(f"{name}: corrupt: {text}")
-    if "could not decode" in low:
-        return StoreCorruptError(f"{name}: corrupt: a text value is not UTF-8 ({text})")
-    if "no such table" in low or "no such column" in low:
-        return StoreCorruptError(f"{name}: corrupt: schema damaged ({text})")
-    if isinstance(exc, sqlite3.IntegrityError):
-        return StoreCorruptError(f"{name}: corrupt: {text}")
-    if isinstance(exc, sqlite3.ProgrammingError):
-        return StoreError(f"{name}: {text}")
-    return StoreIOError(f"{name}: SQLite error ({text})")
-
-
-def collect_problems(store: MemoryStore, problems: list[str]) -> None:
-    """Append every problem :meth:`MemoryStore.integrity_problems` reports to
-    ``problems`` (raises on a page SQLite cannot read; the caller reports that)."""
-    assert store._conn is not None
-    conn = store._conn
+def collect_problems(conn: Connection, problems: list[str], library_version: str) -> None:
+    """Append every problem found to ``problems``: SQLite's ``integrity_check``, the
+    schema and meta, positions 0..n-1 per namespace and batch ends, blob sizes and
+    finite vectors, JSON columns, held messages. Raises on a page SQLite cannot read
+    (the caller reports that)."""
     problems.extend(
         str(r[0]) for r in conn.execute("PRAGMA integrity_check").fetchall() if r[0] != "ok"
     )
-    store._validate_schema(store._tables())
-    dim = store.dim
+    schema.validate(conn, schema.tables(conn), library_version)
+    dim_text = schema.meta_rows(conn).get("dim", "0")
+    if not dim_text.isdigit():
+        raise StoreCorruptError(f"{conn.name}: corrupt: meta 'dim' is {dim_text!r}")
+    dim = int(dim_text)
     for ns, n, lo, hi in conn.execute(
         "SELECT ns, COUNT(*), MIN(pos), MAX(pos) FROM steps GROUP BY ns"
     ).fetchall():
@@ -122,8 +80,13 @@ def collect_problems(store: MemoryStore, problems: list[str]) -> None:
         problems.append(f"{text_bad} step(s) hold text that is not valid UTF-8")
     for (ns,) in conn.execute("SELECT ns FROM pending").fetchall():
         try:
-            store.pending(ns)
-        except StoreCorruptError:
+            (raw,) = conn.execute(sql.SELECT_PENDING, (ns,)).fetchone()
+            decode_pending(raw, conn.name, ns)
+        except sqlite3.Error as exc:
+            if not isinstance(conn.translate(exc), StoreCorruptError):
+                raise
+            problems.append(f"held messages of namespace {ns!r} are not a JSON message list")
+        except (StoreCorruptError, UnicodeDecodeError):
             problems.append(f"held messages of namespace {ns!r} are not a JSON message list")
 
 

@@ -1,0 +1,281 @@
+"""The backend interface of the agent memory's store.
+
+:class:`MemoryStore` is what :class:`~osumem.memory.Memory` needs from a store and
+nothing more; the SQLite file (:class:`~osumem.memory.backends.sqlite.SQLiteStore`) is
+its first implementation. A backend proves itself by passing the conformance suite
+(``tests/test_store_conformance.py``), written once against this interface.
+
+What every backend guarantees:
+
+- **Transactions.** Every write method runs in one transaction, or inside the caller's
+  :meth:`~MemoryStore.transaction` (nested blocks are savepoints of the outer one); a
+  failure rolls all of it back. Writers serialise: positions and held messages are
+  read and written inside the write transaction, so concurrent writers (threads,
+  processes, hosts) never interleave inside one add.
+- **Positions.** :meth:`~MemoryStore.append` assigns a namespace's positions (0, 1, 2,
+  … without gaps) and the global step ids inside its transaction; callers never pass
+  them.
+- **Change detection by a counter.** :meth:`~MemoryStore.data_version` changes
+  whenever another writer commits and stays the same across this store's own writes
+  (SQLite's ``data_version``; a server database keeps a commit counter in the
+  database, increments it in every write transaction and subtracts its own commits).
+- **Typed failures.** Only :class:`~osumem.errors.StoreError` subclasses escape
+  (busy, read-only, I/O, corrupt, foreign, newer schema, incompatible encoder).
+- **Plain types.** Everything crossing this interface is a str, int, bytes, a NumPy
+  array or one of the records of :mod:`osumem.memory.rows`; nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import warnings
+from abc import ABC, ABCMeta, abstractmethod
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from osumem.errors import StoreCorruptError, StoreError
+from osumem.memory.rows import AddBatch, NamespaceData, SnapshotRow, StepRow
+
+#: The format name written into every store.
+STORE_FORMAT = "osumem-memory"
+#: Bumped whenever the schema changes incompatibly; stores of another version are refused.
+SCHEMA_VERSION = 1
+
+
+class _Constructible(ABCMeta):
+    """``MemoryStore(path, ...)``, the spelling of earlier releases, still opens a
+    SQLite store (with a DeprecationWarning) for one release."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is MemoryStore and LEGACY_STORE is not None:
+            warnings.warn(
+                "MemoryStore(path) is deprecated: MemoryStore is the backend interface; "
+                "use osumem.memory.open_store(path) (or SQLiteStore(path))",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return LEGACY_STORE(*args, **kwargs)
+        return super().__call__(*args, **kwargs)
+
+
+#: What ``MemoryStore(path)`` opens (:mod:`osumem.memory.backends` sets SQLite).
+LEGACY_STORE: Any = None
+
+
+class MemoryStore(ABC, metaclass=_Constructible):
+    """A memory store: namespaces of steps, their add batches, held messages, log
+    digests and retriever snapshots (see the module docstring for the guarantees).
+
+    Attributes:
+        name: how messages name the store (``"memory store <location>"``).
+        read_only: opened for queries only; every write raises
+            :class:`~osumem.errors.StoreReadOnlyError`.
+        created: this open created the store (so :meth:`discard` may remove it).
+    """
+
+    #: The backend's name (``"sqlite"``).
+    backend: ClassVar[str] = ""
+    name: str
+    read_only: bool
+    created: bool
+
+    # --- lifecycle --------------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def location(self) -> str:
+        """Where the store is, as :func:`~osumem.memory.backends.open_store` takes it
+        (a path, a URL; ``":memory:"`` in RAM)."""
+
+    @property
+    @abstractmethod
+    def persistent(self) -> bool:
+        """Whether the store outlives this process (a file or a server; not RAM)."""
+
+    @property
+    @abstractmethod
+    def is_open(self) -> bool:
+        """Whether :meth:`close` has not been called yet."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Finish pending work and close (idempotent)."""
+
+    @abstractmethod
+    def discard(self) -> None:
+        """After :meth:`close`: remove the store if this open created it (a failed
+        first open or ingest leaves nothing behind); otherwise do nothing."""
+
+    # --- schema, meta, change detection -------------------------------------------------
+
+    @abstractmethod
+    def schema_version(self) -> int:
+        """The schema version the store holds (this library reads
+        :data:`SCHEMA_VERSION`)."""
+
+    @abstractmethod
+    def meta(self) -> dict[str, str]:
+        """The store's metadata: ``format``, ``schema_version``, ``library_version``,
+        ``model_id`` (the encoder id) and ``dim``."""
+
+    @property
+    def encoder_id(self) -> str:
+        """The encoder id recorded at the first add ("" while empty)."""
+        return self.meta().get("model_id", "")
+
+    @property
+    def dim(self) -> int:
+        """The embedding dimension recorded at the first add (0 while empty)."""
+        value = self.meta().get("dim", "0")
+        if not value.isdigit():
+            raise StoreCorruptError(f"{self.name}: corrupt: meta 'dim' is {value!r}")
+        return int(value)
+
+    @abstractmethod
+    def data_version(self) -> int:
+        """A counter of other writers' commits: changes whenever another writer
+        commits, unchanged by this store's own writes."""
+
+    # --- transactions ---------------------------------------------------------------
+
+    @abstractmethod
+    def transaction(self) -> AbstractContextManager[None]:
+        """One write transaction, rolled back on any exception; nested calls are
+        savepoints of the outer one."""
+
+    @property
+    @abstractmethod
+    def in_transaction(self) -> bool:
+        """Whether a :meth:`transaction` is open on this store."""
+
+    # --- steps ------------------------------------------------------------------------
+
+    def append(
+        self,
+        namespace: str,
+        rows: Sequence[StepRow],
+        embeddings: NDArray[np.float32],
+        *,
+        encoder_id: str,
+        pending: Sequence[Mapping[str, Any]] | None = None,
+        pending_sources: Sequence[str | None] | None = None,
+        digest: str | None = None,
+    ) -> list[int]:
+        """Append ``rows`` (with their L2-normalised ``embeddings``) to ``namespace`` as
+        one add batch, in one transaction: positions and ids are assigned inside it,
+        the namespace's held messages are replaced by ``pending`` (when given; the
+        source of each in ``pending_sources``) and ``digest`` is recorded. The first add records ``encoder_id`` and the dimension;
+        a later add with another raises :class:`~osumem.errors.IncompatibleStoreError`.
+        Returns the new step ids. Callers validate first; the backend writes the
+        checked :class:`~osumem.memory.rows.AddBatch` (:meth:`_append`)."""
+        emb = np.ascontiguousarray(embeddings, dtype="<f4")
+        if emb.ndim != 2 or emb.shape[0] != len(rows):
+            raise StoreError(f"append: {len(rows)} rows but embeddings of shape {emb.shape}")
+        return self._append(
+            AddBatch(namespace, rows, emb, encoder_id, pending, pending_sources, digest)
+        )
+
+    @abstractmethod
+    def _append(self, batch: AddBatch) -> list[int]:
+        """Write ``batch`` as :meth:`append` describes (one transaction, positions and
+        ids assigned inside it)."""
+
+    @abstractmethod
+    def n_steps(self, namespace: str) -> int:
+        """Number of steps stored in ``namespace``."""
+
+    @abstractmethod
+    def count_role(self, namespace: str, role: str, start: int = 0) -> int:
+        """Number of steps with ``role`` in ``namespace`` at positions ``>= start``."""
+
+    @abstractmethod
+    def load(self, namespace: str, start: int = 0) -> NamespaceData:
+        """One namespace's steps at positions ``>= start`` (embeddings exactly as
+        stored) and its add-batch ends after ``start``. A damaged row raises
+        :class:`~osumem.errors.StoreCorruptError`."""
+
+    @abstractmethod
+    def step_ids(self) -> list[int]:
+        """Every stored step id, increasing."""
+
+    # --- held messages and digests ------------------------------------------------------
+
+    @abstractmethod
+    def pending(self, namespace: str) -> list[dict[str, Any]]:
+        """Messages held back for ``namespace`` (empty when none)."""
+
+    @abstractmethod
+    def pending_with_sources(self, namespace: str) -> tuple[list[dict[str, Any]], list[str | None]]:
+        """The held messages of ``namespace`` and the source of each, read together
+        (one snapshot while other writers commit); a source is ``None`` where none was
+        recorded (the message goes with the next add of any source)."""
+
+    @abstractmethod
+    def discard_pending(self, namespace: str) -> list[dict[str, Any]]:
+        """Delete the held messages of ``namespace`` (one transaction) and return them
+        (a damaged entry as ``{"unreadable": <raw text>}``)."""
+
+    @abstractmethod
+    def has_digest(self, namespace: str, digest: str) -> bool:
+        """Whether a log with ``digest`` was recorded in ``namespace``."""
+
+    @abstractmethod
+    def digests(self, namespace: str) -> list[tuple[str, int]]:
+        """The log digests recorded for ``namespace`` as ``(digest, end position)``,
+        ordered by end position then digest (what an export carries)."""
+
+    # --- snapshots (a cache of a retriever's structure) ---------------------------------
+
+    @abstractmethod
+    def snapshot(self, namespace: str) -> SnapshotRow | None:
+        """The stored snapshot of ``namespace`` (unchecked), or ``None``."""
+
+    @abstractmethod
+    def save_snapshot(self, namespace: str, row: SnapshotRow) -> bool:
+        """Store ``row`` as the snapshot of ``namespace`` without waiting for another
+        writer; ``False`` when it was not written (busy, read-only, ...): a snapshot is
+        a cache."""
+
+    # --- namespaces ---------------------------------------------------------------------
+
+    @abstractmethod
+    def namespaces(self) -> list[str]:
+        """Namespaces holding at least one step or held message, sorted."""
+
+    @abstractmethod
+    def delete_namespace(self, namespace: str) -> int:
+        """Delete everything of ``namespace`` (steps, batches, held messages, digests,
+        snapshot) in one transaction; return the number of steps deleted."""
+
+    # --- integrity --------------------------------------------------------------------
+
+    @abstractmethod
+    def integrity_problems(self) -> list[str]:
+        """Every problem the backend's checks find (storage pages, tables and meta,
+        positions and batch ends, embedding sizes and finite values, JSON columns,
+        held messages); empty when sound. Raises only ``StoreError`` subclasses."""
+
+    def check(self) -> None:
+        """Raise :class:`~osumem.errors.StoreCorruptError` listing every problem (at
+        most 12, then a count), if any."""
+        problems = [" ".join(p.split()) for p in self.integrity_problems()]
+        if len(problems) > 12:
+            problems = [*problems[:12], f"and {len(problems) - 12} more"]
+        if problems:
+            raise StoreCorruptError(f"{self.name}: corrupt: " + "; ".join(problems))
+
+    @abstractmethod
+    def content_hash(self) -> str:
+        """SHA-256 over the stored content (not the snapshots, a cache) in a fixed
+        order: equal hashes mean equal content."""
+
+    # --- context manager ----------------------------------------------------------------
+
+    def __enter__(self) -> MemoryStore:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

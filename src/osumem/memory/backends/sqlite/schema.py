@@ -1,0 +1,201 @@
+"""The SQLite store's schema: its tables, the ordered named migrations that build
+them, and the checks that a file is a sound store of this version.
+
+Schema version :data:`~osumem.memory.backends.base.SCHEMA_VERSION` holds seven tables.
+A new file gets every migration in one transaction; a file written by an earlier
+release gets the migrations it lacks, in order, each in its own transaction (a file
+opened read-only is read as it is: the later tables are optional to a reader).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from osumem.errors import ForeignStoreError, NewerSchemaError, StoreCorruptError
+from osumem.memory.backends.base import SCHEMA_VERSION, STORE_FORMAT
+from osumem.memory.backends.sqlite import sql
+from osumem.memory.backends.sqlite.connection import Connection
+from osumem.memory.rows import STEP_TEXT_COLUMNS
+
+TABLES: dict[str, str] = {
+    "meta": "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    "steps": """CREATE TABLE IF NOT EXISTS steps (
+    id INTEGER PRIMARY KEY,
+    ns TEXT NOT NULL,
+    pos INTEGER NOT NULL CHECK (pos >= 0),
+    batch INTEGER NOT NULL,
+    role TEXT NOT NULL,
+    text TEXT NOT NULL,
+    tool_action TEXT NOT NULL,
+    arguments TEXT NOT NULL,
+    tool_signature TEXT NOT NULL,
+    entities TEXT NOT NULL,
+    subgoal TEXT NOT NULL,
+    source TEXT NOT NULL,
+    cost INTEGER NOT NULL CHECK (cost > 0),
+    embedding BLOB NOT NULL,
+    UNIQUE (ns, pos)
+)""",
+    "batches": """CREATE TABLE IF NOT EXISTS batches (
+    id INTEGER PRIMARY KEY,
+    ns TEXT NOT NULL,
+    end_pos INTEGER NOT NULL,
+    UNIQUE (ns, end_pos)
+)""",
+    "pending": "CREATE TABLE IF NOT EXISTS pending (ns TEXT PRIMARY KEY, messages TEXT NOT NULL)",
+    "digests": """CREATE TABLE IF NOT EXISTS digests (
+    ns TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    end_pos INTEGER NOT NULL,
+    PRIMARY KEY (ns, digest)
+)""",
+    # the source of each held message of ``pending`` (a JSON list, in the same order);
+    # no row: the held messages belong to whichever source adds next
+    "held_sources": (
+        "CREATE TABLE IF NOT EXISTS held_sources (ns TEXT PRIMARY KEY, sources TEXT NOT NULL)"
+    ),
+    "snapshots": """CREATE TABLE IF NOT EXISTS snapshots (
+    ns TEXT PRIMARY KEY,
+    steps INTEGER NOT NULL,
+    config TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    checksum TEXT NOT NULL,
+    payload BLOB NOT NULL
+)""",
+}
+#: The tables every store of this version has (the first release's).
+REQUIRED = ("meta", "steps", "batches", "pending")
+#: The columns of the required tables, in order.
+COLUMNS = {
+    "meta": ("key", "value"),
+    "steps": ("id", "ns", "pos", "batch", *STEP_TEXT_COLUMNS, "cost", "embedding"),
+    "batches": ("id", "ns", "end_pos"),
+    "pending": ("ns", "messages"),
+}
+#: The tables holding per-namespace rows (``ns`` column), in content-hash order.
+NAMESPACED = ("steps", "batches", "pending", "digests", "snapshots", "held_sources")
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One named step of the schema: the tables it creates (present: applied)."""
+
+    name: str
+    creates: tuple[str, ...]
+
+    def applied(self, tables: set[str]) -> bool:
+        return all(t in tables for t in self.creates)
+
+    def apply(self, conn: Connection, library_version: str) -> None:
+        for table in self.creates:
+            conn.execute(TABLES[table])
+        if "meta" in self.creates:
+            conn.executemany(
+                sql.INSERT_META,
+                [
+                    ("format", STORE_FORMAT),
+                    ("schema_version", str(SCHEMA_VERSION)),
+                    ("library_version", library_version),
+                    ("model_id", ""),
+                    ("dim", "0"),
+                ],
+            )
+
+
+#: The schema's migrations, oldest first.
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration("0001 steps, add batches and held messages", REQUIRED),
+    Migration("0002 digests of added logs", ("digests",)),
+    Migration("0003 retriever snapshots", ("snapshots",)),
+    Migration("0004 sources of held messages", ("held_sources",)),
+)
+
+
+def tables(conn: Connection) -> set[str]:
+    """The tables the file holds."""
+    return {r[0] for r in conn.execute(sql.TABLES)}
+
+
+def initialise(conn: Connection, library_version: str) -> set[str]:
+    """Create a new store, or check an existing one and apply the migrations it lacks;
+    returns the tables present afterwards."""
+    present = tables(conn)
+    if not present:
+        if conn.read_only:
+            raise ForeignStoreError(f"{conn.name}: an empty file, not a memory store")
+        with conn.transaction():  # re-checked under the write lock: creators may race
+            if not tables(conn):
+                for migration in MIGRATIONS:
+                    migration.apply(conn, library_version)
+        present = tables(conn)
+    validate(conn, present, library_version)
+    if not conn.read_only:
+        for migration in MIGRATIONS:
+            if not migration.applied(present):
+                with conn.transaction():
+                    migration.apply(conn, library_version)
+                present.update(migration.creates)
+    return present
+
+
+def meta_rows(conn: Connection) -> dict[str, str]:
+    """The ``meta`` table as a dict (a non-text row is corrupt)."""
+    out: dict[str, str] = {}
+    for key, value in conn.execute(sql.SELECT_META):
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise StoreCorruptError(
+                f"{conn.name}: corrupt: meta row {key!r} = {value!r} is not text"
+            )
+        out[key] = value
+    return out
+
+
+def check_meta(name: str, meta: Mapping[str, str]) -> None:
+    """The encoder rows of ``meta`` are present and agree (``model_id`` set iff ``dim``)."""
+    for key in ("model_id", "dim"):
+        if key not in meta:
+            raise StoreCorruptError(f"{name}: corrupt: meta row {key!r} is missing")
+    dim = meta["dim"]
+    if not (isinstance(dim, str) and dim.isdigit() and int(dim) < 1_000_000):
+        raise StoreCorruptError(f"{name}: corrupt: meta 'dim' is {dim!r}")
+    if not isinstance(meta["model_id"], str) or (int(dim) == 0) != (meta["model_id"] == ""):
+        raise StoreCorruptError(
+            f"{name}: corrupt: meta model_id {meta['model_id']!r} with dim {dim}"
+        )
+
+
+def validate(conn: Connection, present: set[str], library_version: str) -> None:
+    """Refuse a file that is not a sound store of this version (cheap checks only)."""
+    name = conn.name
+    if "meta" not in present:
+        if present & set(REQUIRED):
+            raise StoreCorruptError(f"{name}: corrupt: table 'meta' is missing")
+        raise ForeignStoreError(
+            f"{name}: an SQLite file but not an osumem memory store (tables: {sorted(present)})"
+        )
+    meta = meta_rows(conn)
+    if meta.get("format") != STORE_FORMAT:
+        raise ForeignStoreError(
+            f"{name}: format {meta.get('format')!r}, expected {STORE_FORMAT!r}; "
+            "not an osumem memory store"
+        )
+    version = meta.get("schema_version")
+    if version != str(SCHEMA_VERSION):
+        if version is None or not version.isdigit():
+            raise StoreCorruptError(f"{name}: corrupt: meta 'schema_version' is {version!r}")
+        raise NewerSchemaError(
+            f"{name}: schema version {version} (written by osumem "
+            f"{meta.get('library_version', '?')}); this osumem "
+            f"({library_version}) reads version {SCHEMA_VERSION} only"
+        )
+    check_meta(name, meta)
+    for table in REQUIRED:
+        if table not in present:
+            raise StoreCorruptError(f"{name}: corrupt: table {table!r} is missing")
+        cols = tuple(r[1] for r in conn.execute(f"PRAGMA table_info({table})"))
+        if cols != COLUMNS[table]:
+            raise StoreCorruptError(
+                f"{name}: corrupt: table {table!r} has columns {list(cols)}, "
+                f"expected {list(COLUMNS[table])}"
+            )

@@ -1,0 +1,122 @@
+"""The per-namespace cache of a :class:`~osumem.memory.Memory`: each loaded
+namespace's steps in growable columns (:class:`~osumem.memory.buffer.NamespaceBuffer`),
+kept equal to what the store holds while other writers commit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+from osumem.memory.backends import MemoryStore
+from osumem.memory.buffer import NamespaceBuffer
+from osumem.memory.held import HeldSnapshot, split_held
+from osumem.memory.rows import NamespaceData, StepRow, rows_data
+
+
+class NamespaceCache:
+    """The loaded namespaces of one store.
+
+    ``on_forget(namespace)`` is called whenever a namespace's cached steps are dropped
+    (``None``: all of them), so what was built from them (retrievers) goes too.
+    """
+
+    def __init__(self, store: MemoryStore, on_forget: Callable[[str | None], None]) -> None:
+        self.store = store
+        self._on_forget = on_forget
+        self._buffers: dict[str, NamespaceBuffer] = {}
+        self._counts: dict[str, tuple[int, int]] = {}  # namespace -> (steps, user steps)
+        self._version = store.data_version()
+
+    def refresh(self) -> bool:
+        """Bring the cached namespaces up to what other writers committed: new steps
+        are appended to the cached columns (the retriever then takes them as an
+        ``update`` along the stored batch ends); a namespace that shrank is dropped.
+        Returns whether anything was committed since the last call."""
+        version = self.store.data_version()
+        if version == self._version:
+            return False
+        self._version = version
+        for ns in list(self._buffers):
+            buf = self._buffers[ns]
+            n = self.store.n_steps(ns)
+            if n == buf.n:
+                continue
+            if n < buf.n:
+                self.forget(ns)
+                continue
+            buf.extend(self.store.load(ns, start=buf.n))
+        return True
+
+    def forget(self, namespace: str | None = None) -> None:
+        """Drop the cached steps (of one namespace, or all)."""
+        for cached in (self._buffers, self._counts):
+            if namespace is None:
+                cached.clear()
+            else:
+                cached.pop(namespace, None)
+        self._on_forget(namespace)
+
+    def buffer(self, namespace: str) -> NamespaceBuffer:
+        """The namespace's buffer, loaded from the store at first use."""
+        buf = self._buffers.get(namespace)
+        if buf is None:
+            buf = NamespaceBuffer(self.store.load(namespace))
+            self._buffers[namespace] = buf
+        return buf
+
+    def cached(self, namespace: str) -> NamespaceBuffer | None:
+        """The namespace's buffer if it is loaded."""
+        return self._buffers.get(namespace)
+
+    def data(self, namespace: str) -> NamespaceData:
+        """The namespace's steps (loaded at first use)."""
+        return self.buffer(namespace).data()
+
+    def users(self, namespace: str) -> int:
+        """User steps stored in ``namespace`` (the subgoal segment counter), kept
+        incrementally: only steps added since the last count are looked at."""
+        n = self.store.n_steps(namespace)
+        buf = self._buffers.get(namespace)
+        if buf is not None and buf.n == n:
+            return buf.users
+        seen, users = self._counts.get(namespace, (0, 0))
+        if seen > n:
+            seen, users = 0, 0
+        if seen < n:
+            users += self.store.count_role(namespace, "user", start=seen)
+        self._counts[namespace] = (n, users)
+        return users
+
+    def held_state(self, namespace: str, source: str) -> HeldSnapshot:
+        """What an add from ``source`` continues: its held messages, the namespace's
+        user-step count, and the other sources' held messages with their sources
+        (:mod:`osumem.memory.held`)."""
+        held, sources = self.store.pending_with_sources(namespace)
+        mine, others, of = split_held(held, sources, source)
+        return mine, self.users(namespace), others, of
+
+    def count_added(self, namespace: str, users_before: int, rows: Sequence[StepRow]) -> None:
+        """Record an add of ``rows`` just written (inside the caller's transaction) to a
+        namespace that held ``users_before`` user steps."""
+        if rows:
+            n = self.store.n_steps(namespace)
+            self._counts[namespace] = (n, users_before + sum(r.role == "user" for r in rows))
+
+    def extend(
+        self,
+        namespace: str,
+        rows: Sequence[StepRow],
+        embeddings: NDArray[np.float32],
+        ids: Sequence[int],
+    ) -> None:
+        """Append committed rows to the cached namespace (the same bytes the store now
+        holds, so the live view equals a reloaded one)."""
+        buf = self._buffers.get(namespace)
+        if buf is None or not rows:
+            return
+        if self.store.n_steps(namespace) != buf.n + len(rows):
+            self.forget(namespace)  # someone else wrote in between: reload lazily
+            return
+        buf.extend(rows_data(rows, embeddings, ids, (buf.n + len(rows),)))

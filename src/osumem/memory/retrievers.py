@@ -1,0 +1,235 @@
+"""The retrievers of a :class:`~osumem.memory.Memory`, one per namespace and method,
+kept up to date with the cached steps.
+
+A namespace's retriever is built lazily at its first retrieval by replaying the
+store's add-batch boundaries (``fit`` on the first batch, ``update`` on each next
+one), so a reopened store answers exactly as the session that wrote it did; a stored
+snapshot of the structure (:mod:`osumem.memory.snapshot`) lets it replay only the
+batches after the snapshot. A causal query (``before``) gets a retriever built from
+the steps before it alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextlib import suppress
+from typing import Any
+
+from osumem.errors import InvalidInputError, StoreError, show_value
+from osumem.memory import snapshot
+from osumem.memory.config import MemoryConfig
+from osumem.memory.namespaces import NamespaceCache
+from osumem.memory.rows import NamespaceData
+from osumem.retrieve.base import Retriever
+
+#: Most other methods a memory keeps built for ``retrieve(method=...)`` at once.
+MAX_OTHER_METHODS = 4
+
+
+class RetrieverCache:
+    """The retrievers of one method over the namespaces of a :class:`NamespaceCache`.
+
+    Args:
+        namespaces: the cached steps the retrievers are built from.
+        method, params, seed: the retrieval method and its settings.
+        ann_min_steps: the retrievers' HNSW threshold.
+        replay_batches: rebuild along the stored add batches (else one ``fit``).
+        snapshots: read and write the store's snapshots (only the memory's own method
+            does: the store keeps one per namespace).
+    """
+
+    def __init__(
+        self,
+        namespaces: NamespaceCache,
+        *,
+        method: str,
+        params: Mapping[str, Any] | None,
+        seed: int,
+        ann_min_steps: int,
+        replay_batches: bool,
+        snapshots: bool,
+    ) -> None:
+        self.namespaces = namespaces
+        self.store = namespaces.store
+        self.method = method
+        self.params = params
+        self.seed = seed
+        self.ann_min_steps = ann_min_steps
+        self.replay_batches = replay_batches
+        self.snapshots = snapshots and self.store.persistent and replay_batches
+        self._fitted: dict[str, tuple[Retriever, int]] = {}
+        self._snapshot_steps: dict[str, int] = {}  # steps the stored snapshot covers
+        self._causal: tuple[tuple[str, int, int], Retriever] | None = None
+
+    def forget(self, namespace: str | None = None) -> None:
+        """Drop the retrievers (of one namespace, or all)."""
+        if namespace is None:
+            self._fitted, self._snapshot_steps = {}, {}
+        else:
+            self._fitted.pop(namespace, None)
+            self._snapshot_steps.pop(namespace, None)
+        self._causal = None
+
+    def snapshot_steps(self, namespace: str) -> int:
+        """The steps of the stored snapshot this cache loaded or wrote for
+        ``namespace`` (0: none)."""
+        return self._snapshot_steps.get(namespace, 0)
+
+    def drop_causal(self) -> None:
+        """Forget the kept causal retriever (another writer committed)."""
+        self._causal = None
+
+    def new(self) -> Retriever:
+        """A fresh retriever of the method, seed and ANN threshold."""
+        from osumem.retrieve.registry import create
+
+        retriever = create(self.method, self.params, seed=self.seed)
+        retriever.ann_min_steps = self.ann_min_steps
+        return retriever
+
+    def sync(self, namespace: str) -> Retriever | None:
+        """The namespace's retriever, brought up to date (``None`` while it is empty)."""
+        data = self.namespaces.data(namespace)
+        if data.view.n == 0:
+            return None
+        retriever, fitted = self._fitted.get(namespace, (None, 0))
+        if retriever is None:
+            retriever, fitted = self._restore(namespace, data)
+        retriever, fitted = self._replay(namespace, data, data.view.n, retriever, fitted)
+        self._fitted[namespace] = (retriever, fitted)
+        if not self.store.in_transaction:
+            self.save_snapshot(namespace, force=False)
+        return retriever
+
+    def causal(self, namespace: str, before: int) -> Retriever:
+        """A retriever built from the steps before ``before`` only (no later step can
+        shape its OSUs, tree or partitions); the last one is kept for repeated calls."""
+        data = self.namespaces.data(namespace)
+        key = (namespace, before, data.view.n)
+        if self._causal is not None and self._causal[0] == key:
+            return self._causal[1]
+        retriever, _ = self._replay(namespace, data, before)
+        self._causal = (key, retriever)
+        return retriever
+
+    def _restore(self, namespace: str, data: NamespaceData) -> tuple[Retriever | None, int]:
+        """A retriever loaded from the namespace's stored snapshot and the steps it
+        covers, or ``(None, 0)`` when there is none that matches."""
+        self._snapshot_steps[namespace] = 0
+        if not self.snapshots:
+            return None, 0
+        row = self.store.snapshot(namespace)
+        if row is None or not 0 < row.steps <= data.view.n:
+            return None, 0
+        retriever = self.new()
+        n = row.steps
+        buf = self.namespaces.buffer(namespace)
+        view = data.view.prefix(n) if n == data.view.n else buf.prefix_view(n)
+        if not snapshot.restore(retriever, row, data, view):
+            return None, 0
+        self._snapshot_steps[namespace] = n
+        return retriever, n
+
+    def save_snapshot(self, namespace: str, *, force: bool) -> None:
+        """Store a snapshot of the namespace's retriever when one is due (``force``:
+        whenever it covers more than the stored one); a busy or read-only store skips
+        it."""
+        if not self.snapshots or self.store.read_only:
+            return
+        retriever, fitted = self._fitted.get(namespace, (None, 0))
+        buf = self.namespaces.cached(namespace)
+        if retriever is None or buf is None or buf.n < fitted or not snapshot.supports(retriever):
+            return
+        last = self._snapshot_steps.get(namespace, 0)
+        if fitted <= last or not (force or snapshot.due(fitted, last)):
+            return
+        row = snapshot.encode(retriever, buf.data(), fitted)
+        if self.store.save_snapshot(namespace, row):
+            self._snapshot_steps[namespace] = fitted
+
+    def save_all(self) -> None:
+        """Snapshots of every retriever built in this session that covers more than the
+        stored one (at close; a snapshot is a cache: nothing here fails a close)."""
+        for namespace in list(self._fitted):
+            with suppress(StoreError, ValueError, OSError, MemoryError):
+                self.save_snapshot(namespace, force=True)
+
+    def _replay(
+        self,
+        namespace: str,
+        data: NamespaceData,
+        upto: int,
+        retriever: Retriever | None = None,
+        fitted: int = 0,
+    ) -> tuple[Retriever, int]:
+        """Bring ``retriever`` (a new one when ``None``) from ``fitted`` steps up to
+        ``upto`` along the stored add boundaries, as the writing session did."""
+        if retriever is None:
+            retriever = self.new()
+        ends = data.batch_ends if self.replay_batches or fitted else (data.view.n,)
+        if type(retriever).update is Retriever.update:
+            ends = ()  # its update is a fresh fit: one fit of the prefix is the same state
+        buf = self.namespaces.buffer(namespace)
+        for end in [*(e for e in ends if fitted < e < upto), upto]:
+            if end <= fitted:
+                continue
+            # intermediate batches go through copy-free prefix views; the last one is
+            # a plain view, which the retriever keeps
+            v = data.view.prefix(end) if end == upto else buf.prefix_view(end)
+            retriever = retriever.fit(v) if fitted == 0 else retriever.update(v)
+            fitted = end
+        return retriever, fitted
+
+
+class MethodCaches:
+    """The retriever caches of one memory over ``namespaces``: its own method's
+    (:attr:`own`, with snapshots) and those of other methods asked for by
+    ``retrieve(method=...)`` (their default parameters, no snapshots, at most
+    :data:`MAX_OTHER_METHODS` kept, the oldest dropped first)."""
+
+    def __init__(self, namespaces: NamespaceCache, config: MemoryConfig) -> None:
+        self.namespaces = namespaces
+        self.config = config
+        self.own = self._new(config.method, config.params, snapshots=True)
+        self._others: dict[str, RetrieverCache] = {}  # newest last
+
+    def _new(
+        self, method: str, params: Mapping[str, Any] | None, *, snapshots: bool
+    ) -> RetrieverCache:
+        cfg = self.config
+        return RetrieverCache(
+            self.namespaces,
+            method=method,
+            params=params,
+            seed=cfg.seed,
+            ann_min_steps=cfg.ann_min_steps,
+            replay_batches=cfg.replay_batches,
+            snapshots=snapshots,
+        )
+
+    def cache(self, method: str | None) -> RetrieverCache:
+        """The retrievers of ``method`` (``None``: the memory's own)."""
+        if method is None or method == self.config.method:
+            return self.own
+        if not isinstance(method, str):
+            raise InvalidInputError(f"method: expected a method name, got {show_value(method)}")
+        found = self._others.pop(method, None)
+        if found is None:
+            from osumem.retrieve.registry import make_config
+
+            make_config(method, None)  # an unknown method fails here, typed
+            found = self._new(method, None, snapshots=False)
+            while len(self._others) >= MAX_OTHER_METHODS:
+                self._others.pop(next(iter(self._others)))
+        self._others[method] = found
+        return found
+
+    def forget(self, namespace: str | None) -> None:
+        """Drop the retrievers of ``namespace`` (``None``: all) in every cache."""
+        for c in (self.own, *self._others.values()):
+            c.forget(namespace)
+
+    def drop_causal(self) -> None:
+        """Forget every kept causal retriever (another writer committed)."""
+        for c in (self.own, *self._others.values()):
+            c.drop_causal()

@@ -1,0 +1,150 @@
+"""The records a memory store reads and writes, whatever its backend: a step row, a
+namespace's columns, a snapshot row; and the one function that turns step columns
+into the :class:`~osumem.types.MemoryView` the retrievers read."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from osumem.types import MemoryView
+
+#: The text columns of a stored step, as a store names them.
+STEP_TEXT_COLUMNS = (
+    "role",
+    "text",
+    "tool_action",
+    "arguments",
+    "tool_signature",
+    "entities",
+    "subgoal",
+    "source",
+)
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """One step as written to the store (all columns already validated)."""
+
+    role: str
+    text: str
+    tool_action: str
+    arguments_json: str
+    tool_signature: str
+    entities: tuple[str, ...]
+    subgoal: str
+    source: str
+    cost: int
+
+
+@dataclass(frozen=True)
+class AddBatch:
+    """One add as a backend writes it (:meth:`MemoryStore.append
+    <osumem.memory.backends.base.MemoryStore.append>` checked it): the namespace,
+    the rows, their embeddings (little-endian float32, C-contiguous, one row per
+    step), the encoder id, the held messages to keep (``None``: leave them) with the
+    source of each (``None`` for the list or an entry: not recorded) and the log digest
+    to record (``None``: none)."""
+
+    namespace: str
+    rows: Sequence[StepRow]
+    embeddings: NDArray[np.float32]
+    encoder_id: str
+    pending: Sequence[Mapping[str, Any]] | None
+    pending_sources: Sequence[str | None] | None
+    digest: str | None
+
+
+@dataclass(frozen=True)
+class NamespaceData:
+    """Everything stored for one namespace: its columnar view, step ids, arguments and
+    the add-batch boundaries (end positions, increasing)."""
+
+    view: MemoryView
+    step_ids: NDArray[np.int64]
+    arguments: tuple[str, ...]
+    batch_ends: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SnapshotRow:
+    """A stored snapshot of a namespace's retriever: the steps it covers, the key of the
+    retriever settings, the fingerprint of the steps, the payload's SHA-256 and the
+    payload itself (see :mod:`osumem.memory.snapshot`)."""
+
+    steps: int
+    config: str
+    fingerprint: str
+    checksum: str
+    payload: bytes
+
+
+def _objects(values: Sequence[Any], n: int) -> NDArray[Any]:
+    arr = np.empty(n, dtype=object)
+    arr[:] = list(values)
+    return arr
+
+
+def namespace_data(
+    *,
+    embeddings: NDArray[np.float32],
+    costs: Sequence[int] | NDArray[Any],
+    roles: Sequence[str],
+    texts: Sequence[str],
+    tool_actions: Sequence[str],
+    tool_signatures: Sequence[str],
+    entities: Sequence[frozenset[str]],
+    subgoals: Sequence[str],
+    sources: Sequence[str],
+    step_ids: Sequence[int] | NDArray[Any],
+    arguments: Sequence[str],
+    batch_ends: Sequence[int],
+) -> NamespaceData:
+    """Steps given column by column (as a store decoded them, or as an add wrote them)
+    as a :class:`NamespaceData`: the embeddings as given (float32), costs and ids as
+    int64, the text columns as object arrays."""
+    n = len(roles)
+    return NamespaceData(
+        view=MemoryView(
+            embeddings=embeddings.astype(np.float32, copy=False),
+            costs=np.asarray(costs, dtype=np.int64).reshape(n),
+            tool_actions=_objects(tool_actions, n),
+            tool_signatures=_objects(tool_signatures, n),
+            entities=tuple(entities),
+            subgoals=_objects(subgoals, n),
+            sources=_objects(sources, n),
+            roles=_objects(roles, n),
+            texts=_objects(texts, n),
+        ),
+        step_ids=np.asarray(step_ids, dtype=np.int64).reshape(n),
+        arguments=tuple(arguments),
+        batch_ends=tuple(batch_ends),
+    )
+
+
+def rows_data(
+    rows: Sequence[StepRow],
+    embeddings: NDArray[np.float32],
+    step_ids: Sequence[int],
+    batch_ends: Sequence[int],
+) -> NamespaceData:
+    """:func:`namespace_data` of rows an add just wrote (the bytes the store now
+    holds, so a view extended with them equals a reloaded one)."""
+    return namespace_data(
+        embeddings=embeddings,
+        costs=[r.cost for r in rows],
+        roles=[r.role for r in rows],
+        texts=[r.text for r in rows],
+        tool_actions=[r.tool_action for r in rows],
+        tool_signatures=[r.tool_signature for r in rows],
+        entities=[frozenset(r.entities) for r in rows],
+        subgoals=[r.subgoal for r in rows],
+        sources=[r.source for r in rows],
+        step_ids=step_ids,
+        arguments=[r.arguments_json for r in rows],
+        batch_ends=batch_ends,
+    )

@@ -1,0 +1,392 @@
+"""Construction of an OSU pool: the batch build, incremental adds and derivation.
+
+Construction keeps *raw groups* per view (keyed grouping, Δ_view splitting, S_max
+chunks) as slots of the pool's :class:`~osumem.osu.slots.SlotTable` and derives the
+pool from them: prune groups under f_min, cap every step at M_max memberships by view
+priority (ties: higher centroid coherence, then canonical order), re-apply f_min.
+
+:func:`add` touches only the groups the new steps join, re-checks the cap only for the
+members of those groups, and recomputes the derived state only of the groups whose
+kept members changed. The similarity view is recomputed in batches (geometric
+refreshes, :class:`SimilarityState`); a refresh re-derives everything at once,
+vectorised (:func:`rebuild`).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from osumem.errors import DimensionError, InvalidInputError
+from osumem.osu.config import VIEWS
+from osumem.osu.heap import release_free_memory
+from osumem.osu.slots import SlotTable, shared_lists
+from osumem.osu.sums import row_norms, row_sum, segment_stats
+from osumem.osu.views import (
+    EXACT_KNN_MAX,
+    GroupArrays,
+    KnnIndex,
+    annotation_group_arrays,
+    communities,
+    community_group_arrays,
+    hnsw_available,
+    similarity_group_arrays,
+    similarity_scope,
+    step_keys,
+)
+from osumem.types import IntArray, MemoryView, segment_bounds
+
+if TYPE_CHECKING:
+    from osumem.osu.pool import OSUPool
+
+ANNOTATION_VIEWS: tuple[str, ...] = ("entity", "tool", "subgoal")
+SIMILARITY_CODE = VIEWS.index("similarity")
+
+#: No groups, as :data:`~osumem.osu.views.GroupArrays`.
+_NO_GROUPS: GroupArrays = ([], np.empty(0, dtype=np.int64), np.zeros(1, dtype=np.int64))
+
+__all__ = ["ANNOTATION_VIEWS", "EXACT_KNN_MAX", "SimilarityState", "add", "build"]
+
+
+class SimilarityState:
+    """What the similarity view keeps between refreshes: the step count of the last
+    refresh, the HNSW index over its scope (above
+    :data:`~osumem.osu.views.EXACT_KNN_MAX` steps) and the Leiden partition it
+    restarts from.
+
+    A built or restored pool does not hold the index (``knn``): it keeps the number of
+    scope steps it covered (``knn_pending``) and the next refresh rebuilds it in one
+    insertion run, which gives the same graph as the batches that built it (insertion
+    is single-threaded and in label order).
+    """
+
+    def __init__(self) -> None:
+        self.upto = 0
+        self.knn: KnnIndex | None = None
+        self.knn_pending = 0
+        self.partition: IntArray | None = None
+
+    @property
+    def knn_size(self) -> int:
+        """Scope steps the HNSW index covers (held or pending)."""
+        return self.knn.size if self.knn is not None else self.knn_pending
+
+
+def build(pool: OSUPool, view: MemoryView, *, similarity: bool = True) -> None:
+    """Build ``pool`` (fresh: no slots) over every step of ``view`` at once (batch
+    construction); ``similarity=False`` leaves the similarity view for the first
+    refresh."""
+    config = pool.config
+    pool.view_ = view
+    pool.slots = SlotTable(config, view.dim)
+    pool.similarity = SimilarityState()
+    pool.invalidate()
+    slots = pool.slots
+    positions = list(range(view.n))
+    # the grouped arrays are reused by the derivation; a large memory does not hold
+    # them through the similarity refresh and re-reads its slots instead
+    keep_arrays = view.n <= EXACT_KNN_MAX
+    flat: list[IntArray] = []
+    sizes: list[IntArray] = []
+    for name in ANNOTATION_VIEWS:
+        if name not in config.views:
+            continue
+        keys, pos, bounds = annotation_group_arrays(view, name, config)
+        g0 = slots.new_slots(name, keys, shared_lists(positions, pos, bounds), pos[bounds[:-1]])
+        slots.last.update(
+            zip([(name, key) for key in keys], range(g0, g0 + len(keys)), strict=True)
+        )
+        if keep_arrays:
+            flat.append(pos)
+            sizes.append(np.diff(bounds))
+        del pos, bounds
+    del positions
+    sim = refresh_similarity(pool, view) if similarity else _NO_GROUPS
+    state = pool.similarity
+    if state.knn is not None:
+        # a built pool does not hold the similarity view's HNSW index (0.15x the
+        # raw embeddings at 100k steps): the next refresh rebuilds it from the same
+        # scope steps in one insertion run, which gives the same graph
+        state.knn_pending = state.knn.size
+        state.knn = None
+    rebuild(pool, view, sim, annotation=(flat, sizes) if keep_arrays else None)
+    if view.n > EXACT_KNN_MAX:
+        release_free_memory()
+
+
+def add(pool: OSUPool, view: MemoryView) -> None:
+    """Extend ``pool`` to ``view``, which must extend the current view by new steps at
+    the end (see :meth:`OSUPool.add <osumem.osu.pool.OSUPool.add>`)."""
+    old = pool.view_
+    start = 0 if old is None else old.n
+    if view.n < start:
+        raise InvalidInputError(
+            f"OSUPool.add: the new view has {view.n} steps, fewer than the {start} built"
+        )
+    if old is not None and old.n and view.dim != old.dim:
+        raise DimensionError(
+            f"OSUPool.add: embeddings of dimension {view.dim}, the pool has {old.dim}"
+        )
+    cfg = pool.config
+    if old is None or old.n == 0:
+        # the first add refreshes the similarity view on the same schedule as
+        # every later one: once similarity_refresh steps have arrived
+        build(pool, view, similarity=view.n >= cfg.similarity_refresh)
+        return
+    if view.n == start:
+        pool.view_ = view
+        return
+    slots = pool.slots
+    touched: set[int] = set()
+    rows: dict[int, list[int]] = {p: [] for p in range(start, view.n)}
+    for name in ANNOTATION_VIEWS:
+        if name not in cfg.views:
+            continue
+        delta = cfg.split_threshold(name)
+        for p, key in step_keys(view, name, start):
+            g = slots.last.get((name, key))
+            if g is not None:
+                members = slots.members[g]
+                if p - members[-1] <= delta and len(members) < cfg.max_osu_size:
+                    members.append(p)
+                    touched.add(g)
+                    rows[p].append(g)
+                    continue
+            g = slots.new_slot(name, key, [p])
+            slots.last[(name, key)] = g
+            touched.add(g)
+            rows[p].append(g)
+    pool.view_ = view
+    pool.invalidate()
+    slots.append_rows(view.n, rows)
+    upto = pool.similarity.upto
+    due = max(cfg.similarity_refresh, cfg.similarity_refresh_ratio * upto)
+    if view.n - upto >= due:
+        rebuild(pool, view, refresh_similarity(pool, view))
+    else:
+        _update(pool, view, touched)
+
+
+def refresh_similarity(pool: OSUPool, view: MemoryView) -> GroupArrays:
+    """The similarity view's raw groups over ``view``.
+
+    Up to :data:`~osumem.osu.views.EXACT_KNN_MAX` steps in scope: the exact k-NN
+    graph and a cold Leiden run (the paper's construction). Above: the new steps are
+    inserted into an HNSW index kept between refreshes, and Leiden starts from the
+    previous partition (new steps as singletons), so a refresh costs about n log n
+    instead of n².
+    """
+    state = pool.similarity
+    state.upto = view.n
+    cfg = pool.config
+    if "similarity" not in cfg.views:
+        return _NO_GROUPS
+    scope = similarity_scope(view, cfg)
+    if scope.size <= EXACT_KNN_MAX or cfg.community != "leiden" or not hnsw_available():
+        state.knn = None
+        state.knn_pending = 0
+        state.partition = None
+        return similarity_group_arrays(view, cfg, pool.seed)
+    if state.knn is None:
+        state.knn = KnnIndex(view.dim, seed=pool.seed)
+        if state.knn_pending:
+            state.knn.add(view.embeddings[scope[: state.knn_pending]])
+            state.knn_pending = 0
+    known = state.knn.size
+    state.knn.add(view.embeddings[scope[known:]])
+    src, dst = state.knn.edges(cfg.knn_k, lambda lo, hi: view.embeddings[scope[lo:hi]])
+    initial = None
+    if state.partition is not None:
+        fresh = np.arange(scope.size - known, dtype=np.int64) + int(state.partition.max()) + 1
+        initial = np.concatenate([state.partition, fresh])
+    comms = communities(scope.size, src, dst, cfg.community, pool.seed, initial=initial)
+    partition = np.empty(scope.size, dtype=np.int64)
+    for c, members in enumerate(comms):
+        partition[members] = c
+    state.partition = partition
+    return community_group_arrays(scope, comms, cfg)
+
+
+def rebuild(
+    pool: OSUPool,
+    view: MemoryView,
+    similarity: GroupArrays,
+    annotation: tuple[list[IntArray], list[IntArray]] | None = None,
+) -> None:
+    """Re-derive everything, vectorised: annotation slots keep their order, the
+    similarity groups get new slots after them. ``annotation``: the members (flat)
+    and sizes of the annotation slots when they are the only slots, in slot order
+    (a fresh build: the slots stay as they are, nothing is re-read from them)."""
+    cfg = pool.config
+    slots = pool.slots
+    if annotation is None:
+        kept = np.flatnonzero(slots.view_code.a[: slots.n_slots] != SIMILARITY_CODE).tolist()
+        ann = [(VIEWS[int(slots.view_code.a[g])], slots.keys[g], slots.members[g]) for g in kept]
+        remap = {g: i for i, g in enumerate(kept)}
+        last = {k: remap[g] for k, g in slots.last.items()}
+        slots = pool.slots = SlotTable(cfg, view.dim)
+        slots.last = last
+        slots.new_slots([a[0] for a in ann], [a[1] for a in ann], [a[2] for a in ann])
+    else:
+        # the slots are those a reset and re-creation would give (same arrays,
+        # capacities and lists); a new derivation epoch as a reset would start
+        slots.new_epoch()
+    n_ann = slots.n_slots
+    sim_keys, sim_pos, sim_bounds = similarity
+    positions = list(range(view.n))
+    slots.new_slots(
+        "similarity",
+        sim_keys,
+        shared_lists(positions, sim_pos, sim_bounds),
+        sim_pos[sim_bounds[:-1]],
+    )
+    del positions
+    n, G = view.n, slots.n_slots
+    slots.sim_slot.resize(n)
+    slots.kept.resize(n)
+    slots.row_ptr.resize(n + 1)
+    if G == 0:
+        return
+    if annotation is None:
+        ann_sizes = np.fromiter(
+            (len(m) for m in slots.members[:n_ann]), dtype=np.int64, count=n_ann
+        )
+        ann_steps = np.fromiter(
+            itertools.chain.from_iterable(slots.members[:n_ann]),
+            dtype=np.int64,
+            count=int(ann_sizes.sum()),
+        )
+    else:
+        ann_steps = np.concatenate([np.empty(0, np.int64), *annotation[0]])
+        ann_sizes = np.concatenate([np.empty(0, np.int64), *annotation[1]])
+    sizes = np.concatenate([ann_sizes, np.diff(sim_bounds)])
+    steps = np.concatenate([ann_steps, sim_pos])
+    gids = np.repeat(np.arange(G, dtype=np.int64), sizes)
+    # per-step rows: the annotation slots come first, so they are a prefix
+    n_ann_rows = ann_steps.shape[0]
+    slots.sim_slot.a[sim_pos] = gids[n_ann_rows:]
+    order = np.argsort(ann_steps, kind="stable")
+    slots.row_slots.resize(order.shape[0])
+    slots.row_slots.v[:] = gids[:n_ann_rows][order]
+    slots.row_ptr.a[1 : n + 1] = np.cumsum(np.bincount(ann_steps, minlength=n))
+    # f_min, then raw coherence of the eligible groups
+    eligible = sizes >= cfg.min_osu_size
+    sel = eligible[gids]
+    e_steps, e_gids = steps[sel], gids[sel]
+    coh = np.zeros(G, dtype=np.float64)
+    e_idx = np.flatnonzero(eligible)
+    e_bounds = segment_bounds(sizes[e_idx])
+    coh[e_idx] = segment_stats(view.embeddings, e_steps, e_bounds) / sizes[e_idx]
+    slots.coh_raw.v[:] = coh
+    # M_max cap: per step, keep the best memberships by (priority, coherence, canon)
+    canon = slots.canonical_rank()
+    rank = slots.rank.v.astype(np.int64)
+    o = np.lexsort((canon[e_gids], -coh[e_gids], rank[e_gids], e_steps))
+    s_sorted = e_steps[o]
+    new_run = np.ones(s_sorted.shape[0], dtype=bool)
+    new_run[1:] = s_sorted[1:] != s_sorted[:-1]
+    within = np.arange(o.shape[0]) - np.flatnonzero(new_run)[np.cumsum(new_run) - 1]
+    take = within < cfg.max_memberships
+    slots.kept.a[s_sorted[take], within[take]] = e_gids[o][take]
+    keep = np.zeros(e_steps.shape[0], dtype=bool)
+    keep[o] = take
+    _derive_slots(pool, view, e_steps[keep], e_gids[keep])
+
+
+def _derive_slots(pool: OSUPool, view: MemoryView, steps: IntArray, gids: IntArray) -> None:
+    """Derived state of every slot from the capped memberships ``(steps, gids)``
+    (ordered by slot, each slot's steps increasing; the dense live arrays empty, as
+    after a reset): f_min again, then size, cost, centroid, coherence and span of the
+    live ones."""
+    cfg = pool.config
+    slots = pool.slots
+    G = slots.n_slots
+    kept_sizes = np.bincount(gids, minlength=G)
+    alive = kept_sizes >= max(cfg.min_osu_size, 1)
+    steps = steps[alive[gids]]
+    dead = np.flatnonzero(~alive)
+    slots.k_size.a[dead] = 0
+    slots.k_cost.a[dead] = 0
+    slots.k_coh.a[dead] = 0.0
+    slots.k_span.a[dead] = 0
+    live = np.flatnonzero(alive)
+    if live.size == 0:
+        return
+    size = kept_sizes[live]
+    bounds = segment_bounds(size)
+    # the centroids are written straight into the dense live arrays
+    slots.live_cent.resize(live.shape[0])
+    norms = segment_stats(view.embeddings, steps, bounds, out=slots.live_cent.a[: live.shape[0]])
+    slots.k_size.a[live] = size
+    slots.k_coh.a[live] = (norms / size).astype(np.float32)
+    slots.k_cost.a[live] = np.add.reduceat(view.costs[steps].astype(np.int64), bounds[:-1])
+    slots.k_span.a[live, 0] = steps[bounds[:-1]]
+    slots.k_span.a[live, 1] = steps[bounds[1:] - 1]
+    slots.live_slot.resize(live.shape[0])
+    slots.live_slot.a[: live.shape[0]] = live
+    slots.live_row.a[live] = np.arange(live.shape[0])
+
+
+def _cap(pool: OSUPool, p: int) -> list[int]:
+    """The slots step ``p`` keeps under M_max (eligible groups only)."""
+    slots = pool.slots
+    f_min = pool.config.min_osu_size
+    cands = [g for g in slots.step_candidates(p) if len(slots.members[g]) >= f_min]
+    m_max = pool.config.max_memberships
+    if len(cands) <= m_max:
+        return cands
+    coh = slots.coh_raw.a
+    rank = slots.rank.a
+    first = slots.first.a
+    cands.sort(key=lambda g: (rank[g], -coh[g], first[g], slots.keys[g]))
+    return cands[:m_max]
+
+
+def _update(pool: OSUPool, view: MemoryView, touched: set[int]) -> None:
+    """Re-derive after an add without a similarity refresh: raw coherence of the
+    touched groups, the cap of their members, the state of every group whose kept
+    members changed."""
+    slots = pool.slots
+    H = view.embeddings
+    f_min = pool.config.min_osu_size
+    for g in touched:
+        members = slots.members[g]
+        if len(members) >= f_min:
+            slots.coh_raw.a[g] = row_norms(row_sum(H, members))[0] / len(members)
+    affected = sorted({p for g in touched for p in slots.members[g]})
+    changed = set(touched)
+    kept = slots.kept.a
+    for p in affected:
+        new = _cap(pool, p)
+        old = [int(g) for g in kept[p] if g >= 0]
+        if sorted(new) != sorted(old):
+            changed.update(old)
+            changed.update(new)
+            kept[p] = -1
+            kept[p, : len(new)] = sorted(new)
+    for g in changed:
+        _derive_one(pool, view, g)
+
+
+def _derive_one(pool: OSUPool, view: MemoryView, g: int) -> None:
+    slots = pool.slots
+    kept = slots.kept.a
+    members = [p for p in slots.members[g] if (kept[p] == g).any()]
+    k = len(members)
+    if k < max(pool.config.min_osu_size, 1):
+        slots.k_size.a[g] = 0
+        slots.k_cost.a[g] = 0
+        slots.k_coh.a[g] = 0.0
+        slots.k_span.a[g] = 0
+        slots.set_live(g, None)
+        return
+    sums = row_sum(view.embeddings, members)
+    norm = row_norms(sums)
+    slots.k_size.a[g] = k
+    centroid = (sums[0] / (norm[0] if norm[0] > 0 else 1.0)).astype(np.float32)
+    slots.k_coh.a[g] = np.float32(norm[0] / k)
+    slots.k_cost.a[g] = int(view.costs[members].sum())
+    slots.k_span.a[g] = (members[0], members[-1])
+    slots.set_live(g, centroid)

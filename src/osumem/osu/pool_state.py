@@ -1,0 +1,160 @@
+"""An OSU pool's incremental state as plain arrays, and back (snapshots, shared
+pools): :func:`pool_arrays` writes what construction derived (raw groups, slot and
+per-step state, the similarity partition, the size of its HNSW index);
+:func:`load_pool_arrays` checks arrays for consistency and fills a fresh pool from
+them, the centroids recomputed exactly from the kept members."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import scipy.sparse as sp
+from numpy.typing import NDArray
+
+from osumem.osu.config import VIEWS
+from osumem.osu.construct import SimilarityState
+from osumem.osu.slots import SlotTable
+from osumem.osu.sums import member_stats
+from osumem.types import MemoryView, segment_bounds
+
+if TYPE_CHECKING:
+    from osumem.osu.pool import OSUPool
+
+#: Version of the layout of :func:`pool_arrays`.
+POOL_STATE_FORMAT = 1
+
+
+def pool_arrays(pool: OSUPool) -> dict[str, NDArray[Any]]:
+    """Everything ``pool`` derived incrementally, as plain arrays. Not included: the
+    view (the caller has it) and the centroids (recomputed exactly from the kept
+    members)."""
+    view = pool.view_
+    n = 0 if view is None else view.n
+    slots, sim = pool.slots, pool.similarity
+    part = sim.partition
+    sizes = np.fromiter((len(m) for m in slots.members), np.int64, slots.n_slots)
+    return {
+        "meta": np.array(
+            [
+                POOL_STATE_FORMAT,
+                n,
+                slots.n_slots,
+                sim.upto,
+                sim.knn_size,
+                -1 if part is None else part.shape[0],
+            ],
+            dtype=np.int64,
+        ),
+        "g_view": slots.view_code.v.copy(),
+        "g_keys": np.frombuffer(json.dumps(slots.keys).encode(), dtype=np.uint8),
+        "g_sizes": sizes,
+        "g_members": np.fromiter((p for m in slots.members for p in m), np.int64, int(sizes.sum())),
+        "last": np.fromiter(slots.last.values(), np.int64, len(slots.last)),
+        "coh_raw": slots.coh_raw.v.copy(),
+        "k_size": slots.k_size.v.copy(),
+        "k_cost": slots.k_cost.v.copy(),
+        "k_coh": slots.k_coh.v.copy(),
+        "k_span": slots.k_span.v.copy(),
+        "row_ptr": slots.row_ptr.v.copy(),
+        "row_slots": slots.row_slots.v.copy(),
+        "sim_slot": slots.sim_slot.v.copy(),
+        "kept": slots.kept.v.copy(),
+        "live_slot": slots.live_slot.v.copy(),
+        "partition": np.zeros(0, np.int64) if part is None else part.copy(),
+    }
+
+
+def load_pool_arrays(pool: OSUPool, view: MemoryView, state: dict[str, NDArray[Any]]) -> None:
+    """Fill ``pool`` (fresh) with the state :func:`pool_arrays` wrote, over ``view``
+    (the steps it covered). Anything that does not fit (another format, sizes,
+    out-of-range slot or step numbers) raises ``ValueError`` before ``pool`` changes,
+    so the caller can rebuild instead."""
+    config = pool.config
+    meta = np.asarray(state["meta"], dtype=np.int64)
+    if meta.shape != (6,) or int(meta[0]) != POOL_STATE_FORMAT:
+        raise ValueError("pool state: unknown format")
+    n, G, sim_upto, knn, n_part = (int(x) for x in meta[1:])
+    if n != view.n or not 0 <= sim_upto <= n or knn < 0:
+        raise ValueError(f"pool state: covers {n} steps, the view has {view.n}")
+    m_max = config.max_memberships
+
+    def arr(name: str, shape: tuple[int, ...], lo: int, hi: int) -> NDArray[Any]:
+        a = np.asarray(state[name])
+        if a.shape != shape:
+            raise ValueError(f"pool state: {name} has shape {a.shape}, expected {shape}")
+        if a.size and a.dtype.kind in "iu" and (a.min() < lo or a.max() >= hi):
+            raise ValueError(f"pool state: {name} out of range")
+        return a
+
+    keys = json.loads(bytes(np.asarray(state["g_keys"], dtype=np.uint8)).decode())
+    if not isinstance(keys, list) or len(keys) != G or not all(isinstance(k, str) for k in keys):
+        raise ValueError("pool state: keys do not match the slots")
+    sizes = arr("g_sizes", (G,), 1, n + 1)
+    flat = arr("g_members", (int(sizes.sum()),), 0, n)
+    g_view = arr("g_view", (G,), 0, len(VIEWS))
+    row_ptr = arr("row_ptr", (n + 1,), 0, 2**62)
+    n_rows = int(row_ptr[-1])
+    if np.any(np.diff(row_ptr) < 0) or int(row_ptr[0]) != 0:
+        raise ValueError("pool state: row pointers are not increasing")
+    live_slot = arr("live_slot", (int(state["live_slot"].shape[0]),), 0, G)
+    if np.unique(live_slot).shape[0] != live_slot.shape[0]:
+        raise ValueError("pool state: a live slot is listed twice")
+    names = [VIEWS[int(v)] for v in np.unique(g_view).tolist()]
+    missing = [v for v in names if v not in config.view_priority]
+    if missing:
+        raise ValueError(f"pool state: views {missing} are not configured")
+    last = arr("last", (int(state["last"].shape[0]),), 0, G)
+    partition = None if n_part < 0 else arr("partition", (n_part,), 0, 2**62)
+    slots = SlotTable(config, view.dim)
+    lut = np.array(
+        [config.view_priority.index(v) if v in config.view_priority else 0 for v in VIEWS],
+        dtype=np.int8,
+    )
+    bounds = segment_bounds(sizes)
+    every = flat.tolist()
+    slots.keys = list(keys)
+    slots.members = [every[a:b] for a, b in itertools.pairwise(bounds.tolist())]
+    for grow in (slots.view_code, slots.rank, slots.first, slots.live_row):
+        grow.resize(G)
+    slots.view_code.a[:G] = g_view
+    slots.rank.a[:G] = lut[g_view.astype(np.int64)]
+    slots.first.a[:G] = flat[bounds[:-1]]
+    slots.last = {(VIEWS[int(g_view[g])], keys[g]): int(g) for g in last.tolist()}
+    for grow, name, shape, lo, hi in (
+        (slots.coh_raw, "coh_raw", (G,), 0, 1),
+        (slots.k_size, "k_size", (G,), 0, n + 1),
+        (slots.k_cost, "k_cost", (G,), 0, 2**62),
+        (slots.k_coh, "k_coh", (G,), 0, 1),
+        (slots.k_span, "k_span", (G, 2), 0, max(n, 1)),
+        (slots.row_ptr, "row_ptr", (n + 1,), 0, 2**62),
+        (slots.row_slots, "row_slots", (n_rows,), 0, G),
+        (slots.sim_slot, "sim_slot", (n,), -1, G),
+        (slots.kept, "kept", (n, m_max), -1, G),
+    ):
+        a = arr(name, shape, lo, hi)
+        grow.resize(shape[0])
+        grow.a[: shape[0]] = a
+    live = live_slot.astype(np.int64)
+    slots.live_slot.resize(live.shape[0])
+    slots.live_slot.a[: live.shape[0]] = live
+    slots.live_row.a[live] = np.arange(live.shape[0])
+    slots.live_cent.resize(live.shape[0])
+    if live.size:
+        kept = slots.kept.v
+        step_idx, col = np.nonzero(kept >= 0)
+        mat = sp.csc_matrix(
+            (np.ones(step_idx.shape[0], dtype=np.float32), (step_idx, kept[step_idx, col])),
+            shape=(n, G),
+        )
+        member_stats(mat, view.embeddings, live, out=slots.live_cent.a[: live.shape[0]])
+    similarity = SimilarityState()
+    similarity.upto = sim_upto
+    similarity.knn_pending = knn
+    similarity.partition = partition
+    pool.view_ = view
+    pool.slots = slots
+    pool.similarity = similarity
+    pool.invalidate()

@@ -1,0 +1,123 @@
+"""The OSU centroids a coarse stage scores: an HNSW index over a pool's live
+centroids kept in step with its change log, and the top-K choice with the pool's
+canonical tie order."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from osumem.osu.pool import OSUPool
+from osumem.osu.views import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M
+from osumem.types import IntArray
+
+#: Up to this many candidate OSUs, the top K is taken by one full sort.
+SMALL_SORT = 64
+
+
+class CentroidIndex:
+    """An HNSW index (hnswlib, inner product) over the live OSU centroids of a pool,
+    labelled by slot and kept in step with the pool's change log: a changed centroid
+    is updated in place, a dead OSU marked deleted, a full derivation rebuilds it."""
+
+    def __init__(self, pool: OSUPool, seed: int) -> None:
+        self.pool = pool
+        self.seed = seed
+        self.epoch = -1
+        self.position = 0
+        self._index: Any = None
+        self._deleted: set[int] = set()
+        self._known: set[int] = set()
+        self._ef = -1
+
+    def _rebuild(self) -> None:
+        import hnswlib
+
+        slots, cents = self.pool.live_arrays()
+        self._index = hnswlib.Index(space="ip", dim=cents.shape[1])
+        # capacity for the live OSUs plus an eighth (grown by doubling in sync): hnswlib
+        # keeps a lock and a level per element of capacity, resident even when unused
+        self._index.init_index(
+            max_elements=max(1024, slots.size + slots.size // 8),
+            M=HNSW_M,
+            ef_construction=HNSW_EF_CONSTRUCTION,
+            random_seed=self.seed,
+        )
+        self._index.set_num_threads(1)
+        self._ef = -1
+        if slots.size:
+            self._index.add_items(cents, slots)
+        self._known = set(slots.tolist())
+        self._deleted = set()
+
+    def sync(self) -> None:
+        """Apply the pool's changes since the last sync."""
+        pool = self.pool
+        if (
+            self._index is not None
+            and self.epoch == pool.epoch
+            and self.position == pool.change_log_position
+        ):
+            return
+        changes = pool.changes_since(self.epoch, self.position) if self._index else None
+        if changes is None:
+            self._rebuild()
+        else:
+            rows, _, sizes = pool.slot_arrays()
+            _, cents = pool.live_arrays()
+            changed = list(dict.fromkeys(changes))
+            fresh = [g for g in changed if sizes[g] > 0 and g not in self._known]
+            need = len(self._known) + len(fresh)
+            if need > self._index.get_max_elements():
+                self._index.resize_index(max(need, 2 * self._index.get_max_elements()))
+            for g in changed:
+                if sizes[g] > 0:
+                    if g in self._deleted:
+                        self._index.unmark_deleted(g)
+                        self._deleted.discard(g)
+                    self._index.add_items(cents[rows[g] : rows[g] + 1], np.array([g]))
+                    self._known.add(g)
+                elif g in self._known and g not in self._deleted:
+                    self._index.mark_deleted(g)
+                    self._deleted.add(g)
+        self.epoch, self.position = pool.epoch, pool.change_log_position
+
+    def query(self, q: NDArray[np.float32], k: int) -> IntArray | None:
+        """About the ``k`` best slots by centroid cosine (``None`` when the index
+        cannot answer ``k``; the caller then scans)."""
+        self.sync()
+        ef = max(HNSW_EF_SEARCH, 2 * k)
+        if ef != self._ef:
+            self._index.set_ef(ef)
+            self._ef = ef
+        try:
+            labels, _ = self._index.knn_query(q[None, :], k=k)
+        except RuntimeError:
+            return None
+        return labels[0].astype(np.int64)
+
+
+def top_slots(pool: OSUPool, slots: IntArray, scores: NDArray[Any], k: int) -> IntArray:
+    """The ``k`` of ``slots`` with the best ``scores``, ties by the pool's canonical
+    order (as a set: the caller takes the union of their members). Sorting by key
+    in Python happens only when scores tie at the k-th place."""
+    m = int(slots.shape[0])
+    if k >= m:
+        return slots
+    sc = np.asarray(scores, dtype=np.float64)
+    if m <= SMALL_SORT:
+        # a few candidates (the centroid index's): one sort, the tie check on two
+        order = np.argsort(-sc)
+        if sc[order[k - 1]] > sc[order[k]]:
+            return slots[order[:k]]
+        kth = sc[order[k - 1]]
+    else:
+        top = np.argpartition(-sc, k - 1)[:k]
+        kth = sc[top].min()
+        if int(np.count_nonzero(sc >= kth)) == k:
+            return slots[top]
+    head = np.flatnonzero(sc >= kth).tolist()
+    best = sorted(head, key=lambda i: (-sc[i], pool.canonical_key(int(slots[i]))))[:k]
+    return slots[np.asarray(best, dtype=np.int64)]

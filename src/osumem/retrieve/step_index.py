@@ -1,0 +1,228 @@
+"""The flat cosine ranking of a fitted view's steps, exact or from an HNSW index.
+
+Every method that falls back on (or is) Flat Vector reads the steps by descending
+cosine with the query. Below :data:`ANN_MIN_STEPS` steps, and for causal queries over a
+prefix, that ranking is an exact scan; from it on, a query over the whole memory takes
+the ranking's head from an HNSW index over the steps (hnswlib, the ``scale`` extra),
+built in a background thread while a method builds its own structure (or at the first
+query) and extended with the steps added since. :class:`StepIndex` owns that index and
+the cost statistics the approximate packing reads; the view is passed to every call
+(the retriever keeps it), so a retriever that swaps its view keeps a consistent index.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from osumem.osu.views import KnnIndex, hnsw_available
+from osumem.retrieve.packing import FLAT_HEAD_MIN, flat_pack, pack_ranked_heads, top_order
+from osumem.types import IntArray, MemoryView
+
+#: From this many steps on, a query over the whole memory takes the flat ranking's
+#: head from an HNSW index over the steps (approximate); smaller memories and causal
+#: queries (``before``) scan exactly (docs/decisions.md).
+ANN_MIN_STEPS = 20_000
+
+#: Smallest head asked of the step index by a packing query.
+ANN_HEAD_MIN = 32
+
+#: Build beam of the step index (a lighter build than the similarity view's).
+STEP_INDEX_EF_CONSTRUCTION = 64
+
+
+class StepIndex:
+    """The flat ranking of a view's steps: an exact scan, or an HNSW index over the
+    steps for large memories queried whole.
+
+    Args:
+        seed: the HNSW graph's random seed (the retriever's).
+        ann_min_steps: memory size from which whole-memory queries use the index
+            (default :data:`ANN_MIN_STEPS`, read when the index object is made).
+    """
+
+    def __init__(self, seed: int = 0, ann_min_steps: int | None = None) -> None:
+        self.seed = int(seed)
+        self.ann_min_steps = ANN_MIN_STEPS if ann_min_steps is None else int(ann_min_steps)
+        #: The HNSW index over the steps (``None`` until built).
+        self.hnsw: KnnIndex | None = None
+        self._cost_view: MemoryView | None = None
+        # (sum, count, min, count of the min) of the costs of ``_cost_view``
+        self._cost_cache = (0, 0, 0, 0)
+
+    def reset(self) -> None:
+        """Forget the HNSW index (a new fit over other steps)."""
+        self.hnsw = None
+
+    def uses_ann(self, view: MemoryView, limit: int) -> bool:
+        """Whether the ranking comes from the HNSW index: a memory of at least
+        :attr:`ann_min_steps` steps, queried over all of it, with hnswlib installed
+        (without it the exact scan answers)."""
+        return view.n >= self.ann_min_steps and limit >= view.n and hnsw_available()
+
+    def top(self, view: MemoryView, q: NDArray[np.float32], k: int) -> IntArray:
+        """About the ``k`` most similar steps, best first, from the HNSW index (built
+        now when missing, extended with the steps added since)."""
+        if self.hnsw is None:
+            self.hnsw = self._new_hnsw(view, view.n)
+        index = self.hnsw
+        if index.size < view.n:
+            index.add(view.embeddings[index.size : view.n])
+        return index.query(q, k)
+
+    def _new_hnsw(self, view: MemoryView, capacity: int) -> KnnIndex:
+        return KnnIndex(
+            view.dim,
+            seed=self.seed,
+            ef_construction=STEP_INDEX_EF_CONSTRUCTION,
+            capacity=capacity,
+        )
+
+    def start_build(self, view: MemoryView) -> Callable[[], None] | None:
+        """Start building the HNSW index over ``view`` in a background thread when
+        queries over it will use one (:meth:`uses_ann`); returns the call that waits
+        for it (``None`` when nothing was started).
+
+        hnswlib releases the GIL while it inserts, so the build runs on a second core
+        while the caller builds its own structure. Insertion stays on one thread, so
+        the graph is the one a sequential build makes.
+        """
+        if not (view.n >= self.ann_min_steps and hnsw_available()):
+            return None
+        index = self._new_hnsw(view, view.n)
+        failed: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                index.add(view.embeddings)
+            except BaseException as exc:  # re-raised in the caller's thread
+                failed.append(exc)
+
+        thread = threading.Thread(target=work, name="osumem-step-index", daemon=True)
+        thread.start()
+
+        def wait() -> None:
+            thread.join()
+            if failed:
+                raise failed[0]
+            self.hnsw = index
+
+        return wait
+
+    def head(
+        self,
+        view: MemoryView,
+        q: NDArray[np.float32],
+        limit: int,
+        tokens: float,
+        min_count: int = 1,
+    ) -> IntArray:
+        """The head of the ranking of the steps before ``limit`` holding at least
+        ``tokens`` tokens and at least ``min_count`` steps (all of them when they hold
+        fewer), without sorting the rest."""
+        if self.uses_ann(view, limit):
+            costs = view.costs
+            k = max(FLAT_HEAD_MIN, min_count)
+            while True:
+                head = self.top(view, q, k)
+                if k >= limit or int(costs[head].sum()) >= tokens:
+                    return head
+                k = min(limit, 4 * k)
+        cos = view.embeddings[:limit] @ q
+        costs = view.costs[:limit]
+        k = max(1, min_count, math.ceil(tokens / max(float(costs.mean()), 1.0)))
+        k = min(limit, k)
+        while True:
+            head = top_order(cos, k)
+            if k >= limit or int(costs[head].sum()) >= tokens:
+                return head
+            k = min(limit, 2 * k)
+
+    def pack(
+        self,
+        view: MemoryView,
+        q: NDArray[np.float32],
+        limit: int,
+        budget: int,
+        exclude: IntArray | None = None,
+    ) -> IntArray:
+        """First fit of the ranking of the steps before ``limit`` (minus the steps in
+        ``exclude``) under ``budget``: exact (a growing head of the cosine ranking, no
+        full sort) below :attr:`ann_min_steps` steps or under a causal limit; from the
+        HNSW index above."""
+        if self.uses_ann(view, limit):
+            return self._ann_pack(view, q, budget, exclude)
+        return flat_pack(view.embeddings[:limit] @ q, view.costs[:limit], budget, exclude)
+
+    def _ann_pack(
+        self,
+        view: MemoryView,
+        q: NDArray[np.float32],
+        budget: int,
+        exclude: IntArray | None,
+    ) -> IntArray:
+        """:meth:`pack` over the whole memory from the HNSW index: heads of the index's
+        ranking, minus ``exclude``, packed first fit and grown (×4) while budget is left
+        that an unseen step could use. Reads only the heads' costs."""
+        costs = view.costs
+        mean_cost, min_cost, n_min = self.cost_stats(view)
+        skip: IntArray | None = None
+        if exclude is not None and exclude.size:
+            skip = np.sort(exclude)
+            if int(np.count_nonzero(costs[skip] == min_cost)) >= n_min:
+                # every cheapest step is excluded: the smallest cost left is higher
+                rest = costs.copy()
+                rest[skip] = np.iinfo(np.int64).max
+                min_cost = int(rest.min())
+
+        def head(k: int) -> IntArray:
+            found = self.top(view, q, k)
+            if skip is None:
+                return found
+            at = np.minimum(np.searchsorted(skip, found), skip.shape[0] - 1)
+            return found[skip[at] != found]
+
+        n = view.n
+        # ask the index for a few times the steps the budget holds on average
+        first = min(n, max(ANN_HEAD_MIN, 4 * math.ceil(budget / mean_cost)))
+        return pack_ranked_heads(head, costs, budget, n=n, first=first, min_cost=min_cost)
+
+    def cost_stats(self, view: MemoryView) -> tuple[float, int, int]:
+        """``(mean, min, count of the min)`` of the view's step costs, cached per view
+        (:meth:`extend_cost_stats` carries the cache over to an extended view)."""
+        if self._cost_view is not view:
+            costs = view.costs
+            low = int(costs.min()) if costs.shape[0] else 0
+            self._cost_cache = (
+                int(costs.sum()),
+                int(costs.shape[0]),
+                low,
+                int(np.count_nonzero(costs == low)),
+            )
+            self._cost_view = view
+        total, n, low, n_low = self._cost_cache
+        # integer sum / count: the float64 mean NumPy gives for these integer costs
+        return total / max(n, 1), low, n_low
+
+    def extend_cost_stats(self, old: MemoryView | None, view: MemoryView) -> None:
+        """Carry the cached cost statistics of ``old`` over to ``view``, which extends
+        it by new steps at the end (what ``update`` is given), reading only the new
+        steps' costs: an add then costs O(new steps), not O(n)."""
+        if old is None or self._cost_view is not old or view.n < old.n:
+            return
+        total, n, low, n_low = self._cost_cache
+        tail = view.costs[n : view.n]
+        if tail.shape[0]:
+            t_low = int(tail.min())
+            t_count = int(np.count_nonzero(tail == t_low))
+            if n == 0 or t_low < low:
+                low, n_low = t_low, t_count
+            elif t_low == low:
+                n_low += t_count
+            total += int(tail.sum())
+        self._cost_cache = (total, int(view.n), low, n_low)
+        self._cost_view = view

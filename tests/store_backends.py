@@ -1,0 +1,126 @@
+"""The memory store backends the conformance suite (``test_store_conformance.py``)
+runs against, and the damage it does to them.
+
+A backend here knows how to name a fresh store (a location ``Memory.open`` and
+``open_store`` take), how to run a statement on it from outside (another connection,
+as damage or another writer would) and how to hold its write lock. A new backend adds
+a class with the same methods and its name to :data:`BACKENDS`; every conformance
+test then runs against it too.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import struct
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from osumem.errors import ForeignStoreError, NewerSchemaError, StoreCorruptError
+
+
+class SQLiteBackend:
+    """The SQLite file backend."""
+
+    name = "sqlite"
+    #: Damage this backend can hold (SQLite's TEXT may hold bytes that are not UTF-8).
+    capabilities = frozenset({"invalid_text"})
+
+    def location(self, root: Path, name: str = "mem") -> str:
+        """A location for a new store under ``root``."""
+        return str(root / f"{name}.db")
+
+    def execute(self, location: str, statement: str, params: Sequence[Any] = ()) -> None:
+        """Run one statement on the store from another connection and commit it."""
+        con = sqlite3.connect(location)
+        try:
+            con.execute(statement, tuple(params))
+            con.commit()
+        finally:
+            con.close()
+
+    @contextmanager
+    def write_lock(self, location: str) -> Iterator[None]:
+        """Hold the store's write lock from another connection."""
+        con = sqlite3.connect(location, isolation_level=None)
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            con.execute("ROLLBACK")
+            con.close()
+
+
+#: A small agent log: a request, a tool call and its result, a closing message.
+LOG = [
+    {"role": "user", "content": "cancel reservation ABC123"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "function": {"name": "cancel", "arguments": '{"rid": "ABC123"}'}}
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "cancelled"},
+    {"role": "assistant", "content": "Done: ABC123 is cancelled."},
+]
+
+
+#: The backends every conformance test runs against, by name.
+BACKENDS = {"sqlite": SQLiteBackend()}
+
+
+def float32_blob(values: Sequence[float]) -> bytes:
+    """An embedding as stored: little-endian float32 values."""
+    return struct.pack(f"<{len(values)}f", *values)
+
+
+#: Damage a store's schema or meta can suffer: name → (statement, error type, message).
+SCHEMA_DAMAGE = {
+    "dropped table": ("DROP TABLE batches", StoreCorruptError, "missing"),
+    "renamed table": ("ALTER TABLE steps RENAME TO steps_old", StoreCorruptError, "missing"),
+    "dropped meta": ("DROP TABLE meta", StoreCorruptError, "meta"),
+    "bad meta dim": ("UPDATE meta SET value='abc' WHERE key='dim'", StoreCorruptError, "dim"),
+    "missing meta row": ("DELETE FROM meta WHERE key='model_id'", StoreCorruptError, "model_id"),
+    "newer schema": (
+        "UPDATE meta SET value='7' WHERE key='schema_version'",
+        NewerSchemaError,
+        "schema version 7",
+    ),
+    "foreign format": (
+        "UPDATE meta SET value='other' WHERE key='format'",
+        ForeignStoreError,
+        "not an osumem memory store",
+    ),
+}
+
+#: Damage a store's rows can suffer: name → (statement, parameters, message, capability
+#: the backend needs to hold it or None). Embeddings here are 16-d.
+ROW_DAMAGE: dict[str, tuple[str, tuple[Any, ...], str, str | None]] = {
+    "non-JSON pending": (
+        "INSERT INTO pending (ns, messages) VALUES ('default', '{not json')",
+        (),
+        "held messages",
+        None,
+    ),
+    "short blob": (
+        "UPDATE steps SET embedding = ? WHERE id = 3",
+        (b"\x00" * 4,),
+        "embedding",
+        None,
+    ),
+    "NaN vector": (
+        "UPDATE steps SET embedding = ? WHERE id = 5",
+        (float32_blob([float("nan")] * 16),),
+        "non-finite",
+        None,
+    ),
+    "bad entities": ("UPDATE steps SET entities = 'nope' WHERE id = 2", (), "entities", None),
+    "invalid UTF-8 text": (
+        "UPDATE steps SET text = CAST(x'c328ff' AS TEXT) WHERE id = 2",
+        (),
+        "UTF-8",
+        "invalid_text",
+    ),
+}
