@@ -346,7 +346,7 @@ class Memory:
         check_namespace(namespace)
         rows = self._planner.step_rows(steps, namespace)
         emb = self._planner.embed(rows, embeddings)
-        with self.store.transaction():
+        with self.store.transaction(namespace):
             self._refresh()
             ids = self._write(namespace, rows, emb, embeddings is not None, pending=None)
         self._views.extend(namespace, rows, emb, ids)
@@ -419,7 +419,7 @@ class Memory:
             return []
         state = self._views.held_state(namespace, src)
         plan = self._planner.plan(clean, state, namespace, src, prefix, hold_open_calls)
-        with self.store.transaction():
+        with self.store.transaction(namespace):
             self._refresh()
             if on_duplicate != "append" and self._is_duplicate(namespace, digest, on_duplicate):
                 return []

@@ -142,9 +142,11 @@ class MemoryStore(ABC, metaclass=_Constructible):
     # --- transactions ---------------------------------------------------------------
 
     @abstractmethod
-    def transaction(self) -> AbstractContextManager[None]:
+    def transaction(self, namespace: str | None = None) -> AbstractContextManager[None]:
         """One write transaction, rolled back on any exception; nested calls are
-        savepoints of the outer one."""
+        savepoints of the outer one. ``namespace``: the one namespace the block writes
+        (a backend may then lock that namespace only; ``None``: any, the whole store
+        is locked); every write method names its namespace itself."""
 
     @property
     @abstractmethod

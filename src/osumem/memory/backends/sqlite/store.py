@@ -46,6 +46,13 @@ from osumem.errors import (
     StoreIOError,
 )
 from osumem.memory.backends.base import MemoryStore
+from osumem.memory.backends.codec import (
+    check_meta,
+    discarded,
+    hash_tables,
+    held_sources,
+    snapshot_row,
+)
 from osumem.memory.backends.sqlite import schema, sql
 from osumem.memory.backends.sqlite.connection import Connection, SQLiteSettings, guarded
 from osumem.memory.backends.sqlite.integrity import collect_problems
@@ -168,7 +175,9 @@ class SQLiteStore(MemoryStore):
     # --- transactions -----------------------------------------------------------------
 
     @contextmanager
-    def transaction(self) -> Iterator[None]:
+    def transaction(self, namespace: str | None = None) -> Iterator[None]:
+        """One ``BEGIN IMMEDIATE`` transaction: SQLite locks the whole file for every
+        writer, whatever ``namespace`` the block writes."""
         with self.conn.transaction():
             yield
 
@@ -258,7 +267,7 @@ class SQLiteStore(MemoryStore):
         namespace, rows, emb, encoder_id = add.namespace, add.rows, add.embeddings, add.encoder_id
         with conn.transaction():
             meta = schema.meta_rows(conn)
-            schema.check_meta(self.name, meta)
+            check_meta(self.name, meta)
             dim = int(meta["dim"])
             if len(rows):
                 if not meta["model_id"]:
@@ -320,17 +329,7 @@ class SQLiteStore(MemoryStore):
         if row is None:
             return [], []
         held = decode_pending(row[0], self.name, namespace)
-        try:
-            sources = json.loads(row[1]) if row[1] is not None else None
-        except (TypeError, ValueError):
-            sources = None
-        if (
-            not isinstance(sources, list)
-            or len(sources) != len(held)
-            or not all(isinstance(x, str) for x in sources)
-        ):
-            return held, [None] * len(held)  # unknown: as a store without sources
-        return held, list(sources)
+        return held, held_sources(held, row[1])
 
     @guarded
     def discard_pending(self, namespace: str) -> list[dict[str, Any]]:
@@ -339,21 +338,11 @@ class SQLiteStore(MemoryStore):
             self.conn.execute(sql.DELETE_PENDING, (namespace,))
             if self._has_held_sources:
                 self.conn.execute(sql.DELETE_HELD_SOURCES, (namespace,))
-        if row is None:
-            return []
-        try:
-            held = json.loads(row[0])
-        except (TypeError, ValueError):
-            return [{"unreadable": str(row[0])}]
-        return held if isinstance(held, list) else [{"unreadable": str(row[0])}]
+        return [] if row is None else discarded(row[0])
 
     @guarded
     def delete_namespace(self, namespace: str) -> int:
-        present = {
-            "digests": self._has_digests,
-            "snapshots": self._has_snapshots,
-            "held_sources": self._has_held_sources,
-        }
+        present = self._present()
         with self.conn.transaction():
             n = self.n_steps(namespace)
             for table in schema.NAMESPACED:
@@ -361,23 +350,21 @@ class SQLiteStore(MemoryStore):
                     self.conn.execute(sql.delete_namespace(table), (namespace,))
         return n
 
+    def _present(self) -> dict[str, bool]:
+        """Which of the later migrations' tables the file holds."""
+        return {
+            "digests": self._has_digests,
+            "snapshots": self._has_snapshots,
+            "held_sources": self._has_held_sources,
+        }
+
     # --- snapshots (a cache of the retriever's structure) -------------------------------
 
     @guarded
     def snapshot(self, namespace: str) -> SnapshotRow | None:
         if not self._has_snapshots:
             return None
-        row = self.conn.execute(sql.SELECT_SNAPSHOT, (namespace,)).fetchone()
-        if row is None:
-            return None
-        steps, config, fingerprint, checksum, payload = row
-        if not (
-            isinstance(steps, int)
-            and all(isinstance(x, str) for x in (config, fingerprint, checksum))
-            and isinstance(payload, bytes)
-        ):
-            return None
-        return SnapshotRow(steps, config, fingerprint, checksum, payload)
+        return snapshot_row(self.conn.execute(sql.SELECT_SNAPSHOT, (namespace,)).fetchone())
 
     def save_snapshot(self, namespace: str, row: SnapshotRow) -> bool:
         if not self.conn.is_open or self.read_only or not self._has_snapshots:
@@ -422,11 +409,8 @@ class SQLiteStore(MemoryStore):
     @guarded
     def content_hash(self) -> str:
         h = hashlib.sha256()
-        tables = [("meta", "key"), ("steps", "id"), ("batches", "id"), ("pending", "ns")]
-        if self._has_digests:
-            tables.append(("digests", "ns, digest"))
-        if self._has_held_sources:
-            tables.append(("held_sources", "ns"))
+        present = {t for t, has in self._present().items() if has}
+        tables = hash_tables(present)
         for table, order in tables:
             h.update(table.encode())
             for row in self.conn.execute(sql.select_all(table, order)):
