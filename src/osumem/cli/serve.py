@@ -18,6 +18,7 @@ from osumem.cli._common import (
     handle_errors,
     json_option,
     method_option,
+    shown_store,
     store_option,
 )
 from osumem.serve.connections import (
@@ -42,7 +43,9 @@ def _need_serve_extra() -> None:
 
 
 @click.command("serve")
-@store_option(required=True, help="SQLite memory store (created if missing).")
+@store_option(
+    required=True, help="Memory store: a SQLite file or a postgresql:// URL (created if missing)."
+)
 @click.option(
     "--transport",
     type=click.Choice(["stdio", "http"]),
@@ -138,7 +141,7 @@ def _need_serve_extra() -> None:
 )
 @handle_errors
 def serve_cmd(
-    store: Path,
+    store: Path | str,
     transport: str,
     host: str,
     port: int,
@@ -199,19 +202,22 @@ def serve_cmd(
     ):
         if transport == "stdio":
             click.echo(
-                f"osumem serve: MCP over stdio, store {store}, encoder {svc.encoder_id}", err=True
+                f"osumem serve: MCP over stdio, store {shown_store(store)}, encoder {svc.encoder_id}",
+                err=True,
             )
             run_stdio(svc)
         else:
             auth = f"{len(tokens.grants)} token(s)" if tokens.enabled else "NO AUTH (loopback only)"
             click.echo(
-                f"osumem serve: http://{host}:{port} (MCP at /mcp), store {store}, "
+                f"osumem serve: http://{host}:{port} (MCP at /mcp), store {shown_store(store)}, "
                 f"encoder {svc.encoder_id}, {auth}",
                 err=True,
             )
             run_http(svc, tokens, host=host, port=port, log_level=log_level, settings=settings)
     if stopped.name:
-        click.echo(f"osumem serve: stopped by {stopped.name}; store {store} closed", err=True)
+        click.echo(
+            f"osumem serve: stopped by {stopped.name}; store {shown_store(store)} closed", err=True
+        )
         if transport == "stdio":
             # the MCP SDK's stdin reader thread stays blocked on a pipe that never
             # closes; everything is closed and flushed, so leave without waiting for it
@@ -308,7 +314,7 @@ def _progress(message: str) -> None:
 # --- `osumem query/ingest --server URL` ---------------------------------------------------
 
 
-def store_or_server(store: Path | None, server: str | None) -> None:
+def store_or_server(store: Path | str | None, server: str | None) -> None:
     """Exactly one of ``--store`` and ``--server``."""
     from osumem.errors import ConfigError
 

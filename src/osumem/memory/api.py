@@ -103,6 +103,10 @@ class Memory:
         self._methods = MethodCaches(self._views, config)
         self._retrievers = self._methods.own
         self._planner = MessagePlanner(config, store, self._need_encoder, lambda: self._encoder)
+        #: Catch up with other writers' commits before each call (the default). An owner
+        #: that shares this memory between threads (the server) turns it off and calls
+        #: :meth:`refresh` itself while no reader runs.
+        self.follow_writers = True
 
     @classmethod
     def open(
@@ -195,8 +199,22 @@ class Memory:
 
     def _refresh(self) -> None:
         """Bring the cached namespaces up to what other writers committed."""
+        if self.follow_writers and self._views.refresh():
+            self._methods.drop_causal()
+
+    def refresh(self) -> set[str]:
+        """Bring the loaded namespaces up to what other writers (processes, servers)
+        committed since, whatever :attr:`follow_writers` says; returns the namespaces
+        whose loaded steps changed (their retrievers catch up at their next use)."""
+        before = self.loaded()
         if self._views.refresh():
             self._methods.drop_causal()
+        after = self.loaded()
+        return {ns for ns, n in before.items() if after.get(ns) != n}
+
+    def loaded(self) -> dict[str, int]:
+        """The namespaces this memory holds in its caches, with their step counts."""
+        return self._views.sizes()
 
     @contextmanager
     def transaction(self) -> Iterator[Memory]:
