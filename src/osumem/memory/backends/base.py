@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import warnings
 from abc import ABC, ABCMeta, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
@@ -240,6 +240,17 @@ class MemoryStore(ABC, metaclass=_Constructible):
         """Store ``row`` as the snapshot of ``namespace`` without waiting for another
         writer; ``False`` when it was not written (busy, read-only, ...): a snapshot is
         a cache."""
+
+    # --- nearest neighbours ----------------------------------------------------------
+
+    def nearest(
+        self, namespace: str
+    ) -> Callable[[NDArray[np.float32], int, int], NDArray[np.int64]] | None:
+        """A search of ``namespace``'s steps by similarity with a query held by the
+        store itself (a vector index): ``search(q, k, n)`` returns about the ``k`` best
+        positions below ``n``, best first; ``None`` (the default) when the store has
+        none and the retrievers rank in process."""
+        return None
 
     # --- namespaces ---------------------------------------------------------------------
 

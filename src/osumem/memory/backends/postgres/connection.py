@@ -54,6 +54,10 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 DEFAULT_SCHEMA = "osumem"
 #: URL schemes of this backend.
 SCHEMES = ("postgresql", "postgres")
+#: The search beam of pgvector's HNSW queries (``hnsw.ef_search``); a query asking for
+#: more steps goes on scanning the index (``hnsw.iterative_scan = strict_order``), so
+#: results come in exact order of the distances the index found.
+HNSW_EF_SEARCH = 64
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
@@ -259,11 +263,14 @@ class Connection:
         conn.execute(
             "SELECT set_config('search_path', %s, false), "
             "set_config('lock_timeout', %s, false), "
-            "set_config('default_transaction_read_only', %s, false)",
+            "set_config('default_transaction_read_only', %s, false), "
+            "set_config('hnsw.ef_search', %s, false), "
+            "set_config('hnsw.iterative_scan', 'strict_order', false)",
             (
                 f'"{self.schema}", {path}',
                 f"{max(1, int(self.timeout * 1000))}ms",
                 "on" if self.read_only else "off",
+                str(HNSW_EF_SEARCH),
             ),
         )
 

@@ -90,6 +90,8 @@ COLUMNS = {
 NAMESPACED = ("steps", "batches", "pending", "digests", "snapshots", "held_sources")
 #: Name of the HNSW index over the embeddings.
 VECTOR_INDEX = "steps_embedding_hnsw"
+#: The function searching a namespace through :data:`VECTOR_INDEX`.
+NEAREST_FUNCTION = "nearest_steps"
 #: pgvector indexes ``vector`` columns of at most this many dimensions.
 VECTOR_INDEX_MAX_DIM = 2000
 
@@ -231,14 +233,26 @@ def validate(conn: Any, name: str, schema: str, present: set[str], library_versi
             )
 
 
-def create_vector_index(conn: Any, dim: int) -> bool:
+def create_vector_index(conn: Any, schema: str, dim: int) -> bool:
     """Create the HNSW index over the embeddings of dimension ``dim`` (inner product:
-    the embeddings are L2-normalised), inside the first add's transaction; ``False``
-    when pgvector cannot index that many dimensions (queries then scan exactly)."""
+    the embeddings are L2-normalised) and the search that reads it, inside the first
+    add's transaction; ``False`` when pgvector cannot index that many dimensions
+    (retrievers then rank in process)."""
     if not 0 < dim <= VECTOR_INDEX_MAX_DIM:
         return False
+    d = int(dim)
     conn.execute(
         f"CREATE INDEX IF NOT EXISTS {VECTOR_INDEX} ON steps USING hnsw "
-        f"((embedding::vector({int(dim)})) vector_ip_ops)"
+        f"((embedding::vector({d})) vector_ip_ops)"
+    )
+    # The planner would scan a namespace's rows and sort them (its estimate of a filtered
+    # index scan is poor); the search forbids the sort, so the index gives the order.
+    conn.execute(
+        f'CREATE OR REPLACE FUNCTION "{schema}".{NEAREST_FUNCTION}'
+        "(target text, below integer, q vector, k integer) "
+        "RETURNS TABLE (pos integer) LANGUAGE sql STABLE "
+        "SET enable_sort = off SET enable_seqscan = off SET enable_bitmapscan = off "
+        f'AS $$ SELECT s.pos FROM "{schema}".steps s WHERE s.ns = target AND s.pos < below '
+        f"ORDER BY s.embedding::vector({d}) <#> q::vector({d}) LIMIT k $$"
     )
     return True

@@ -63,12 +63,9 @@ TRY_NAMESPACE_ROW = "SELECT 1 FROM versions WHERE ns = %s FOR UPDATE NOWAIT"
 #: The change counter: every write transaction adds one to its namespace's row.
 DATA_VERSION = "SELECT COALESCE(SUM(version), 0)::bigint FROM versions"
 
-#: The most similar steps of a namespace from the HNSW index (inner product; the
-#: dimension is part of the indexed expression).
-NEAREST = (
-    "SELECT pos FROM steps WHERE ns = %s AND pos < %s "
-    "ORDER BY embedding::vector({dim}) <#> %s::vector({dim}) LIMIT %s"
-)
+#: The most similar steps of a namespace below a position, best first, from the HNSW
+#: index (``schema.create_vector_index`` makes the function).
+NEAREST = "SELECT pos FROM nearest_steps(%s, %s, %s, %s)"
 
 
 def delete_namespace(table: str) -> str:

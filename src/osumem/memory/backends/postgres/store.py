@@ -56,10 +56,6 @@ from osumem.memory.backends.postgres.rows import (
 )
 from osumem.memory.rows import AddBatch, NamespaceData, SnapshotRow
 
-#: The flat ranking asks the HNSW index for at most this many steps per query (the
-#: packing grows its head past it by scanning exactly).
-NEAREST_MAX = 1000
-
 
 def _library_version() -> str:
     from osumem import __version__
@@ -306,7 +302,7 @@ class PostgresStore(MemoryStore):
         if not meta["model_id"]:
             if c.execute(sql.CLAIM_META, (encoder_id, "model_id")).rowcount:
                 c.execute(sql.CLAIM_META, (str(dim), "dim"))
-                schema.create_vector_index(c, dim)
+                schema.create_vector_index(c, self.schema, dim)
                 self._meta = None
                 return
             meta = schema.meta_rows(c, self.name)  # a concurrent first add got there first
@@ -406,24 +402,21 @@ class PostgresStore(MemoryStore):
 
     # --- nearest neighbours (the flat ranking of large namespaces) ----------------------
 
-    def nearest(self, namespace: str) -> Callable[[NDArray[np.float32], int, int], NDArray[Any]]:
+    def nearest(
+        self, namespace: str
+    ) -> Callable[[NDArray[np.float32], int, int], NDArray[np.int64]] | None:
         """A search of ``namespace``'s steps by inner product with a query, from the
         HNSW index: ``search(q, k, n)`` returns about the ``k`` best positions below
         ``n``, best first (a step index's external source)."""
         store = self
 
-        def search(q: NDArray[np.float32], k: int, n: int) -> NDArray[Any]:
-            dim = store.dim
-            statement = sql.NEAREST.format(dim=int(dim))
+        if not 0 < self.dim <= schema.VECTOR_INDEX_MAX_DIM:
+            return None  # no index: the retrievers rank in process
+
+        def search(q: NDArray[np.float32], k: int, n: int) -> NDArray[np.int64]:
             k = max(1, min(int(k), n))
-            with store.conn.cursor() as c, c.transaction():
-                ef = max(40, min(NEAREST_MAX, k))
-                c.execute(
-                    "SELECT set_config('hnsw.ef_search', %s, true), "
-                    "set_config('hnsw.iterative_scan', 'strict_order', true)",
-                    (str(ef),),
-                )
-                rows = c.execute(statement, (namespace, n, PgVector.of(q), k)).fetchall()
+            with store.conn.cursor() as c:  # one round trip (the session set ef_search)
+                rows = c.execute(sql.NEAREST, (namespace, n, PgVector.of(q), k)).fetchall()
             return np.asarray([r[0] for r in rows], dtype=np.int64)
 
         return search
