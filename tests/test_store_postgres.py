@@ -292,3 +292,39 @@ def test_cli_ingest_query_and_check_on_a_url(url, tmp_path):
     assert checked.exit_code == 0 and "ok (" in checked.output
     listed = runner.invoke(main, ["namespaces", "--store", url])
     assert listed.exit_code == 0 and "default" in listed.output
+
+
+def test_large_namespaces_rank_through_the_vector_index(url, tmp_path):
+    """From ``ann_min_steps`` on, the flat ranking's head comes from pgvector's HNSW
+    index (one query per head) and answers as the exact scan does on this small memory;
+    causal queries below the threshold scan in process."""
+    from osumem.bench.scale import generate
+
+    data = generate(400, 32, 0, n_queries=10)
+    view = data.view
+    from osumem.types import Step
+
+    steps = [
+        Step(role="assistant", text=data.texts[p], cost=int(view.costs[p])) for p in range(view.n)
+    ]
+    with (
+        Memory.open(url, method="flat", ann_min_steps=100) as pg,
+        Memory.open(tmp_path / "exact.db", method="flat") as exact,
+    ):
+        for mem in (pg, exact):
+            mem.add_steps(steps[:200], embeddings=view.embeddings[:200])
+            mem.add_steps(steps[200:], embeddings=view.embeddings[200:])
+        retriever = pg.retriever()
+        assert retriever is not None and retriever.step_index.source is not None
+        calls = []
+        search = retriever.step_index.source
+        retriever.step_index.source = lambda q, k, n: calls.append((k, n)) or search(q, k, n)
+        for q in data.queries:
+            a = pg.retrieve(q, 256).to_dict()
+            assert a == exact.retrieve(q, 256).to_dict()
+        assert calls and all(n == 400 for _, n in calls)
+        calls.clear()
+        assert pg.retrieve(data.queries[0], 256, before=50).to_dict() == (
+            exact.retrieve(data.queries[0], 256, before=50).to_dict()
+        )
+        assert not calls  # a prefix below the threshold: exact, in process
