@@ -174,9 +174,8 @@ def test_writers_of_other_namespaces_go_on_while_one_namespace_is_locked(url):
             assert time.monotonic() - t0 < 0.3
             with pytest.raises(StoreBusyError, match="busy"):
                 other.append("a", [row], _vec(3), encoder_id="e")
-        with holder.transaction():  # the whole store
-            with pytest.raises(StoreBusyError):
-                other.append("b", [row], _vec(4), encoder_id="e")
+        with holder.transaction(), pytest.raises(StoreBusyError):  # the whole store
+            other.append("b", [row], _vec(4), encoder_id="e")
         assert other.n_steps("a") == 2 and other.n_steps("b") == 1
         assert other.load("a").batch_ends == (1, 2) and other.integrity_problems() == []
 
@@ -245,11 +244,13 @@ def test_answers_equal_sqlite(url, tmp_path, method):
             for q in QUERIES:
                 a, b = lite.retrieve(q, 128, namespace=ns), pg.retrieve(q, 128, namespace=ns)
                 assert a.to_dict() == b.to_dict()
-    with Memory.open(url, encoder=ENC, method=method) as again:  # reopened: replayed
-        with Memory.open(tmp_path / "m.db", encoder=ENC, method=method) as lite:
-            for q in QUERIES:
-                a = lite.retrieve(q, 128, namespace="ep1")
-                assert a.to_dict() == again.retrieve(q, 128, namespace="ep1").to_dict()
+    with (
+        Memory.open(url, encoder=ENC, method=method) as again,  # reopened: replayed
+        Memory.open(tmp_path / "m.db", encoder=ENC, method=method) as lite,
+    ):
+        for q in QUERIES:
+            a = lite.retrieve(q, 128, namespace="ep1")
+            assert a.to_dict() == again.retrieve(q, 128, namespace="ep1").to_dict()
 
 
 def test_a_sqlite_store_moves_into_postgres_by_export_and_import(url, tmp_path):

@@ -47,7 +47,7 @@ def _rows(
     out = []
     for seed, ep in episodes:
         for row in evaluate_episode(ep, runs, budgets, benchmark="store", seed=seed):
-            out.append(tuple(row[k] for k in ROW_KEYS) + (tuple(row["ev_found"]),))
+            out.append((*(row[k] for k in ROW_KEYS), tuple(row["ev_found"])))
     return out
 
 
