@@ -141,7 +141,9 @@ def test_a_store_of_a_newer_schema_is_refused_and_left_as_it_is(pg_server, url, 
     log.write_text(json.dumps(LOG[:1]))
     line = _cli_error(["ingest", str(log), "--store", url])
     assert "schema version 7" in line
-    assert pg_server.psql(f"SELECT count(*), max(id) FROM {schema}.steps", database="osumem") == dump
+    assert (
+        pg_server.psql(f"SELECT count(*), max(id) FROM {schema}.steps", database="osumem") == dump
+    )
 
 
 def test_read_only_open_of_a_missing_store_is_not_found_and_creates_nothing(pg_server, url):
