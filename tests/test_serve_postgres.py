@@ -1,6 +1,7 @@
-"""Several servers on one Postgres store: each sees the others' adds before it answers
-(no restart), and with one of them killed with SIGKILL again and again under load no
-acknowledged add is lost and every server answers as a fresh open."""
+"""Several servers on one store: each sees the others' adds before it answers (no
+restart; on Postgres and on one SQLite file), and on Postgres, with one of them killed
+with SIGKILL again and again under load, no acknowledged add is lost and every server
+answers as a fresh open."""
 
 from __future__ import annotations
 
@@ -19,7 +20,16 @@ def url(pg_server) -> str:
     return pg_server.url(schema="t_" + secrets.token_hex(8))
 
 
-def test_two_services_on_one_store_see_each_others_adds(url):
+@pytest.fixture(params=["postgres", "sqlite"])
+def shared(request, tmp_path) -> str:
+    """A new store that two services share."""
+    if request.param == "sqlite":
+        return str(tmp_path / "shared.db")
+    return request.getfixturevalue("url")
+
+
+def test_two_services_on_one_store_see_each_others_adds(shared):
+    url = shared
     with (
         MemoryService(url, encoder="hashing:d64", readers=2) as a,
         MemoryService(url, encoder="hashing:d64", readers=2) as b,
