@@ -19,6 +19,8 @@ Rows (JSON on stdout, one object):
   (whole-memory queries from ``ann_min_steps`` = 100,000 on take their candidates from
   pgvector's HNSW index), p50/p99 wall and CPU over ``--queries`` query vectors, and
   the reopen + first retrieve time;
+- ``postgres_flat_ann_process``: the same with ``ann=process`` in the URL (the store
+  keeps the rows; the flat ranking's HNSW index is hnswlib's, built in this process);
 - ``inprocess_flat``: the same memory in RAM (``Memory.open(None)``) with hnswlib's index
   (the ``scale`` extra), same queries: the in-process HNSW reference;
 - ``ann_reference``: a bare hnswlib top-k query (M = 16, ef = 64), as ``bench scale``'s
@@ -180,6 +182,20 @@ def main() -> None:
         ]
         out["recall"] = {"postgres_hnsw_at_10": float(np.mean(pg_hits)) / 10}
 
+        # --- the same store ranking in process (ann=process) -------------------------------
+        say("flat retrieves on Postgres with ann=process (hnswlib in this process)")
+        mem.close()
+        local = url + ("&" if "?" in url else "?") + "ann=process"
+        w0, c0 = time.perf_counter(), time.process_time()
+        mem = Memory.open(local, method="flat", ann_min_steps=args.ann_min_steps)
+        mem.retrieve(q0, args.budget, namespace=NS)
+        pp: dict[str, Any] = {
+            "reopen_first_retrieve_s": time.perf_counter() - w0,
+            "reopen_first_retrieve_cpu_s": time.process_time() - c0,
+        }
+        pp.update(_retrievals(mem, data.queries, args.budget))
+        out["postgres_flat_ann_process"] = pp
+
         # --- adds into the large namespace ------------------------------------------------
         say(f"{args.adds} single-step adds")
         rng = np.random.default_rng(args.seed + 1)
@@ -233,6 +249,9 @@ def main() -> None:
         p50 = out["postgres_flat"]["wall"]["p50_ms"]
         out["ratios"] = {
             "postgres_flat_over_inprocess_flat_p50": p50 / inproc["wall"]["p50_ms"],
+            "postgres_ann_process_over_inprocess_flat_p50": (
+                out["postgres_flat_ann_process"]["wall"]["p50_ms"] / inproc["wall"]["p50_ms"]
+            ),
             "postgres_flat_over_ann_reference_p50": p50 / out["ann_reference"]["wall"]["p50_ms"],
         }
     print(json.dumps(out, indent=2))

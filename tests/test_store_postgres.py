@@ -80,6 +80,7 @@ def _bad_locations(pg_server, novector: str) -> dict[str, tuple[str, type, str]]
         "bad port": ("postgresql://127.0.0.1:99999/osumem", StoreLocationError, "port"),
         "unknown option": (f"postgresql://{host}/osumem?colour=red", StoreLocationError, "URL"),
         "bad schema name": (f"{tcp}?schema=no-dashes", StoreLocationError, "schema"),
+        "bad ann option": (f"{tcp}?ann=gpu", StoreLocationError, "ann"),
         "wrong password": (
             tcp.replace(pg_server.password, "wrong"),
             StoreAuthError,
@@ -103,6 +104,7 @@ BAD = [
     "bad port",
     "unknown option",
     "bad schema name",
+    "bad ann option",
     "wrong password",
     "unreachable server",
     "missing database",
@@ -331,3 +333,7 @@ def test_large_namespaces_rank_through_the_vector_index(url, tmp_path):
             exact.retrieve(data.queries[0], 256, before=50).to_dict()
         )
         assert not calls  # a prefix below the threshold: exact, in process
+    with Memory.open(url + "&ann=process", method="flat", ann_min_steps=100) as local:
+        retriever = local.retriever()
+        assert retriever is not None and retriever.step_index.source is None
+        assert local.retrieve(data.queries[0], 256).steps  # hnswlib's index, in process

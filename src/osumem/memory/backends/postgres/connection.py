@@ -58,6 +58,10 @@ SCHEMES = ("postgresql", "postgres")
 #: more steps goes on scanning the index (``hnsw.iterative_scan = strict_order``), so
 #: results come in exact order of the distances the index found.
 HNSW_EF_SEARCH = 64
+#: The URL options osumem reads (the rest go to libpq).
+OWN_OPTIONS = ("schema", "ann")
+#: Where large namespaces' nearest steps may come from (``ann=``).
+ANN_PLACES = ("database", "process")
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
@@ -109,11 +113,15 @@ class Location:
     schema: str
     shown: str
     database: str = field(default="")
+    #: Where large namespaces find their nearest steps: ``"database"`` (pgvector's HNSW
+    #: index) or ``"process"`` (an HNSW index built in the memory's process).
+    ann: str = "database"
 
 
 def parse_location(url: str) -> Location:
-    """Split a store URL into its libpq part and its schema (``?schema=NAME``,
-    default :data:`DEFAULT_SCHEMA`); a URL libpq cannot read raises
+    """Split a store URL into its libpq part and osumem's own options: ``schema=NAME``
+    (default :data:`DEFAULT_SCHEMA`) and ``ann=database|process`` (see
+    :attr:`Location.ann`); a URL libpq cannot read raises
     :class:`~osumem.errors.StoreLocationError`."""
     require_driver()
     parts = urlsplit(url)
@@ -132,7 +140,13 @@ def parse_location(url: str) -> Location:
             f"memory store {shown}: schema {schema!r}: expected a name of letters, digits "
             "and '_' (at most 63, not starting with a digit)"
         )
-    rest = urlencode([(k, v) for k, v in query if k != "schema"])
+    anns = [v for k, v in query if k == "ann"]
+    ann = anns[-1] if anns else "database"
+    if ann not in ANN_PLACES:
+        raise StoreLocationError(
+            f"memory store {shown}: ann {ann!r}: expected one of {', '.join(ANN_PLACES)}"
+        )
+    rest = urlencode([(k, v) for k, v in query if k not in OWN_OPTIONS])
     conninfo = urlunsplit(parts._replace(query=rest))
     try:
         params = psycopg.conninfo.conninfo_to_dict(conninfo)
@@ -142,7 +156,7 @@ def parse_location(url: str) -> Location:
     port = str(params.get("port") or "")
     if port and not all(p.isdigit() and 0 < int(p) < 65536 for p in port.split(",")):
         raise StoreLocationError(f"memory store {shown}: port {port!r} is not a port number")
-    return Location(url, conninfo, schema, shown, str(params.get("dbname") or ""))
+    return Location(url, conninfo, schema, shown, str(params.get("dbname") or ""), ann)
 
 
 def store_lock_key(schema: str) -> int:

@@ -68,7 +68,9 @@ class PostgresStore(MemoryStore):
 
     Args:
         location: ``postgresql://[user[:password]@][host][:port]/dbname[?schema=NAME]``
-            (any libpq URL option may follow; ``schema`` is read by osumem).
+            (any libpq URL option may follow; osumem reads ``schema`` and ``ann``:
+            ``ann=process`` makes large namespaces rank with an HNSW index built in
+            the memory's process instead of pgvector's index in the database).
         timeout: seconds a write waits for another writer's lock (and a call for a
             pooled connection) before :class:`~osumem.errors.StoreBusyError`.
         connect_timeout: seconds to wait for the server.
@@ -410,8 +412,8 @@ class PostgresStore(MemoryStore):
         ``n``, best first (a step index's external source)."""
         store = self
 
-        if not 0 < self.dim <= schema.VECTOR_INDEX_MAX_DIM:
-            return None  # no index: the retrievers rank in process
+        if self.conn.location.ann == "process" or not 0 < self.dim <= schema.VECTOR_INDEX_MAX_DIM:
+            return None  # asked for, or no index: the retrievers rank in process
 
         def search(q: NDArray[np.float32], k: int, n: int) -> NDArray[np.int64]:
             k = max(1, min(int(k), n))
