@@ -90,7 +90,7 @@ class PostgresSettings(FrozenConfig):
 
     timeout: float = 30.0
     connect_timeout: float = 10.0
-    pool_size: int = 4
+    pool_size: int = 8
     read_only: bool = False
 
     config_name = "Postgres store"

@@ -95,7 +95,7 @@ class PostgresStore(MemoryStore):
         timeout: float = 30.0,
         read_only: bool = False,
         connect_timeout: float = 10.0,
-        pool_size: int = 4,
+        pool_size: int = 8,
     ) -> None:
         require_driver()
         settings = PostgresSettings(
