@@ -311,7 +311,8 @@ def bench_serve_cmd(
     """Latency and throughput of `osumem serve` over loopback HTTP: in-process vs HTTP
     retrieval on the same store and queries, then concurrent clients mixing adds and
     retrievals; checks that every acknowledged add is in the store after the server is
-    killed."""
+    killed. With --store URL (or --local-postgres): --servers servers on one shared
+    store, clients through all of them, --kills SIGKILLs of one."""
     _need_serve_extra()
     if store_url is not None or local_postgres:
         _bench_cluster(
