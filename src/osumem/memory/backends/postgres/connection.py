@@ -42,7 +42,6 @@ from osumem.frozen import Boolean, Constraints, FrozenConfig, Interval
 
 try:  # the postgres extra
     import psycopg
-    from psycopg import errors as pg_errors
     from psycopg.pq import TransactionStatus
     from psycopg_pool import ConnectionPool, PoolTimeout
 except ImportError:  # pragma: no cover - reported by require_driver
@@ -353,12 +352,6 @@ class Connection:
                 if conn.info.transaction_status != TransactionStatus.IDLE:
                     conn.execute("ROLLBACK")
 
-    def execute(self, sql: str, params: Any = ()) -> Any:
-        """Run one statement and return its cursor (rows fetched by the caller while
-        the connection is still the caller's: use inside :meth:`cursor` for more)."""
-        with self.cursor() as conn:
-            return conn.execute(sql, params)
-
     def fetchall(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
         with self.cursor() as conn:
             return list(conn.execute(sql, params).fetchall())
@@ -505,7 +498,6 @@ __all__ = [
     "PostgresSettings",
     "guarded",
     "parse_location",
-    "pg_errors",
     "require_driver",
     "store_lock_key",
     "translate",

@@ -20,7 +20,6 @@ COUNT_ROLE = "SELECT COUNT(*) FROM steps WHERE ns = %s AND pos >= %s AND role = 
 STEP_IDS = "SELECT id FROM steps ORDER BY id"
 NAMESPACES = "SELECT DISTINCT ns FROM steps UNION SELECT ns FROM pending ORDER BY 1"
 
-SELECT_META = "SELECT key, value FROM meta"
 #: The first add records the encoder; a concurrent first add waits for it and then
 #: finds the row set (0 rows updated), so the encoders are compared, never overwritten.
 CLAIM_META = "UPDATE meta SET value = %s WHERE key = %s AND value IN ('', '0')"
