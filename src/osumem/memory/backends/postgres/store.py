@@ -27,7 +27,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from osumem.errors import IncompatibleStoreError, StoreError
-from osumem.memory.backends.base import MemoryStore
 from osumem.memory.backends.codec import (
     check_meta,
     decode_pending,
@@ -38,6 +37,7 @@ from osumem.memory.backends.codec import (
     held_sources,
     snapshot_row,
 )
+from osumem.memory.backends.connected import ConnectedStore
 from osumem.memory.backends.postgres import schema, sql
 from osumem.memory.backends.postgres.connection import (
     Connection,
@@ -63,7 +63,7 @@ def _library_version() -> str:
     return __version__
 
 
-class PostgresStore(MemoryStore):
+class PostgresStore(ConnectedStore):
     """A memory store in a Postgres database (with pgvector).
 
     Args:
@@ -114,9 +114,7 @@ class PostgresStore(MemoryStore):
             self.conn.close()
             self.discard()
             raise
-        self._has_digests = "digests" in present
-        self._has_snapshots = "snapshots" in present
-        self._has_held_sources = "held_sources" in present
+        self.present = frozenset(present)
 
     # --- identity and lifecycle -------------------------------------------------------
 
@@ -125,38 +123,13 @@ class PostgresStore(MemoryStore):
         return self._location
 
     @property
-    def name(self) -> str:  # type: ignore[override]
-        return self.conn.name
-
-    @property
     def schema(self) -> str:
         """The Postgres schema the store's tables live in."""
         return self.conn.schema
 
     @property
-    def read_only(self) -> bool:  # type: ignore[override]
-        return self.conn.read_only
-
-    @property
-    def created(self) -> bool:  # type: ignore[override]
-        return self.conn.created
-
-    @property
-    def timeout(self) -> float:
-        """Seconds a write waits for another writer's lock."""
-        return self.conn.timeout
-
-    @property
     def persistent(self) -> bool:
         return True
-
-    @property
-    def is_open(self) -> bool:
-        return self.conn.is_open
-
-    def close(self) -> None:
-        """Close the pooled connections (idempotent)."""
-        self.conn.close()
 
     def discard(self) -> None:
         """Drop the store's tables (and its schema, if this open made it) when this open
@@ -189,10 +162,6 @@ class PostgresStore(MemoryStore):
         with self.conn.transaction(namespace):
             yield
 
-    @property
-    def in_transaction(self) -> bool:
-        return self.conn.in_transaction
-
     # --- meta -------------------------------------------------------------------------
 
     @guarded
@@ -210,9 +179,6 @@ class PostgresStore(MemoryStore):
         if meta.get("model_id"):  # fixed from the first add on
             self._meta = dict(meta)
         return meta
-
-    def schema_version(self) -> int:
-        return int(self.meta()["schema_version"])
 
     # --- reading ----------------------------------------------------------------------
 
@@ -365,14 +331,6 @@ class PostgresStore(MemoryStore):
                 if present.get(table, True):
                     c.execute(sql.delete_namespace(table), (namespace,))
         return n
-
-    def _present(self) -> dict[str, bool]:
-        """Which of the later migrations' tables the schema holds."""
-        return {
-            "digests": self._has_digests,
-            "snapshots": self._has_snapshots,
-            "held_sources": self._has_held_sources,
-        }
 
     # --- snapshots (a cache of the retriever's structure) -------------------------------
 

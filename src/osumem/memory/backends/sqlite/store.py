@@ -45,7 +45,6 @@ from osumem.errors import (
     StoreError,
     StoreIOError,
 )
-from osumem.memory.backends.base import MemoryStore
 from osumem.memory.backends.codec import (
     check_meta,
     discarded,
@@ -53,6 +52,7 @@ from osumem.memory.backends.codec import (
     held_sources,
     snapshot_row,
 )
+from osumem.memory.backends.connected import ConnectedStore
 from osumem.memory.backends.sqlite import schema, sql
 from osumem.memory.backends.sqlite.connection import Connection, SQLiteSettings, guarded
 from osumem.memory.backends.sqlite.integrity import collect_problems
@@ -71,7 +71,7 @@ def _library_version() -> str:
     return __version__
 
 
-class SQLiteStore(MemoryStore):
+class SQLiteStore(ConnectedStore):
     """A SQLite-backed step store. ``path=None`` keeps everything in memory.
 
     Args:
@@ -119,9 +119,7 @@ class SQLiteStore(MemoryStore):
         except BaseException:
             self.conn.abandon()
             raise
-        self._has_digests = "digests" in present
-        self._has_snapshots = "snapshots" in present
-        self._has_held_sources = "held_sources" in present
+        self.present = frozenset(present)
 
     # --- identity and lifecycle -------------------------------------------------------
 
@@ -135,29 +133,8 @@ class SQLiteStore(MemoryStore):
         return ":memory:" if self.conn.path is None else str(self.conn.path)
 
     @property
-    def name(self) -> str:  # type: ignore[override]
-        return self.conn.name
-
-    @property
-    def read_only(self) -> bool:  # type: ignore[override]
-        return self.conn.read_only
-
-    @property
-    def created(self) -> bool:  # type: ignore[override]
-        return self.conn.created
-
-    @property
-    def timeout(self) -> float:
-        """Seconds a write waits for another writer's lock."""
-        return self.conn.timeout
-
-    @property
     def persistent(self) -> bool:
         return self.conn.path is not None
-
-    @property
-    def is_open(self) -> bool:
-        return self.conn.is_open
 
     def close(self) -> None:
         """Checkpoint the write-ahead log (a clean close leaves no ``-wal`` content) and
@@ -181,10 +158,6 @@ class SQLiteStore(MemoryStore):
         with self.conn.transaction():
             yield
 
-    @property
-    def in_transaction(self) -> bool:
-        return self.conn.in_transaction
-
     # --- meta -------------------------------------------------------------------------
 
     @guarded
@@ -195,9 +168,6 @@ class SQLiteStore(MemoryStore):
     @guarded
     def meta(self) -> dict[str, str]:
         return schema.meta_rows(self.conn)
-
-    def schema_version(self) -> int:
-        return int(self.meta()["schema_version"])
 
     @property
     def model_id(self) -> str:
@@ -349,14 +319,6 @@ class SQLiteStore(MemoryStore):
                 if present.get(table, True):
                     self.conn.execute(sql.delete_namespace(table), (namespace,))
         return n
-
-    def _present(self) -> dict[str, bool]:
-        """Which of the later migrations' tables the file holds."""
-        return {
-            "digests": self._has_digests,
-            "snapshots": self._has_snapshots,
-            "held_sources": self._has_held_sources,
-        }
 
     # --- snapshots (a cache of the retriever's structure) -------------------------------
 
