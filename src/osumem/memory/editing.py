@@ -65,22 +65,23 @@ def resolve(
     if (positions is None) == (ids is None):
         raise InvalidInputError(f"give {what[0]} or {what[1]} (exactly one of them)")
     n = data.view.n
+    single = what != ("positions", "ids")  # update names one step: no index in messages
     out: list[int] = []
     if positions is not None:
         for i, p in enumerate(_integers(positions, what[0])):
             if not 0 <= p < n:
                 held = f"positions 0..{n - 1}" if n else "no steps"
+                at = what[0] if single else f"{what[0]}[{i}]"
                 raise StepNotFoundError(
-                    f"{what[0]}[{i}]: namespace {namespace!r} holds {held}, not position {p}"
+                    f"{at}: namespace {namespace!r} holds {held}, not position {p}"
                 )
             out.append(p)
     else:
         where = {int(s): k for k, s in enumerate(data.step_ids.tolist())}
         for i, s in enumerate(_integers(ids, what[1])):
             if s not in where:
-                raise StepNotFoundError(
-                    f"{what[1]}[{i}]: no step with id {s} in namespace {namespace!r}"
-                )
+                at = what[1] if single else f"{what[1]}[{i}]"
+                raise StepNotFoundError(f"{at}: no step with id {s} in namespace {namespace!r}")
             out.append(where[s])
     if len(set(out)) != len(out):
         raise InvalidInputError(
