@@ -66,6 +66,7 @@ from osumem.memory.validate import (
     check_namespace,
     check_time,
     log_digest,
+    text_message,
 )
 from osumem.retrieve.base import Retriever
 from osumem.retrieve.budget import validated_budget
@@ -538,15 +539,8 @@ class Memory:
 
         >>> mem.add("I prefer aisle seats", namespace="ana", metadata={"kind": "pref"})  # doctest: +SKIP
         """
-        if role not in ("user", "assistant"):
-            raise InvalidInputError(
-                f"role: add takes 'user' or 'assistant' text, got {_show(role)} (tool calls "
-                "and their results go through add_messages; other step kinds through add_steps)"
-            )
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidInputError(f"text: expected a non-empty text, got {_show(text)}")
         return self.add_messages(
-            [{"role": role, "content": text}],
+            [text_message(text, role)],
             namespace=namespace,
             source=source,
             on_duplicate=on_duplicate,

@@ -357,3 +357,16 @@ def open_call_start(messages: Sequence[Any]) -> int:
                 cut, moved = origin, True
                 break
     return cut
+
+
+def text_message(text: Any, role: Any) -> dict[str, str]:
+    """The chat message ``Memory.add(text, role=...)`` stores: a user or assistant turn
+    of non-empty text."""
+    if role not in ("user", "assistant"):
+        raise InvalidInputError(
+            f"role: add takes 'user' or 'assistant' text, got {_show(role)} (tool calls "
+            "and their results go through add_messages; other step kinds through add_steps)"
+        )
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInputError(f"text: expected a non-empty text, got {_show(text)}")
+    return {"role": role, "content": text}
