@@ -113,3 +113,9 @@ class InvalidFilterError(InvalidInputError):
 
 class StepNotFoundError(InvalidInputError):
     """A step named by position or id is not in the namespace (delete, update, get)."""
+
+
+class UnknownFilterKeyError(InvalidFilterError):
+    """A filter names a metadata key that no step of the namespace holds (most often a
+    misspelt key; an adapter whose framework treats it as "nothing matches" catches
+    this one)."""

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from osumem.errors import InvalidFilterError, StoreCorruptError, show_value
+from osumem.errors import InvalidFilterError, StoreCorruptError, UnknownFilterKeyError, show_value
 from osumem.memory.rows import NamespaceData
 
 #: The step fields a filter may name (every other key is a metadata key).
@@ -307,7 +307,7 @@ class StepFilter:
         """Which steps of ``data`` (the namespace ``namespace``) pass.
 
         Raises:
-            InvalidFilterError: a metadata key that no step of the namespace holds.
+            UnknownFilterKeyError: a metadata key that no step of the namespace holds.
         """
         n = data.view.n
         compares = self._compares(self._root)
@@ -320,7 +320,7 @@ class StepFilter:
             columns[key] = values = self._values(data, meta, c.field, c.path)
             held = not c.field and n and all(v is _MISSING for v in values)
             if held and any(o.op != "$exists" for o in compares if (o.field, o.path) == key):
-                raise InvalidFilterError(
+                raise UnknownFilterKeyError(
                     f"{c.where}: no step of namespace {namespace!r} has metadata "
                     f"{'.'.join(c.path)!r}{_known_keys(meta)}"
                 )
