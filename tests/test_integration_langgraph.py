@@ -12,20 +12,20 @@ import pytest
 
 pytest.importorskip("langgraph")
 
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
-from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
-from langgraph.prebuilt import InjectedStore, create_react_agent  # noqa: E402
-from langgraph.store.base import BaseStore, InvalidNamespaceError  # noqa: E402
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.prebuilt import InjectedStore, create_react_agent
+from langgraph.store.base import BaseStore, InvalidNamespaceError
 
-from osumem.errors import InvalidInputError  # noqa: E402
-from osumem.integrations.langgraph import (  # noqa: E402
+from osumem.errors import InvalidInputError
+from osumem.integrations.langgraph import (
     NamespaceShapeError,
     OSUMemStore,
     context_hook,
     record_messages,
     recording_hook,
 )
-from osumem.memory import Memory  # noqa: E402
+from osumem.memory import Memory
 
 ENC = "hashing:d64"
 
@@ -67,7 +67,11 @@ def test_put_get_search_delete_and_namespaces(store):
     assert hits[0].key == "seat" and hits[0].score is not None
     assert all(a.score >= b.score for a, b in zip(hits, hits[1:], strict=False))
     prefs = store.search(("users",), filter={"kind": "pref"})
-    assert sorted((h.namespace[1], h.key) for h in prefs) == [("ana", "meal"), ("ana", "seat"), ("bob", "seat")]
+    assert sorted((h.namespace[1], h.key) for h in prefs) == [
+        ("ana", "meal"),
+        ("ana", "seat"),
+        ("bob", "seat"),
+    ]
     assert [h.key for h in store.search(("users",), filter={"n": {"$gt": 2}})] == ["meal", "seat"]
     assert store.search(("users",), filter={"missing_field": 1}) == []
     assert len(store.search(("users",), limit=2, offset=3)) == 1
@@ -107,9 +111,17 @@ def test_async_twins_and_concurrent_tasks(store):
 @pytest.mark.parametrize(
     ("call", "field"),
     [
-        (lambda s: s.batch([__import__("langgraph.store.base").store.base.GetOp("users", "k")]), "namespace"),
+        (
+            lambda s: s.batch([__import__("langgraph.store.base").store.base.GetOp("users", "k")]),
+            "namespace",
+        ),
         (lambda s: s.search("users"), "namespace_prefix"),
-        (lambda s: s.batch([__import__("langgraph.store.base").store.base.PutOp(("a", 3), "k", {})]), r"namespace\[1\]"),
+        (
+            lambda s: s.batch(
+                [__import__("langgraph.store.base").store.base.PutOp(("a", 3), "k", {})]
+            ),
+            r"namespace\[1\]",
+        ),
         (lambda s: s.put(("a",), "k", ["not", "a", "dict"]), "value"),
         (lambda s: s.put(("a",), "", {}), "key"),
     ],
@@ -136,10 +148,20 @@ def test_a_react_agent_remembers_through_the_store_and_the_hooks(tmp_path):
         return "; ".join(h.value["text"] for h in store.search(("facts",), query=question, limit=2))
 
     script = [
-        AIMessage("", tool_calls=[{"name": "remember", "args": {"fact": "Ana is allergic to peanuts"}, "id": "c1"}]),
-        AIMessage("", tool_calls=[{"name": "remember", "args": {"fact": "Ana flies to Oslo"}, "id": "c2"}]),
+        AIMessage(
+            "",
+            tool_calls=[
+                {"name": "remember", "args": {"fact": "Ana is allergic to peanuts"}, "id": "c1"}
+            ],
+        ),
+        AIMessage(
+            "", tool_calls=[{"name": "remember", "args": {"fact": "Ana flies to Oslo"}, "id": "c2"}]
+        ),
         AIMessage("Noted both."),
-        AIMessage("", tool_calls=[{"name": "recall", "args": {"question": "allergic peanuts"}, "id": "c3"}]),
+        AIMessage(
+            "",
+            tool_calls=[{"name": "recall", "args": {"question": "allergic peanuts"}, "id": "c3"}],
+        ),
         AIMessage("Ana is allergic to peanuts."),
     ]
     ToolCallingFake.seen = []

@@ -13,20 +13,20 @@ import pytest
 
 pytest.importorskip("agents")
 
-from agents import Agent, RunConfig, Runner, function_tool  # noqa: E402
-from agents.items import ModelResponse  # noqa: E402
-from agents.memory import Session  # noqa: E402
-from agents.models.interface import Model  # noqa: E402
-from agents.usage import Usage  # noqa: E402
-from openai.types.responses import (  # noqa: E402
+from agents import Agent, RunConfig, Runner, function_tool
+from agents.items import ModelResponse
+from agents.memory import Session
+from agents.models.interface import Model
+from agents.usage import Usage
+from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
     ResponseOutputText,
 )
 
-from osumem.errors import InvalidInputError  # noqa: E402
-from osumem.integrations.openai_agents import OSUMemSession, items_to_messages  # noqa: E402
-from osumem.memory import Memory  # noqa: E402
+from osumem.errors import InvalidInputError
+from osumem.integrations.openai_agents import OSUMemSession, items_to_messages
+from osumem.memory import Memory
 
 ENC = "hashing:d64"
 OFFLINE = RunConfig(tracing_disabled=True)
@@ -80,12 +80,17 @@ def test_runner_runs_with_the_session_and_the_memory_records_the_turns(tmp_path)
     agent = Agent(name="desk", instructions="Help travellers.", model=model, tools=[find_booking])
 
     async def main():
-        first = await Runner.run(agent, "What seat do I have on R7?", session=session, run_config=OFFLINE)
+        first = await Runner.run(
+            agent, "What seat do I have on R7?", session=session, run_config=OFFLINE
+        )
         second = await Runner.run(agent, "And which flight?", session=session, run_config=OFFLINE)
         return first, second, await session.get_items()
 
     first, second, items = asyncio.run(main())
-    assert (first.final_output, second.final_output) == ("Your seat is 12A.", "You are on flight HAT042.")
+    assert (first.final_output, second.final_output) == (
+        "Your seat is 12A.",
+        "You are on flight HAT042.",
+    )
     texts = [s.text for s in memory.steps(session.namespace)]
     assert texts == [
         "user: What seat do I have on R7?",
@@ -94,7 +99,14 @@ def test_runner_runs_with_the_session_and_the_memory_records_the_turns(tmp_path)
         "user: And which flight?",
         "assistant: You are on flight HAT042.",
     ]
-    assert [m["role"] for m in items_to_messages(items)] == ["user", "assistant", "tool", "assistant", "user", "assistant"]
+    assert [m["role"] for m in items_to_messages(items)] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+        "assistant",
+    ]
     # the second run's model input held the whole first turn (budget=None: the history)
     assert any("12A" in str(i) for i in model.inputs[-1])
     memory.close()
@@ -141,7 +153,12 @@ def test_pop_item_and_clear_session_keep_the_memory_with_the_history(tmp_path):
         await session.add_items([{"role": "user", "content": "book R1"}])
         await session.add_items(
             [
-                {"type": "function_call", "call_id": "c", "name": "book", "arguments": '{"r": "R1"}'},
+                {
+                    "type": "function_call",
+                    "call_id": "c",
+                    "name": "book",
+                    "arguments": '{"r": "R1"}',
+                },
                 {"type": "function_call_output", "call_id": "c", "output": "booked"},
                 {"type": "reasoning", "id": "rs", "summary": []},
                 {"role": "user", "content": [{"type": "input_text", "text": "oops, not R1"}]},
