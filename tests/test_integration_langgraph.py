@@ -12,6 +12,8 @@ import pytest
 
 pytest.importorskip("langgraph")
 
+import itertools
+
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.prebuilt import InjectedStore, create_react_agent
@@ -65,7 +67,7 @@ def test_put_get_search_delete_and_namespaces(store):
     hits = store.search(("users", "ana"), query="aisle seats", limit=2)
     assert 1 <= len(hits) <= 2 and all(h.namespace == ("users", "ana") for h in hits)
     assert hits[0].key == "seat" and hits[0].score is not None
-    assert all(a.score >= b.score for a, b in zip(hits, hits[1:], strict=False))
+    assert all(a.score >= b.score for a, b in itertools.pairwise(hits))
     prefs = store.search(("users",), filter={"kind": "pref"})
     assert sorted((h.namespace[1], h.key) for h in prefs) == [
         ("ana", "meal"),
