@@ -107,7 +107,7 @@ def test_errors_are_typed_and_in_the_envelope(server):
         assert "filter['n']: unknown operator '$near'" in envelope(r, 422, "InvalidFilterError")
         r = c.post("/v1/namespaces/err/retrieve", json={"query": "x", "filter": {"user": "a"}})
         assert "no step of namespace 'err' has metadata 'user'" in envelope(
-            r, 422, "InvalidFilterError"
+            r, 422, "UnknownFilterKeyError"
         )
         r = c.post("/v1/namespaces/err/steps/delete", json={"positions": [0], "ids": [1]})
         assert "exactly one" in envelope(r, 422, "InvalidInputError")
