@@ -3,7 +3,9 @@ runs against, and the damage it does to them.
 
 A backend here knows how to name a fresh store (a location ``Memory.open`` and
 ``open_store`` take), how to run a statement on it from outside (another connection,
-as damage or another writer would) and how to hold its write lock. A new backend adds
+as damage or another writer would), how to hold its write lock, whether a byte string
+can still be read anywhere in its storage (``residue``: deleted means gone) and how to
+turn a store back into one of the schema before step metadata. A new backend adds
 a class with the same methods and its name to :data:`BACKENDS`; every conformance
 test then runs against it too.
 """
@@ -36,6 +38,25 @@ class SQLiteBackend:
         con = sqlite3.connect(location)
         try:
             con.execute(statement, tuple(params))
+            con.commit()
+        finally:
+            con.close()
+
+    def residue(self, location: str, needle: bytes) -> bool:
+        """Whether ``needle`` can still be read anywhere in the store's files (the
+        database, its write-ahead log), deleted rows and free pages included."""
+        for suffix in ("", "-wal", "-journal"):
+            path = Path(location + suffix)
+            if path.exists() and needle in path.read_bytes():
+                return True
+        return False
+
+    def drop_metadata_table(self, location: str) -> None:
+        """Make the store one of the schema before step metadata (migration 0005)."""
+        con = sqlite3.connect(location)
+        try:
+            con.execute("DROP TRIGGER step_metadata_follows_steps")
+            con.execute("DROP TABLE step_metadata")
             con.commit()
         finally:
             con.close()
@@ -117,6 +138,12 @@ ROW_DAMAGE: dict[str, tuple[str, tuple[Any, ...], str, str | None]] = {
         None,
     ),
     "bad entities": ("UPDATE steps SET entities = 'nope' WHERE id = 2", (), "entities", None),
+    "bad metadata": (
+        "UPDATE step_metadata SET metadata = '[1]' WHERE id = 2",
+        (),
+        "metadata",
+        None,
+    ),
     "invalid UTF-8 text": (
         "UPDATE steps SET text = CAST(x'c328ff' AS TEXT) WHERE id = 2",
         (),

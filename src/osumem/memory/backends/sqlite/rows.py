@@ -14,15 +14,11 @@ from osumem.errors import StoreCorruptError
 from osumem.memory.rows import NamespaceData, StepRow, namespace_data
 
 
-def step_params(
-    namespace: str, position: int, batch: int, row: StepRow, embedding: NDArray[Any]
-) -> tuple[Any, ...]:
-    """The parameters of :data:`~osumem.memory.backends.sqlite.sql.INSERT_STEP`
-    (``embedding``: little-endian float32)."""
+def content_params(row: StepRow, embedding: NDArray[Any]) -> tuple[Any, ...]:
+    """A step's content columns, role to embedding (``embedding``: little-endian
+    float32), as :data:`~osumem.memory.backends.sqlite.sql.INSERT_STEP` and
+    :data:`~osumem.memory.backends.sqlite.sql.UPDATE_STEP` take them."""
     return (
-        namespace,
-        position,
-        batch,
         row.role,
         row.text,
         row.tool_action,
@@ -34,6 +30,23 @@ def step_params(
         int(row.cost),
         embedding.tobytes(),
     )
+
+
+def step_params(
+    step_id: int,
+    namespace: str,
+    position: int,
+    batch: int,
+    row: StepRow,
+    embedding: NDArray[Any],
+) -> tuple[Any, ...]:
+    """The parameters of :data:`~osumem.memory.backends.sqlite.sql.INSERT_STEP`."""
+    return (step_id, namespace, position, batch, *content_params(row, embedding))
+
+
+def metadata_params(step_id: int, row: StepRow) -> tuple[Any, ...]:
+    """The parameters of the step's ``step_metadata`` row."""
+    return (step_id, row.metadata_json, row.time, row.updated)
 
 
 def decode_steps(
@@ -71,6 +84,22 @@ def decode_steps(
     if n and not np.isfinite(emb).all():
         bad = int(np.flatnonzero(~np.isfinite(emb).all(axis=1))[0])
         raise StoreCorruptError(f"{where}: step id {rows[bad][0]} has a non-finite embedding")
+    metadata = []
+    seen: set[str] = set()  # most steps share "{}"
+    for r in rows:
+        raw = "{}" if r[12] is None else r[12]
+        if raw not in seen:
+            try:
+                ok = isinstance(raw, str) and isinstance(json.loads(raw), dict)
+            except ValueError:
+                ok = False
+            if not ok:
+                raise StoreCorruptError(f"{where}: step id {r[0]}: metadata is not a JSON object")
+            seen.add(raw)
+        metadata.append(raw)
+        for c, name in ((13, "time"), (14, "updated")):
+            if r[c] is not None and not isinstance(r[c], int | float):
+                raise StoreCorruptError(f"{where}: step id {r[0]}: {name} is not a number")
     entities = []
     decoded: dict[Any, frozenset[str]] = {}  # agent steps repeat few entity lists
     for r in rows:
@@ -85,7 +114,7 @@ def decode_steps(
                 raise StoreCorruptError(f"{where}: step id {r[0]}: entities are not a JSON list")
             got = decoded[raw] = frozenset(ents)
         entities.append(got)
-    cols = list(zip(*rows, strict=True)) if rows else [()] * 12
+    cols = list(zip(*rows, strict=True)) if rows else [()] * 15
     return namespace_data(
         embeddings=emb,
         costs=cols[10],
@@ -99,6 +128,9 @@ def decode_steps(
         step_ids=cols[0],
         arguments=cols[5],
         batch_ends=batch_ends,
+        metadata=metadata,
+        times=cols[13],
+        updated=cols[14],
     )
 
 
