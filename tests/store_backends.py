@@ -3,7 +3,9 @@ runs against, and the damage it does to them.
 
 A backend here knows how to name a fresh store (a location ``Memory.open`` and
 ``open_store`` take), how to run a statement on it from outside (another connection,
-as damage or another writer would) and how to hold its write lock. A new backend adds
+as damage or another writer would), how to hold its write lock, whether a byte string
+can still be read anywhere in its storage (``residue``: deleted means gone) and how to
+turn a store back into one of the schema before step metadata. A new backend adds
 a class with the same methods and its name to :data:`BACKENDS`; every conformance
 test then runs against it too.
 """
@@ -27,7 +29,7 @@ class SQLiteBackend:
     name = "sqlite"
     #: Damage this backend can hold (SQLite's TEXT may hold bytes that are not UTF-8, its
     #: blobs any float32 values).
-    capabilities = frozenset({"invalid_text", "nan_vector"})
+    capabilities = frozenset({"invalid_text", "nan_vector", "erased_files"})
     #: Damage statements written otherwise for this backend (name → statement, params).
     damage: ClassVar[dict[str, tuple[str, tuple[Any, ...]]]] = {}
     #: The session fixture this backend needs (a running server), or None.
@@ -42,6 +44,25 @@ class SQLiteBackend:
         con = sqlite3.connect(location)
         try:
             con.execute(statement, tuple(params))
+            con.commit()
+        finally:
+            con.close()
+
+    def residue(self, location: str, needle: bytes) -> bool:
+        """Whether ``needle`` can still be read anywhere in the store's files (the
+        database, its write-ahead log), deleted rows and free pages included."""
+        for suffix in ("", "-wal", "-journal"):
+            path = Path(location + suffix)
+            if path.exists() and needle in path.read_bytes():
+                return True
+        return False
+
+    def drop_metadata_table(self, location: str) -> None:
+        """Make the store one of the schema before step metadata (migration 0005)."""
+        con = sqlite3.connect(location)
+        try:
+            con.execute("DROP TRIGGER step_metadata_follows_steps")
+            con.execute("DROP TABLE step_metadata")
             con.commit()
         finally:
             con.close()
@@ -63,7 +84,8 @@ class PostgresBackend:
     database ``osumem`` (the session fixture ``pg_server`` starts the server)."""
 
     name = "postgres"
-    #: A UTF8 database holds valid text only, and pgvector refuses NaN and infinities.
+    #: A UTF8 database holds valid text only, pgvector refuses NaN and infinities, and
+    #: deleted rows stay in the table files until VACUUM reuses their space.
     capabilities: frozenset[str] = frozenset()
     #: The HNSW index casts every embedding to the store's dimension, so a vector of
     #: another size can be written only once the index is gone.
@@ -102,6 +124,27 @@ class PostgresBackend:
                 con.execute(statement.replace("?", "%s"), tuple(params))
             else:  # may be several statements
                 con.execute(statement)
+
+    def drop_metadata_table(self, location: str) -> None:
+        """Make the store one of the schema before step metadata (migration 0005)."""
+        self.execute(location, "DROP TABLE step_metadata")
+
+    def residue(self, location: str, needle: bytes) -> bool:
+        """Whether ``needle`` can be read by a query of the store's tables (their dead
+        row versions are Postgres's: see the capability)."""
+        text = needle.decode()
+        with self._connect(location, autocommit=True) as con:
+            for table, column in (
+                ("steps", "text"),
+                ("step_metadata", "metadata"),
+                ("snapshots", "encode(payload, 'escape')"),
+            ):
+                found = con.execute(
+                    f"SELECT 1 FROM {table} WHERE strpos({column}, %s) > 0 LIMIT 1", (text,)
+                ).fetchone()
+                if found:
+                    return True
+        return False
 
     @contextmanager
     def write_lock(self, location: str) -> Iterator[None]:
@@ -183,6 +226,12 @@ ROW_DAMAGE: dict[str, tuple[str, tuple[Any, ...], str, str | None]] = {
         "nan_vector",
     ),
     "bad entities": ("UPDATE steps SET entities = 'nope' WHERE id = 2", (), "entities", None),
+    "bad metadata": (
+        "UPDATE step_metadata SET metadata = '[1]' WHERE id = 2",
+        (),
+        "metadata",
+        None,
+    ),
     "invalid UTF-8 text": (
         "UPDATE steps SET text = CAST(x'c328ff' AS TEXT) WHERE id = 2",
         (),

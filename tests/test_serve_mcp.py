@@ -21,6 +21,9 @@ TOOLS = {
     "memory_list_namespaces",
     "memory_delete_namespace",
     "memory_show_steps",
+    "memory_add_text",
+    "memory_delete_steps",
+    "memory_update_step",
 }
 
 

@@ -337,3 +337,26 @@ def test_large_namespaces_rank_through_the_vector_index(url, tmp_path):
         retriever = local.retriever()
         assert retriever is not None and retriever.step_index.source is None
         assert local.retrieve(data.queries[0], 256).steps  # hnswlib's index, in process
+
+
+def test_deleted_and_replaced_steps_are_gone_from_every_query(pg_server, url):
+    """What Postgres can promise for deleted content: once the transaction committed,
+    no query of the store's tables reads it (the files keep dead row versions until
+    VACUUM reuses their space; the conformance suite says why it skips the file probe)."""
+    from store_backends import BACKENDS
+
+    probe = BACKENDS["postgres"].bind(pg_server)
+    with Memory.open(url, encoder=ENC, method="flat") as mem:
+        mem.add_messages([{"role": "user", "content": "keep this turn"}])
+        mem.add_messages([{"role": "user", "content": "SECRET-7f3a9 password"}])
+        mem.add_messages([{"role": "user", "content": "OLDTEXT-c41d to be fixed"}])
+        mem.add_messages([{"role": "user", "content": "GONE-NS-88e2"}], namespace="gone")
+        for needle in ("SECRET-7f3a9", "OLDTEXT-c41d", "GONE-NS-88e2"):
+            assert probe.residue(url, needle.encode()), needle  # the probe finds it
+        mem.delete("default", [1])
+        mem.update("default", 1, text="user: fixed text")
+        mem.delete_namespace("gone")
+        for needle in ("SECRET-7f3a9", "OLDTEXT-c41d", "GONE-NS-88e2"):
+            assert not probe.residue(url, needle.encode()), needle
+        assert list(mem.view().texts) == ["user: keep this turn", "user: fixed text"]
+        mem.check()

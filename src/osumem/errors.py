@@ -123,3 +123,19 @@ class MissingExtraError(OSUMemError, ImportError):
 
 class UnknownNamespaceError(InvalidInputError):
     """A namespace named for reading (show, export, view) holds no steps in the store."""
+
+
+class InvalidFilterError(InvalidInputError):
+    """A retrieval ``filter`` is malformed: an unknown operator or field, a value of the
+    wrong type, or a key that no step of the namespace holds. The message names the
+    clause (``filter['time']['$between']``)."""
+
+
+class StepNotFoundError(InvalidInputError):
+    """A step named by position or id is not in the namespace (delete, update, get)."""
+
+
+class UnknownFilterKeyError(InvalidFilterError):
+    """A filter names a metadata key that no step of the namespace holds (most often a
+    misspelt key; an adapter whose framework treats it as "nothing matches" catches
+    this one)."""

@@ -20,7 +20,8 @@ from osumem.errors import (
 from osumem.memory.api import DEFAULT_NAMESPACE, Memory, MemoryConfig, OversizedInputError
 from osumem.memory.backends import SCHEMA_VERSION, MemoryStore, open_store
 from osumem.memory.explain import Explanation, StaleResultError
-from osumem.memory.retrieved import OSUHandle, Retrieved, RetrievedStep
+from osumem.memory.filters import StepFilter
+from osumem.memory.retrieved import OSUHandle, Retrieved, RetrievedStep, StoredStep
 
 #: The error :meth:`MemoryStore.check` raises (the corrupt-store error under its old name).
 StoreIntegrityError = StoreCorruptError
@@ -40,11 +41,13 @@ __all__ = [
     "Retrieved",
     "RetrievedStep",
     "StaleResultError",
+    "StepFilter",
     "StoreBusyError",
     "StoreCorruptError",
     "StoreError",
     "StoreIOError",
     "StoreIntegrityError",
     "StoreReadOnlyError",
+    "StoredStep",
     "open_store",
 ]

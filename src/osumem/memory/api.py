@@ -23,8 +23,10 @@ messages), over a store behind the backend interface
 
 from __future__ import annotations
 
+import time as _time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Self
 
@@ -45,20 +47,26 @@ from osumem.memory.config import (
     ON_DUPLICATE,
     MemoryConfig,
 )
+from osumem.memory.editing import StepEditor
 from osumem.memory.encoders import EXTERNAL_PREFIX, check_available, resolve_encoder
 from osumem.memory.explain import Explanation
+from osumem.memory.filtered import FilteredRetrievers
+from osumem.memory.filters import compile_filter
 from osumem.memory.namespaces import NamespaceCache
 from osumem.memory.planner import MessagePlanner, canonical
 from osumem.memory.query import query_vector
-from osumem.memory.retrieved import Retrieved, retrieved_from
+from osumem.memory.retrieved import Retrieved, StoredStep, retrieved_from
 from osumem.memory.retrievers import MAX_OTHER_METHODS, MethodCaches
 from osumem.memory.rows import StepRow
 from osumem.memory.validate import (
     OversizedInputError,
     _show,
     check_messages,
+    check_metadata,
     check_namespace,
+    check_time,
     log_digest,
+    text_message,
 )
 from osumem.retrieve.base import Retriever
 from osumem.retrieve.budget import validated_budget
@@ -103,6 +111,8 @@ class Memory:
         self._methods = MethodCaches(self._views, config)
         self._retrievers = self._methods.own
         self._planner = MessagePlanner(config, store, self._need_encoder, lambda: self._encoder)
+        self._editor = StepEditor(config, store, self._views, self._planner, self._need_encoder)
+        self._filtered = FilteredRetrievers()
         #: Catch up with other writers' commits before each call (the default). An owner
         #: that shares this memory between threads (the server) turns it off and calls
         #: :meth:`refresh` itself while no reader runs.
@@ -277,6 +287,7 @@ class Memory:
         check_namespace(namespace)
         n = self.store.delete_namespace(namespace)
         self._views.forget(namespace)
+        self._filtered.forget()
         return n
 
     def retrieve(
@@ -287,6 +298,7 @@ class Memory:
         namespace: str = DEFAULT_NAMESPACE,
         method: str | None = None,
         before: int | None = None,
+        filter: Mapping[str, Any] | None = None,
     ) -> Retrieved:
         """Select past steps of ``namespace`` for ``query`` under ``budget`` tokens.
 
@@ -302,14 +314,30 @@ class Memory:
                 The answer is what the memory would have given right after step
                 ``before - 1`` was added: the structure is rebuilt from those steps
                 alone, so later steps cannot influence it.
+            filter: only steps that pass this filter (see :mod:`osumem.memory.filters`:
+                equality and ranges on metadata, ``role``, ``tool``, ``source``,
+                ``time``), applied before anything is ranked or packed: the answer is
+                the one a memory holding only the passing steps gives
+                (:mod:`osumem.memory.filtered`), so the budget fills from them.
+
+        Raises:
+            InvalidFilterError: an unknown operator, a value of the wrong type, a
+                metadata key no step of the namespace holds (the clause named).
         """
         with validated_budget(self.config.budget if budget is None else budget) as b:
-            return self._retrieve(query, b, namespace, method, before)
+            return self._retrieve(query, b, namespace, method, before, filter)
 
     def _retrieve(
-        self, query: Any, b: int, namespace: str, method: str | None, before: int | None
+        self,
+        query: Any,
+        b: int,
+        namespace: str,
+        method: str | None,
+        before: int | None,
+        filter: Mapping[str, Any] | None = None,
     ) -> Retrieved:
         check_namespace(namespace)
+        flt = compile_filter(filter)
         cache = self._methods.cache(method)
         if before is not None and (
             isinstance(before, bool) or not isinstance(before, int | np.integer)
@@ -331,6 +359,28 @@ class Memory:
             empty = Explanation(cache.method, b, 0)
             return Retrieved(namespace, cache.method, b, (), text, explanation=empty)
         data = self._views.data(namespace)
+        if flt is not None:
+            mask = flt.mask(data, namespace)
+            if before is not None:
+                mask[before:] = False
+            keep = np.flatnonzero(mask).astype(np.int64)
+            if keep.size == 0:
+                empty = Explanation(cache.method, b, 0)
+                return Retrieved(namespace, cache.method, b, (), text, explanation=empty)
+            if keep.size < data.view.n:
+                sub, part = self._filtered.get(cache, namespace, data, keep)
+                picked = sub.retrieve(q, b, text=text).positions
+                return retrieved_from(
+                    sub,
+                    q,
+                    picked,
+                    part,
+                    namespace=namespace,
+                    method=cache.method,
+                    budget=b,
+                    text=text,
+                    mapping=keep,
+                )
         if before is not None and before < data.view.n:
             retriever = cache.causal(namespace, before)
         sel = retriever.retrieve(q, b, text=text)
@@ -353,16 +403,34 @@ class Memory:
         *,
         namespace: str = DEFAULT_NAMESPACE,
         embeddings: NDArray[Any] | None = None,
+        metadata: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
+        time: Any = None,
     ) -> list[int]:
         """Append ``steps`` to ``namespace`` (one transaction) and return their step ids.
 
         Each :class:`~osumem.types.Step` keeps its own annotations and ``cost`` (its
         token cost). ``embeddings`` (one row per step) are used as given; without them
         the step texts are encoded. A step with an empty ``source`` gets
-        ``namespace`` as its source. Nothing is written if any step is invalid.
+        ``namespace`` as its source. ``metadata``: one dict for every step, or a list
+        of one per step (JSON data; returned with each retrieved step, filtered on by
+        ``retrieve(filter=...)``); ``time``: when the steps happened (seconds since the
+        epoch or a ``datetime``; default: now). Nothing is written if any step is
+        invalid.
         """
         check_namespace(namespace)
         rows = self._planner.step_rows(steps, namespace)
+        if isinstance(metadata, Sequence) and not isinstance(metadata, str | bytes):
+            if len(metadata) != len(rows):
+                raise InvalidInputError(
+                    f"metadata: {len(metadata)} dicts for {len(rows)} steps (give one per "
+                    "step, or one dict for all)"
+                )
+            limit = self.config.max_text_chars
+            texts = [check_metadata(m, f"metadata[{i}]", limit) for i, m in enumerate(metadata)]
+            at = check_time(time, "time") if time is not None else _time.time()
+            rows = [replace(r, metadata_json=m, time=at) for r, m in zip(rows, texts, strict=True)]
+        else:
+            rows = self._stamped(rows, metadata, time)
         emb = self._planner.embed(rows, embeddings)
         with self.store.transaction(namespace):
             self._refresh()
@@ -381,6 +449,8 @@ class Memory:
         on_duplicate: str | None = None,
         log_id: str | None = None,
         format: str = "auto",
+        metadata: Mapping[str, Any] | None = None,
+        time: Any = None,
     ) -> list[int]:
         """Append an agent's chat messages to ``namespace``; return the new step ids.
 
@@ -414,6 +484,11 @@ class Memory:
                 (default: read from the messages); see
                 :func:`osumem.ingest.normalize_messages`. Messages that make no step
                 (a system prompt, an empty assistant message) are not stored.
+            metadata: JSON data stored with every step this add makes (a held tool
+                call's step gets the metadata of the add that completes it), returned
+                with each retrieved step and filtered on by ``retrieve(filter=...)``.
+            time: when the messages happened (seconds since the epoch or a
+                ``datetime``; default: now), what ``filter={"time": ...}`` compares.
         """
         check_namespace(namespace)
         if on_duplicate is None:
@@ -431,6 +506,8 @@ class Memory:
         clean = canonical(check_messages(messages, self.config.max_text_chars), format)
         digest = log_digest(clean, log_id)
         src = namespace if source is None else source
+        meta = check_metadata(metadata, "metadata", self.config.max_text_chars)
+        at = check_time(time, "time")
         prefix = self.config.prefix_namespace if prefix_namespace is None else prefix_namespace
         self._refresh()
         if on_duplicate != "append" and self._is_duplicate(namespace, digest, on_duplicate):
@@ -447,17 +524,162 @@ class Memory:
             # an agent's streaming adds (append, no id) are not logs: no digest kept
             keep = on_duplicate != "append" or log_id is not None
             others, of = now[2], now[3]  # other sources' held messages stay held
+            rows = self._stamped(plan.rows, meta, at)
             ids = self._write(
                 namespace,
-                plan.rows,
+                rows,
                 plan.embeddings,
                 False,
                 pending=[*others, *plan.held],
                 pending_sources=[*of, *([src] * len(plan.held))],
                 digest=digest if keep else None,
             )
-        self._views.extend(namespace, plan.rows, plan.embeddings, ids)
+        self._views.extend(namespace, rows, plan.embeddings, ids)
         return ids
+
+    def add(
+        self,
+        text: str,
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        role: str = "user",
+        metadata: Mapping[str, Any] | None = None,
+        time: Any = None,
+        source: str | None = None,
+        on_duplicate: str | None = None,
+        log_id: str | None = None,
+    ) -> list[int]:
+        """Store one text as a step of ``namespace``: a ``"user"`` turn (default) or an
+        ``"assistant"`` one, exactly as :meth:`add_messages` stores the message
+        ``{"role": role, "content": text}`` (the same step text, subgoal segments and
+        duplicate handling); returns the new step ids (``[]`` when skipped as a
+        duplicate).
+
+        >>> mem.add("I prefer aisle seats", namespace="ana", metadata={"kind": "pref"})  # doctest: +SKIP
+        """
+        return self.add_messages(
+            [text_message(text, role)],
+            namespace=namespace,
+            source=source,
+            on_duplicate=on_duplicate,
+            log_id=log_id,
+            metadata=metadata,
+            time=time,
+        )
+
+    def _stamped(self, rows: list[StepRow], metadata: Any, time: Any) -> list[StepRow]:
+        """``rows`` with their metadata (a dict, or its checked JSON text) and time (default:
+        now)."""
+        if not rows:
+            return rows
+        meta = (
+            metadata
+            if isinstance(metadata, str)
+            else check_metadata(metadata, "metadata", self.config.max_text_chars)
+        )
+        at = check_time(time, "time")
+        stamp = _time.time() if at is None else at
+        return [replace(r, metadata_json=meta, time=stamp) for r in rows]
+
+    # --- changing stored steps -------------------------------------------------------
+
+    def delete(
+        self,
+        namespace: str,
+        positions: int | Sequence[int] | None = None,
+        *,
+        ids: int | Sequence[int] | None = None,
+    ) -> list[int]:
+        """Delete steps of ``namespace`` named by their ``positions`` or their ``ids``
+        (exactly one of the two; one transaction); return the ids deleted.
+
+        The later steps move down (positions stay 0..n-1, in order; ids never change
+        and are never given to another step), the add batches and log digests follow,
+        and the next retrieval equals that of a memory built from scratch from the
+        remaining steps in the same add batches (see :mod:`osumem.memory.editing`).
+        Nothing of a deleted step stays in the store (SQLite's ``secure_delete`` and a
+        checkpoint of the write-ahead log), nor in the retrievers' indexes (rebuilt) or
+        the stored snapshot (dropped when it covered the step).
+
+        Raises:
+            StepNotFoundError: a position or id the namespace does not hold (named);
+                nothing is deleted then.
+        """
+        check_namespace(namespace)
+        with self.store.transaction(namespace):
+            self._refresh()
+            deleted = self._editor.delete(namespace, positions, ids)
+        if deleted:
+            self._views.forget(namespace)
+            self._filtered.forget()
+        return deleted
+
+    def update(
+        self,
+        namespace: str,
+        position: int | None = None,
+        *,
+        id: int | None = None,
+        text: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        embedding: NDArray[Any] | Sequence[float] | None = None,
+        cost: int | None = None,
+    ) -> StoredStep:
+        """Change one step of ``namespace``, named by ``position`` or ``id``: its
+        ``text`` (stored as given, encoded again, its token cost counted again; or the
+        given ``embedding`` and ``cost``) and/or its ``metadata`` (replaced whole).
+        Returns the step as stored now.
+
+        The step keeps its id, position, role, tool, entities and subgoal. A text
+        update rebuilds the namespace's retrievers (from a snapshot before the step
+        when one is stored), so the next retrieval equals that of a memory built with
+        the new text; a metadata-only update changes nothing a retriever reads and
+        rebuilds nothing. The old text leaves no trace in the store.
+
+        Raises:
+            StepNotFoundError: no such position or id in the namespace.
+        """
+        check_namespace(namespace)
+        with self.store.transaction(namespace):
+            self._refresh()
+            p, content = self._editor.update(
+                namespace,
+                position,
+                id,
+                text=text,
+                metadata=metadata,
+                embedding=None if embedding is None else np.asarray(embedding),
+                cost=cost,
+            )
+        if content:
+            self._views.forget(namespace)
+        else:
+            stored = self.store.load(namespace, start=p)
+            buf = self._views.cached(namespace)
+            if buf is not None:
+                buf.set_metadata([p], [stored.metadata[0]], float(stored.updated[0]))
+                self._views.edited(namespace)
+        self._filtered.forget()
+        return self.steps(namespace, positions=[p])[0]
+
+    def steps(
+        self,
+        namespace: str = DEFAULT_NAMESPACE,
+        *,
+        positions: int | Sequence[int] | None = None,
+        ids: int | Sequence[int] | None = None,
+        filter: Mapping[str, Any] | None = None,
+    ) -> list[StoredStep]:
+        """The stored steps of ``namespace`` (with their metadata and times): those at
+        ``positions``, or with ``ids`` (in the order given), or all in position order;
+        ``filter`` keeps only those that pass (as ``retrieve(filter=...)``).
+
+        Raises:
+            StepNotFoundError: a named position or id the namespace does not hold.
+        """
+        check_namespace(namespace)
+        self._refresh()
+        return self._editor.steps(namespace, filter=filter, positions=positions, ids=ids)
 
     def contains_log(
         self,

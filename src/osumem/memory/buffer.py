@@ -71,6 +71,9 @@ class NamespaceBuffer:
         self._emb = np.empty((cap, self.dim), dtype=np.float32)
         self._costs = np.empty(cap, dtype=np.int64)
         self._ids = np.empty(cap, dtype=np.int64)
+        self._times = np.empty(cap, dtype=np.float64)
+        self._updated = np.empty(cap, dtype=np.float64)
+        self._metadata: list[str] = []
         self._obj = {name: np.empty(cap, dtype=object) for name in _OBJECT_COLUMNS}
         self._entities: list[frozenset[str]] = []
         self._arguments: list[str] = []
@@ -98,6 +101,8 @@ class NamespaceBuffer:
         self._emb = grown(self._emb)
         self._costs = grown(self._costs)
         self._ids = grown(self._ids)
+        self._times = grown(self._times)
+        self._updated = grown(self._updated)
         self._obj = {k: grown(a) for k, a in self._obj.items()}
 
     def extend(self, delta: NamespaceData) -> None:
@@ -115,6 +120,9 @@ class NamespaceBuffer:
         self._emb[lo:hi] = d.embeddings
         self._costs[lo:hi] = d.costs
         self._ids[lo:hi] = delta.step_ids
+        self._times[lo:hi] = delta.times
+        self._updated[lo:hi] = delta.updated
+        self._metadata.extend(delta.metadata)
         for name in _OBJECT_COLUMNS:
             self._obj[name][lo:hi] = getattr(d, name)
         self._entities.extend(d.entities)
@@ -150,5 +158,18 @@ class NamespaceBuffer:
                 step_ids=self._ids[:n],
                 arguments=tuple(self._arguments),
                 batch_ends=tuple(self.batch_ends),
+                metadata=tuple(self._metadata),
+                times=self._times[:n],
+                updated=self._updated[:n],
             )
         return self._snapshot
+
+    def set_metadata(
+        self, positions: Sequence[int], metadata: Sequence[str], updated: float
+    ) -> None:
+        """Replace the metadata of the steps at ``positions`` (already stored) in place:
+        nothing a retriever reads changes."""
+        for p, m in zip(positions, metadata, strict=True):
+            self._metadata[p] = m
+            self._updated[p] = updated
+        self._snapshot = None

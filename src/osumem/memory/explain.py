@@ -328,6 +328,28 @@ def explain(
     )
 
 
+def remap_positions(why: Explanation, place: Callable[[int], int]) -> Explanation:
+    """``why`` with every position it names (steps, their units' spans, the left-out
+    candidates) passed through ``place``: the explanation of a filtered retrieval,
+    made over the passing steps, in the namespace's positions."""
+    from dataclasses import replace
+
+    def unit(u: UnitWhy | None) -> UnitWhy | None:
+        return None if u is None else replace(u, first=place(u.first), last=place(u.last))
+
+    steps = tuple(
+        replace(
+            s,
+            position=place(s.position),
+            via=unit(s.via),
+            units=tuple(replace(u, first=place(u.first), last=place(u.last)) for u in s.units),
+        )
+        for s in why.steps
+    )
+    left = tuple(replace(o, position=place(o.position)) for o in why.left_out)
+    return replace(why, steps=steps, left_out=left)
+
+
 def explainer(
     retriever: Any,
     q: NDArray[Any],

@@ -17,9 +17,14 @@ object per line::
      "held": [...], "digests": [["sha256:…", 2]]}
     {"kind": "step", "namespace": "task-0", "position": 0, "role": "user", "text": ...,
      "tool_action": "", "arguments": {}, "tool_signature": "", "entities": [...],
-     "subgoal": ..., "source": ..., "cost": 12, "embedding": "<base64>"}
+     "subgoal": ..., "source": ..., "cost": 12, "metadata": {...}, "time": 1767225600.0,
+     "embedding": "<base64>"}
     ...
     {"kind": "end", "namespaces": 1, "steps": 3}
+
+A step's ``metadata`` (a JSON object), ``time`` (when it was added) and ``updated``
+(when it was last changed; seconds since the epoch) are written only when it has
+them; a reader of an earlier release ignores them.
 
 An embedding is the base64 text of its ``dim`` little-endian float32 values, the bytes
 the store holds (exact, and a quarter of the size of decimal numbers). Without
@@ -181,6 +186,11 @@ def export_lines(
                 "source": str(v.sources[p]),
                 "cost": int(v.costs[p]),
             }
+            if data.metadata[p] != "{}":
+                record["metadata"] = json.loads(data.metadata[p])
+            for key, values in (("time", data.times), ("updated", data.updated)):
+                if not np.isnan(values[p]):
+                    record[key] = float(values[p])
             if embeddings:
                 record["embedding"] = _b64(v.embeddings[p])
             yield _line(record)
@@ -246,6 +256,9 @@ def _same(memory: Memory, ns: NamespaceExport, has_embeddings: bool) -> bool:
             str(v.subgoals[p]),
             str(v.sources[p]),
             int(v.costs[p]),
+            data.metadata[p],
+            _known(data.times[p]),
+            _known(data.updated[p]),
         )
         mine = (
             r.role,
@@ -257,12 +270,19 @@ def _same(memory: Memory, ns: NamespaceExport, has_embeddings: bool) -> bool:
             r.subgoal,
             r.source,
             r.cost,
+            r.metadata_json,
+            r.time,
+            r.updated,
         )
         if stored != mine:
             return False
     if has_embeddings and ns.embeddings is not None:
         return bool(np.array_equal(v.embeddings.view(np.uint32), ns.embeddings.view(np.uint32)))
     return True
+
+
+def _known(value: float) -> float | None:
+    return None if np.isnan(value) else float(value)
 
 
 def import_export(

@@ -7,8 +7,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +23,7 @@ from osumem.errors import (
     InvalidInputError,
 )
 from osumem.memory.rows import STEP_TEXT_COLUMNS, StepRow
-from osumem.memory.validate import check_messages, check_namespace, step_row
+from osumem.memory.validate import check_messages, check_metadata, check_namespace, step_row
 from osumem.types import Step
 
 if TYPE_CHECKING:
@@ -191,6 +192,25 @@ class _Reader:
             raise self.fail(number, "'digests': a digest is listed twice")
         return n, tuple(ends), tuple(clean), tuple(sorted(out, key=lambda x: (x[1], x[0])))
 
+    def extras(self, obj: Mapping[str, Any], number: int) -> dict[str, Any]:
+        """A step line's optional ``metadata``, ``time`` and ``updated``, checked."""
+        out: dict[str, Any] = {}
+        if "metadata" in obj:
+            meta = self.field(obj, "metadata", dict, number)
+            try:
+                out["metadata_json"] = check_metadata(meta, "metadata", self.limit)
+            except InvalidInputError as exc:
+                raise self.fail(number, f"'metadata': {exc}") from None
+        for key in ("time", "updated"):
+            if key in obj:
+                value = obj[key]
+                if isinstance(value, bool) or not isinstance(value, int | float):
+                    raise self.fail(number, f"'{key}': expected a number, got {_shown(value)}")
+                if not math.isfinite(value):
+                    raise self.fail(number, f"'{key}': {value} is not finite")
+                out[key] = float(value)
+        return out
+
     def step(
         self,
         obj: Mapping[str, Any],
@@ -220,6 +240,7 @@ class _Reader:
             raise ExportFormatError(str(exc)) from None
         if len(row.entities) != len(values["entities"]):
             raise self.fail(number, "'entities': an entity is listed twice")
+        row = replace(row, **self.extras(obj, number))
         if not has_embeddings:
             if "embedding" in obj:
                 raise self.fail(number, "an embedding in a file whose header says it has none")

@@ -27,12 +27,14 @@ class NamespaceCache:
         self._on_forget = on_forget
         self._buffers: dict[str, NamespaceBuffer] = {}
         self._counts: dict[str, tuple[int, int]] = {}  # namespace -> (steps, user steps)
+        self._edits: dict[str, int] = {}  # namespace -> the store's edit count when loaded
         self._version = store.data_version()
 
     def refresh(self) -> bool:
         """Bring the cached namespaces up to what other writers committed: new steps
         are appended to the cached columns (the retriever then takes them as an
-        ``update`` along the stored batch ends); a namespace that shrank is dropped.
+        ``update`` along the stored batch ends); a namespace that shrank, or whose steps
+        were deleted, replaced or given new metadata (its edit count moved), is dropped.
         Returns whether anything was committed since the last call."""
         version = self.store.data_version()
         if version == self._version:
@@ -40,6 +42,9 @@ class NamespaceCache:
         self._version = version
         for ns in list(self._buffers):
             buf = self._buffers[ns]
+            if self.store.edits(ns) != self._edits.get(ns, 0):
+                self.forget(ns)
+                continue
             n = self.store.n_steps(ns)
             if n == buf.n:
                 continue
@@ -55,7 +60,7 @@ class NamespaceCache:
 
     def forget(self, namespace: str | None = None) -> None:
         """Drop the cached steps (of one namespace, or all)."""
-        for cached in (self._buffers, self._counts):
+        for cached in (self._buffers, self._counts, self._edits):
             if namespace is None:
                 cached.clear()
             else:
@@ -66,9 +71,17 @@ class NamespaceCache:
         """The namespace's buffer, loaded from the store at first use."""
         buf = self._buffers.get(namespace)
         if buf is None:
+            edits = self.store.edits(namespace)
             buf = NamespaceBuffer(self.store.load(namespace))
             self._buffers[namespace] = buf
+            self._edits[namespace] = edits
         return buf
+
+    def edited(self, namespace: str) -> None:
+        """Record this memory's own edit of ``namespace`` (a metadata change applied to
+        the cached buffer in place), so :meth:`refresh` does not reload it."""
+        if namespace in self._buffers:
+            self._edits[namespace] = self.store.edits(namespace)
 
     def cached(self, namespace: str) -> NamespaceBuffer | None:
         """The namespace's buffer if it is loaded."""

@@ -4,7 +4,7 @@ rendering of them as a context block for a prompt."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +12,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from osumem.errors import InvalidInputError
-from osumem.memory.explain import Explanation, explainer
+from osumem.memory.explain import Explanation, explainer, remap_positions
+from osumem.memory.filters import parsed_metadata
 from osumem.memory.rows import NamespaceData
 from osumem.retrieve.base import Retriever
 
@@ -48,6 +49,14 @@ class OSUHandle:
         return cls(view=view, key=key, first=int(first), last=int(last), size=None)
 
 
+#: The fields every step record (retrieved or listed) writes first.
+_COMMON = ("position", "step_id", "namespace", "source", "role", "tool_action", "cost")
+
+
+def _common(step: Any) -> dict[str, Any]:
+    return {name: getattr(step, name) for name in _COMMON}
+
+
 @dataclass(frozen=True)
 class RetrievedStep:
     """One selected step.
@@ -64,6 +73,9 @@ class RetrievedStep:
         osus: OSUs of the step in the retriever's structure (empty for methods without
             OSUs, or when the step belongs to none).
         rank: 0 for the first step selected, 1 for the next, …
+        metadata: the step's metadata (what the add or an update gave; ``{}``: none).
+        time: when the step was added (seconds since the Unix epoch; ``None``: not
+            known, a step stored before times were kept).
     """
 
     position: int
@@ -76,6 +88,8 @@ class RetrievedStep:
     cost: int
     osus: tuple[OSUHandle, ...]
     rank: int
+    metadata: Mapping[str, Any] = field(default_factory=dict, compare=True)
+    time: float | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RetrievedStep:
@@ -92,6 +106,8 @@ class RetrievedStep:
                 cost=int(data["cost"]),
                 osus=tuple(OSUHandle.parse(h) for h in data["osus"]),
                 rank=int(data["rank"]),
+                metadata=dict(data.get("metadata") or {}),
+                time=None if data.get("time") is None else float(data["time"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, InvalidInputError):
@@ -101,17 +117,92 @@ class RetrievedStep:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict (OSU handles as strings)."""
         return {
-            "position": self.position,
-            "step_id": self.step_id,
-            "namespace": self.namespace,
-            "source": self.source,
-            "role": self.role,
-            "tool_action": self.tool_action,
-            "cost": self.cost,
+            **_common(self),
             "rank": self.rank,
             "osus": [str(h) for h in self.osus],
+            "metadata": dict(self.metadata),
+            "time": self.time,
             "text": self.text,
         }
+
+
+@dataclass(frozen=True)
+class StoredStep:
+    """One stored step, as :meth:`Memory.steps <osumem.memory.Memory.steps>` lists it.
+
+    Attributes:
+        position, step_id, namespace, source, role, text, tool_action, cost, metadata,
+            time: as in :class:`RetrievedStep`.
+        updated: when the step was last changed by an update (``None``: never).
+    """
+
+    position: int
+    step_id: int
+    namespace: str
+    source: str
+    role: str
+    text: str
+    tool_action: str
+    cost: int
+    metadata: Mapping[str, Any]
+    time: float | None
+    updated: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict."""
+        return {
+            **_common(self),
+            "metadata": dict(self.metadata),
+            "time": self.time,
+            "updated": self.updated,
+            "text": self.text,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StoredStep:
+        """The step :meth:`to_dict` wrote."""
+        try:
+            return cls(
+                **{k: data[k] for k in ("namespace", "source", "role", "text", "tool_action")},
+                position=int(data["position"]),
+                step_id=int(data["step_id"]),
+                cost=int(data["cost"]),
+                metadata=dict(data.get("metadata") or {}),
+                time=_time(data.get("time")),
+                updated=_time(data.get("updated")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidInputError(f"stored step: not a step dict ({exc!r})") from None
+
+
+def _time(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _finite(value: float) -> float | None:
+    return None if value != value else float(value)  # NaN: unknown
+
+
+def stored_steps(data: NamespaceData, positions: Sequence[int], namespace: str) -> list[StoredStep]:
+    """The :class:`StoredStep` records of ``positions`` of a namespace's ``data``."""
+    v = data.view
+    meta = parsed_metadata(data)
+    return [
+        StoredStep(
+            position=int(p),
+            step_id=int(data.step_ids[p]),
+            namespace=namespace,
+            source=str(v.sources[p]),
+            role=str(v.roles[p]),
+            text=str(v.texts[p]),
+            tool_action=str(v.tool_actions[p]),
+            cost=int(v.costs[p]),
+            metadata=meta[p],
+            time=_finite(data.times[p]),
+            updated=_finite(data.updated[p]),
+        )
+        for p in positions
+    ]
 
 
 @dataclass(frozen=True)
@@ -253,15 +344,21 @@ def retrieved_from(
     method: str,
     budget: int,
     text: str | None,
+    mapping: NDArray[np.int64] | None = None,
 ) -> Retrieved:
     """The :class:`Retrieved` of ``positions`` (``retriever``'s selection for
-    ``query``, in rank order) of the namespace's steps ``data``, with the OSU handles of
-    the retriever's pool and the means to explain it later."""
-    handles = osu_handles(retriever, positions)
+    ``query``, in rank order) of the steps ``data`` the retriever was built on, with
+    the OSU handles of the retriever's pool and the means to explain it later.
+    ``mapping`` (a filtered retrieval: ``data`` is a subset of the namespace) gives
+    each position of ``data`` its position in the namespace, for the steps, their
+    units and the explanation."""
+    handles = osu_handles(retriever, positions, mapping)
     v = data.view
+    meta = parsed_metadata(data)
+    place = (lambda p: p) if mapping is None else (lambda p: int(mapping[p]))
     steps = tuple(
         RetrievedStep(
-            position=int(p),
+            position=place(int(p)),
             step_id=int(data.step_ids[p]),
             namespace=namespace,
             source=str(v.sources[p]),
@@ -271,23 +368,37 @@ def retrieved_from(
             cost=int(v.costs[p]),
             osus=handles[rank],
             rank=rank,
+            metadata=meta[p],
+            time=_finite(data.times[p]),
         )
         for rank, p in enumerate(positions.tolist())
     )
     why = explainer(retriever, query, text, budget, positions, method)
+    if mapping is not None:
+        why = _remapped(why, mapping)
     return Retrieved(namespace, method, budget, steps, text, _explainer=why)
 
 
+def _remapped(
+    why: Callable[[], Explanation], mapping: NDArray[np.int64]
+) -> Callable[[], Explanation]:
+    """``why`` with every position it names mapped through ``mapping``."""
+    return lambda: remap_positions(why(), lambda p: int(mapping[p]))
+
+
 def osu_handles(
-    retriever: Retriever | None, positions: NDArray[np.int64]
+    retriever: Retriever | None,
+    positions: NDArray[np.int64],
+    mapping: NDArray[np.int64] | None = None,
 ) -> list[tuple[OSUHandle, ...]]:
     """OSU handles of ``positions`` in ``retriever``'s OSU pool
     (:meth:`~osumem.retrieve.Retriever.osu_pool`); a method without OSUs (or no
-    retriever) gets none."""
+    retriever) gets none. ``mapping``: as in :func:`retrieved_from`."""
     pool = None if retriever is None else retriever.osu_pool()
     if pool is None:
         return [() for _ in positions]
     names = pool.view_names()
+    place = (lambda p: p) if mapping is None else (lambda p: int(mapping[p]))
     out = []
     for p in positions:
         out.append(
@@ -295,8 +406,8 @@ def osu_handles(
                 OSUHandle(
                     view=str(names[j]),
                     key=str(pool.keys[j]),
-                    first=int(pool.spans[j, 0]),
-                    last=int(pool.spans[j, 1]),
+                    first=place(int(pool.spans[j, 0])),
+                    last=place(int(pool.spans[j, 1])),
                     size=int(pool.sizes[j]),
                 )
                 for j in pool.osus_of(int(p))

@@ -17,6 +17,7 @@ from typing import Any
 
 from osumem.errors import InvalidInputError, StoreError, show_value
 from osumem.memory import snapshot
+from osumem.memory.buffer import NamespaceBuffer
 from osumem.memory.config import MemoryConfig
 from osumem.memory.namespaces import NamespaceCache
 from osumem.memory.rows import NamespaceData
@@ -159,6 +160,12 @@ class RetrieverCache:
             with suppress(StoreError, ValueError, OSError, MemoryError):
                 self.save_snapshot(namespace, force=True)
 
+    def built_from(self, data: NamespaceData) -> Retriever:
+        """A new retriever over ``data`` alone (e.g. the steps that pass a filter, in
+        their add batches), replayed as a memory holding only them would be."""
+        retriever, _ = self._replay("", data, data.view.n, buf=NamespaceBuffer(data))
+        return retriever
+
     def _replay(
         self,
         namespace: str,
@@ -166,15 +173,18 @@ class RetrieverCache:
         upto: int,
         retriever: Retriever | None = None,
         fitted: int = 0,
+        buf: NamespaceBuffer | None = None,
     ) -> tuple[Retriever, int]:
         """Bring ``retriever`` (a new one when ``None``) from ``fitted`` steps up to
-        ``upto`` along the stored add boundaries, as the writing session did."""
+        ``upto`` along the stored add boundaries, as the writing session did (over the
+        namespace's buffer, or ``buf``)."""
         if retriever is None:
             retriever = self.new(namespace)
         ends = data.batch_ends if self.replay_batches or fitted else (data.view.n,)
         if type(retriever).update is Retriever.update:
             ends = ()  # its update is a fresh fit: one fit of the prefix is the same state
-        buf = self.namespaces.buffer(namespace)
+        if buf is None:
+            buf = self.namespaces.buffer(namespace)
         for end in [*(e for e in ends if fitted < e < upto), upto]:
             if end <= fitted:
                 continue

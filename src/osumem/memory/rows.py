@@ -5,7 +5,7 @@ into the :class:`~osumem.types.MemoryView` the retrievers read."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,9 +26,17 @@ STEP_TEXT_COLUMNS = (
 )
 
 
+#: A step's metadata when none was given (the JSON text of an empty object).
+NO_METADATA = "{}"
+
+
 @dataclass(frozen=True)
 class StepRow:
-    """One step as written to the store (all columns already validated)."""
+    """One step as written to the store (all columns already validated).
+
+    ``metadata_json`` is the caller's metadata (the JSON text of an object, keys
+    sorted), ``time`` when the step was added and ``updated`` when it was last changed
+    (seconds since the Unix epoch; ``None``: unknown, or never changed)."""
 
     role: str
     text: str
@@ -39,6 +47,9 @@ class StepRow:
     subgoal: str
     source: str
     cost: int
+    metadata_json: str = NO_METADATA
+    time: float | None = None
+    updated: float | None = None
 
 
 @dataclass(frozen=True)
@@ -61,13 +72,26 @@ class AddBatch:
 
 @dataclass(frozen=True)
 class NamespaceData:
-    """Everything stored for one namespace: its columnar view, step ids, arguments and
-    the add-batch boundaries (end positions, increasing)."""
+    """Everything stored for one namespace: its columnar view, step ids, arguments, the
+    add-batch boundaries (end positions, increasing) and, per step, its metadata (JSON
+    text of an object), the time it was added and the time it was last changed (float64
+    seconds since the Unix epoch, NaN where unknown)."""
 
     view: MemoryView
     step_ids: NDArray[np.int64]
     arguments: tuple[str, ...]
     batch_ends: tuple[int, ...]
+    metadata: tuple[str, ...] = ()
+    times: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    updated: NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+
+    def __post_init__(self) -> None:
+        n = self.view.n
+        if len(self.metadata) != n:  # a backend that stores none: every step has none
+            object.__setattr__(self, "metadata", (NO_METADATA,) * n)
+        for name in ("times", "updated"):
+            if getattr(self, name).shape != (n,):
+                object.__setattr__(self, name, np.full(n, np.nan))
 
 
 @dataclass(frozen=True)
@@ -103,10 +127,14 @@ def namespace_data(
     step_ids: Sequence[int] | NDArray[Any],
     arguments: Sequence[str],
     batch_ends: Sequence[int],
+    metadata: Sequence[str] | None = None,
+    times: Sequence[float | None] | None = None,
+    updated: Sequence[float | None] | None = None,
 ) -> NamespaceData:
     """Steps given column by column (as a store decoded them, or as an add wrote them)
     as a :class:`NamespaceData`: the embeddings as given (float32), costs and ids as
-    int64, the text columns as object arrays."""
+    int64, the text columns as object arrays, times as float64 (``None`` → NaN);
+    ``metadata`` and the times may be left out (no metadata, unknown times)."""
     n = len(roles)
     return NamespaceData(
         view=MemoryView(
@@ -123,7 +151,16 @@ def namespace_data(
         step_ids=np.asarray(step_ids, dtype=np.int64).reshape(n),
         arguments=tuple(arguments),
         batch_ends=tuple(batch_ends),
+        metadata=(NO_METADATA,) * n if metadata is None else tuple(metadata),
+        times=_times(times, n),
+        updated=_times(updated, n),
     )
+
+
+def _times(values: Sequence[float | None] | None, n: int) -> NDArray[np.float64]:
+    if values is None:
+        return np.full(n, np.nan)
+    return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
 
 
 def rows_data(
@@ -147,4 +184,34 @@ def rows_data(
         step_ids=step_ids,
         arguments=[r.arguments_json for r in rows],
         batch_ends=batch_ends,
+        metadata=[r.metadata_json for r in rows],
+        times=[r.time for r in rows],
+        updated=[r.updated for r in rows],
+    )
+
+
+def kept_ends(ends: Sequence[int], keep: NDArray[np.int64]) -> tuple[int, ...]:
+    """Add-batch ends over the steps at positions ``keep`` (sorted) alone: each end
+    counts the kept steps before it; a batch left without steps is dropped."""
+    out: list[int] = []
+    for e in ends:
+        new = int(np.searchsorted(keep, e))
+        if new and (not out or new > out[-1]):
+            out.append(new)
+    return tuple(out)
+
+
+def subset(data: NamespaceData, keep: NDArray[np.int64]) -> NamespaceData:
+    """The steps of ``data`` at positions ``keep`` (sorted, distinct) as a namespace of
+    their own, in the same add batches (:func:`kept_ends`): what a memory holding only
+    those steps, added as they were, stores."""
+    idx = np.asarray(keep, dtype=np.int64)
+    return NamespaceData(
+        view=data.view.take(idx),
+        step_ids=data.step_ids[idx],
+        arguments=tuple(data.arguments[int(i)] for i in idx),
+        batch_ends=kept_ends(data.batch_ends, idx),
+        metadata=tuple(data.metadata[int(i)] for i in idx),
+        times=data.times[idx],
+        updated=data.updated[idx],
     )

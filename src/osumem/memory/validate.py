@@ -269,6 +269,33 @@ def step_row(s: Any, where: str, namespace: str, max_text_chars: int) -> StepRow
 _show = show_value
 
 
+def check_metadata(metadata: Any, where: str, max_text_chars: int) -> str:
+    """A step's metadata (``None``: none) as the JSON text a store keeps: an object of
+    JSON data (see :func:`check_json_data`), keys sorted."""
+    if metadata is None:
+        return "{}"
+    if not isinstance(metadata, Mapping):
+        raise InvalidInputError(f"{where}: expected a dict of JSON data, got {_show(metadata)}")
+    check_json_data(metadata, where, max_chars=max_text_chars, total=message_limit(max_text_chars))
+    return json.dumps(dict(metadata), sort_keys=True, ensure_ascii=False, allow_nan=False)
+
+
+def check_time(value: Any, where: str) -> float | None:
+    """A step time (``None``: unknown): seconds since the epoch, or a ``datetime``
+    (UTC when naive)."""
+    from datetime import UTC, datetime
+
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidInputError(
+            f"{where}: expected seconds since the epoch or a datetime, got {_show(value)}"
+        )
+    return float(value)
+
+
 def check_namespace(namespace: Any, what: str = "namespace") -> None:
     """A namespace is a non-empty string of valid Unicode, at most
     :data:`MAX_NAMESPACE_CHARS` characters."""
@@ -330,3 +357,16 @@ def open_call_start(messages: Sequence[Any]) -> int:
                 cut, moved = origin, True
                 break
     return cut
+
+
+def text_message(text: Any, role: Any) -> dict[str, str]:
+    """The chat message ``Memory.add(text, role=...)`` stores: a user or assistant turn
+    of non-empty text."""
+    if role not in ("user", "assistant"):
+        raise InvalidInputError(
+            f"role: add takes 'user' or 'assistant' text, got {_show(role)} (tool calls "
+            "and their results go through add_messages; other step kinds through add_steps)"
+        )
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInputError(f"text: expected a non-empty text, got {_show(text)}")
+    return {"role": role, "content": text}

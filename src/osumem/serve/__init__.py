@@ -13,8 +13,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from osumem.serve.aio import AsyncMemory
     from osumem.serve.auth import TOKEN_ENV, Grant, TokenTable, is_loopback, load_tokens
-    from osumem.serve.client import MemoryClient, ServerError
+    from osumem.serve.client import AsyncMemoryClient, MemoryClient, ServerError
     from osumem.serve.service import AddResult, MemoryService, ServiceLimits
 
 # loaded on first use, so importing a light submodule (the command line reads the
@@ -26,6 +27,8 @@ _HOMES = {
     "is_loopback": "auth",
     "load_tokens": "auth",
     "MemoryClient": "client",
+    "AsyncMemoryClient": "client",
+    "AsyncMemory": "aio",
     "ServerError": "client",
     "AddResult": "service",
     "MemoryService": "service",
@@ -43,6 +46,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "TOKEN_ENV",
     "AddResult",
+    "AsyncMemory",
+    "AsyncMemoryClient",
     "Grant",
     "MemoryClient",
     "MemoryService",

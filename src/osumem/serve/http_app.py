@@ -2,8 +2,11 @@
 :class:`~osumem.serve.service.MemoryService`, with MCP's streamable HTTP endpoint
 mounted at ``/mcp``.
 
-Routes: ``POST /v1/namespaces/{ns}/messages``, ``POST /v1/namespaces/{ns}/retrieve``
-(``"explain": true`` adds the explanation), ``GET /v1/namespaces`` (``?details=true``
+Routes: ``POST /v1/namespaces/{ns}/messages``, ``POST /v1/namespaces/{ns}/text`` (one
+plain-text turn), ``POST /v1/namespaces/{ns}/retrieve`` (``"explain": true`` adds the
+explanation, ``"filter"`` keeps only the steps that pass), ``POST
+/v1/namespaces/{ns}/steps/delete`` and ``POST /v1/namespaces/{ns}/steps/update`` (steps
+by position or id), ``GET /v1/namespaces`` (``?details=true``
 adds counts), ``GET /v1/namespaces/{ns}/steps``, ``GET /v1/namespaces/{ns}/page`` (the
 viewer's data), ``GET /v1/export``, ``POST /v1/import``, ``DELETE /v1/namespaces/{ns}``,
 ``GET /healthz`` (no token), ``GET /openapi.json`` and ``GET /docs`` (no token; the
@@ -40,7 +43,10 @@ from osumem.serve.http_errors import document_errors, install_error_handlers
 from osumem.serve.schemas import (
     AddRequest,
     AddResponse,
+    AddTextRequest,
     DeleteResponse,
+    DeleteStepsRequest,
+    DeleteStepsResponse,
     ImportResponse,
     NamespaceDetailsResponse,
     NamespaceInfo,
@@ -48,6 +54,8 @@ from osumem.serve.schemas import (
     RetrieveRequest,
     RetrieveResponse,
     StepsResponse,
+    StoredStepOut,
+    UpdateStepRequest,
     check_namespace_name,
     error_status,
 )
@@ -312,8 +320,58 @@ def build_app(
             hold_open_calls=body.hold_open_calls,
             on_duplicate=body.on_duplicate,
             log_id=body.log_id,
+            metadata=body.metadata,
         )
         return AddResponse.of(result)
+
+    @app.post("/v1/namespaces/{namespace:path}/text", response_model=AddResponse, tags=["memory"])
+    async def add_text(namespace: str, body: AddTextRequest, request: Request) -> AddResponse:
+        """Store one user (or assistant) turn of plain text, as the message
+        ``{"role", "content"}`` would be stored; answers once committed."""
+        allowed(request, namespace)
+        result = await service.aadd(
+            body.text,
+            namespace=namespace,
+            role=body.role,
+            metadata=body.metadata,
+            source=body.source,
+            on_duplicate=body.on_duplicate,
+            log_id=body.log_id,
+        )
+        return AddResponse.of(result)
+
+    @app.post(
+        "/v1/namespaces/{namespace:path}/steps/delete",
+        response_model=DeleteStepsResponse,
+        tags=["memory"],
+    )
+    async def delete_steps(
+        namespace: str, body: DeleteStepsRequest, request: Request
+    ) -> DeleteStepsResponse:
+        """Delete steps by position or id (one transaction): the later steps move down,
+        ids never change, and nothing of the deleted steps stays in the store. 404 for a
+        position or id the namespace does not hold (nothing is deleted then)."""
+        allowed(request, namespace)
+        ids = await service.adelete(namespace, body.positions, ids=body.ids)
+        n = await service.acall("n_steps", namespace)
+        return DeleteStepsResponse(namespace=namespace, deleted_ids=ids, steps_in_namespace=n)
+
+    @app.post(
+        "/v1/namespaces/{namespace:path}/steps/update",
+        response_model=StoredStepOut,
+        tags=["memory"],
+    )
+    async def update_step(
+        namespace: str, body: UpdateStepRequest, request: Request
+    ) -> StoredStepOut:
+        """Change one step's text (encoded and counted again) and/or metadata; answers
+        with the step as stored now. 404 for a position or id the namespace does not
+        hold."""
+        allowed(request, namespace)
+        step = await service.aupdate(
+            namespace, body.position, id=body.id, text=body.text, metadata=body.metadata
+        )
+        return StoredStepOut(**step.to_dict())
 
     @app.post(
         "/v1/namespaces/{namespace:path}/retrieve", response_model=RetrieveResponse, tags=["memory"]
@@ -324,7 +382,12 @@ def build_app(
         step is there and what the budget left out."""
         allowed(request, namespace)
         result = await service.aretrieve(
-            body.query, body.budget, namespace=namespace, method=body.method, explain=body.explain
+            body.query,
+            body.budget,
+            namespace=namespace,
+            method=body.method,
+            explain=body.explain,
+            filter=body.filter,
         )
         # the response model documents the shape; the dict is built straight from the
         # result (no second validation pass on the hot path)

@@ -1,4 +1,4 @@
-"""The MCP face: five tools over a :class:`~osumem.serve.service.MemoryService`, built
+"""The MCP face: eight tools over a :class:`~osumem.serve.service.MemoryService`, built
 with the official ``mcp`` SDK. Every error of every tool (the tools added later
 included) comes back as an MCP tool error (``isError``) of one line,
 ``Type: where: what``: the library's typed message, or ``InvalidInputError`` naming
@@ -7,7 +7,7 @@ running. Over stdio, a line that is not a JSON-RPC message gets a JSON-RPC error
 reply (:func:`serve_stdio`)."""
 
 import inspect
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, WithJsonSchema
 
@@ -18,9 +18,11 @@ from osumem.serve.schemas import (
     AddResponse,
     ChatMessage,
     DeleteResponse,
+    DeleteStepsResponse,
     NamespacesResponse,
     RetrieveResponse,
     StepsResponse,
+    StoredStepOut,
     check_namespace_name,
 )
 from osumem.serve.service import MemoryService
@@ -153,6 +155,13 @@ def build_mcp(service: MemoryService, tokens: TokenTable | None = None) -> Any:
             max_length=200,
         ),
     ]
+    Metadata = Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="JSON data stored with the new steps (returned with each retrieved "
+            "step; what memory_retrieve's `filter` matches)."
+        ),
+    ]
 
     @tool(
         name="memory_add_messages",
@@ -172,6 +181,7 @@ def build_mcp(service: MemoryService, tokens: TokenTable | None = None) -> Any:
                 min_length=1,
             ),
         ] = None,
+        metadata: Metadata = None,
     ) -> AddResponse:
         """Store new chat messages of the agent (OpenAI format) in a namespace. Each user
         message, assistant text and tool call (with its result) becomes one step; a tool
@@ -180,7 +190,27 @@ def build_mcp(service: MemoryService, tokens: TokenTable | None = None) -> Any:
         same content) are skipped. Invalid messages are rejected whole, naming which
         message and field is wrong."""
         authorize(ctx, namespace)
-        result = await service.aadd_messages(namespace, messages, log_id=log_id)
+        result = await service.aadd_messages(namespace, messages, log_id=log_id, metadata=metadata)
+        return AddResponse.of(result)
+
+    @tool(
+        name="memory_add_text",
+        title="Store a text",
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False),
+    )
+    async def add_text(
+        namespace: Namespace,
+        text: Annotated[str, Field(description="The text (a fact, a turn).", min_length=1)],
+        ctx: Context,
+        role: Annotated[
+            Literal["user", "assistant"], Field(description="Whose turn it is.")
+        ] = "user",
+        metadata: Metadata = None,
+    ) -> AddResponse:
+        """Store one plain-text turn (a user's by default) in a namespace, as a chat
+        message with that role and content would be stored. Returns once stored."""
+        authorize(ctx, namespace)
+        result = await service.aadd(text, namespace=namespace, role=role, metadata=metadata)
         return AddResponse.of(result)
 
     @tool(
@@ -213,13 +243,23 @@ def build_mcp(service: MemoryService, tokens: TokenTable | None = None) -> Any:
                 "lexical score, the unit that brought it in) and what the budget left out."
             ),
         ] = False,
+        filter: Annotated[
+            dict[str, Any] | None,
+            Field(
+                description="Only steps that pass, before ranking and packing: a value to "
+                "equal or operators ($eq $ne $gt $gte $lt $lte $in $nin $exists) per key, e.g. "
+                '{"user": "ana", "time": {"$gte": "2026-05-01T00:00:00Z"}}; keys role, tool, '
+                "source, time, updated or a metadata key; $and, $or, $not."
+            ),
+        ] = None,
     ) -> RetrieveResponse:
         """Retrieve the past steps of a namespace that best support a query, packed into
         a token budget. Returns `rendered` (a context block for the prompt, in time
-        order) and `steps` (each with position, role, tool, token cost, OSUs, text)."""
+        order) and `steps` (each with position, role, tool, token cost, OSUs, metadata,
+        text)."""
         authorize(ctx, namespace)
         result = await service.aretrieve(
-            query, budget, namespace=namespace, method=method, explain=explain
+            query, budget, namespace=namespace, method=method, explain=explain, filter=filter
         )
         return RetrieveResponse.of(result, explain=explain)
 
@@ -261,6 +301,49 @@ def build_mcp(service: MemoryService, tokens: TokenTable | None = None) -> Any:
         if grant is not None:
             names = [n for n in names if grant.allows(n)]
         return NamespacesResponse(namespaces=names)
+
+    Positions = Annotated[
+        list[int] | None, Field(description="Step positions (as steps report them).")
+    ]
+    Ids = Annotated[list[int] | None, Field(description="Or: step ids.")]
+
+    @tool(
+        name="memory_delete_steps",
+        title="Delete steps",
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True),
+    )
+    async def delete_steps(
+        namespace: Namespace, ctx: Context, positions: Positions = None, ids: Ids = None
+    ) -> DeleteStepsResponse:
+        """Delete steps of a namespace by position or id, permanently (nothing of them
+        stays in the store); the later steps move down one position each."""
+        authorize(ctx, namespace)
+        deleted = await service.adelete(namespace, positions, ids=ids)
+        n = await service.acall("n_steps", namespace)
+        return DeleteStepsResponse(namespace=namespace, deleted_ids=deleted, steps_in_namespace=n)
+
+    @tool(
+        name="memory_update_step",
+        title="Correct a step",
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True),
+    )
+    async def update_step(
+        namespace: Namespace,
+        ctx: Context,
+        position: Annotated[int | None, Field(description="The step's position.")] = None,
+        id: Annotated[int | None, Field(description="Or: its id.")] = None,
+        text: Annotated[
+            str | None, Field(description="Its new text (the old one is gone).", min_length=1)
+        ] = None,
+        metadata: Annotated[
+            dict[str, Any] | None, Field(description="Its new metadata (replaces the old).")
+        ] = None,
+    ) -> StoredStepOut:
+        """Correct one step of a namespace: its text and/or its metadata. Returns the
+        step as stored now."""
+        authorize(ctx, namespace)
+        step = await service.aupdate(namespace, position, id=id, text=text, metadata=metadata)
+        return StoredStepOut(**step.to_dict())
 
     @tool(
         name="memory_delete_namespace",

@@ -11,6 +11,7 @@ from osumem.errors import (
     IncompatibleStoreError,
     InvalidInputError,
     OSUMemError,
+    StepNotFoundError,
     UnknownMethodError,
     UnknownNamespaceError,
 )
@@ -93,6 +94,72 @@ class AddRequest(BaseModel):
         description="The identity of these messages for on_duplicate (instead of their "
         "content), e.g. the message's index or id in the agent's run.",
     )
+    metadata: dict[str, Any] | None = Field(
+        default=None,
+        description="JSON data stored with every step this add makes; returned with each "
+        "retrieved step and what a retrieve's `filter` matches.",
+    )
+
+
+class AddTextRequest(BaseModel):
+    """Body of ``POST /v1/namespaces/{ns}/text``: one user or assistant turn."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(min_length=1, pattern=r"\S", description="The turn's text.")
+    role: Literal["user", "assistant"] = Field(default="user")
+    metadata: dict[str, Any] | None = Field(default=None, description="As for messages.")
+    source: str | None = Field(default=None, min_length=1)
+    on_duplicate: Literal["skip", "append", "error"] = Field(default="skip")
+    log_id: str | None = Field(default=None, min_length=1)
+
+
+class DeleteStepsRequest(BaseModel):
+    """Body of ``POST /v1/namespaces/{ns}/steps/delete``: the steps by position or id."""
+
+    model_config = ConfigDict(extra="forbid")
+    positions: list[int] | None = Field(
+        default=None, description="Positions to delete (the later steps move down)."
+    )
+    ids: list[int] | None = Field(default=None, description="Or: the steps' ids.")
+
+
+class DeleteStepsResponse(BaseModel):
+    """Deleted steps: their ids and what the namespace holds now."""
+
+    namespace: str
+    deleted_ids: list[int]
+    steps_in_namespace: int
+
+
+class UpdateStepRequest(BaseModel):
+    """Body of ``POST /v1/namespaces/{ns}/steps/update``: one step by position or id,
+    its new text and/or metadata."""
+
+    model_config = ConfigDict(extra="forbid")
+    position: int | None = Field(default=None, description="The step's position.")
+    id: int | None = Field(default=None, description="Or: its id.")
+    text: str | None = Field(
+        default=None, description="The new step text (encoded and counted again)."
+    )
+    metadata: dict[str, Any] | None = Field(
+        default=None, description="The new metadata (replaces the old whole)."
+    )
+
+
+class StoredStepOut(BaseModel):
+    """One stored step with its metadata and times."""
+
+    position: int
+    step_id: int
+    namespace: str
+    source: str
+    role: str
+    tool_action: str
+    cost: int
+    metadata: dict[str, Any]
+    time: float | None = Field(description="When it was added (seconds since the epoch).")
+    updated: float | None = Field(description="When it was last updated (null: never).")
+    text: str
 
 
 class AddResponse(BaseModel):
@@ -142,6 +209,13 @@ class RetrieveRequest(BaseModel):
         "rank, lexical score, the unit and view that brought it in, coarse-stage ranks) "
         "and the candidates the budget left out.",
     )
+    filter: dict[str, Any] | None = Field(
+        default=None,
+        description="Only steps that pass, applied before ranking and packing: equality or "
+        'operators ($eq $ne $gt $gte $lt $lte $in $nin $exists) per key, e.g. {"user": '
+        '"ana", "time": {"$gte": "2026-05-01T00:00:00Z"}}; keys role, tool, source, time, '
+        "updated or a metadata key (dots for nested ones); $and, $or, $not.",
+    )
 
 
 class StepOut(BaseModel):
@@ -156,6 +230,10 @@ class StepOut(BaseModel):
     cost: int = Field(description="Token cost.")
     rank: int = Field(description="0 for the first step selected, 1 for the next, ...")
     osus: list[str] = Field(description="OSUs of the step as view:key@first-last.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="The step's metadata.")
+    time: float | None = Field(
+        default=None, description="When it was added (seconds since the epoch)."
+    )
     text: str
 
 
@@ -256,13 +334,13 @@ def check_namespace_name(namespace: str) -> None:
 
 def error_status(exc: BaseException) -> int:
     """The HTTP status of a library error: 404 for a namespace that holds nothing to
-    read, 409 for an import that conflicts with the store, 503 for a store that cannot
+    read or a step it does not hold, 409 for an import that conflicts with the store, 503 for a store that cannot
     be used, 422 for every other library error (bad input: what and where in the
     message), 500 for anything else."""
     from osumem.memory import StoreError
     from osumem.memory.export import ImportConflictError
 
-    if isinstance(exc, UnknownNamespaceError):
+    if isinstance(exc, UnknownNamespaceError | StepNotFoundError):
         return 404
     if isinstance(exc, ImportConflictError):
         return 409

@@ -41,6 +41,8 @@ import numpy as np
 from osumem.errors import BudgetError, InvalidInputError
 from osumem.frozen import Constraints, FrozenConfig, Interval
 from osumem.memory import DEFAULT_NAMESPACE, Memory, MemoryConfig, Retrieved, contents, export
+from osumem.memory.retrieved import StoredStep
+from osumem.memory.validate import text_message
 from osumem.retrieve.budget import validated_budget
 from osumem.serve.threads import ReadWriteLock, SerializedEncoder, set_torch_threads
 
@@ -104,7 +106,8 @@ class MemoryService:
     """A thread-safe front of one :class:`Memory` for servers (see the module doc).
 
     Args:
-        path: the store: a SQLite file or a ``postgresql://`` URL (created if missing).
+        path: the store: a SQLite file or a ``postgresql://`` URL (created if missing);
+            ``None`` keeps the memory in RAM.
         encoder: encoder name or path as :meth:`Memory.open` takes it (``None``: the
             store's own, SBERT for a new store); loaded once, at start.
         method: the default retrieval method.
@@ -119,7 +122,7 @@ class MemoryService:
 
     def __init__(
         self,
-        path: str | Path,
+        path: str | Path | None,
         *,
         encoder: str | None = None,
         method: str = "osumem",
@@ -131,7 +134,9 @@ class MemoryService:
         threads = ServiceThreads(readers=readers, torch_threads=torch_threads)
         self._torch_threads = threads.torch_threads
         self.limits = limits or ServiceLimits()
-        self.path: Path | str = path if isinstance(path, str) and "://" in path else Path(path)
+        self.path: Path | str | None = (
+            path if path is None or (isinstance(path, str) and "://" in path) else Path(path)
+        )
         self._settings = dict(memory_settings)
         self._lock = ReadWriteLock()
         self._store = ThreadPoolExecutor(max_workers=1, thread_name_prefix="osumem-store")
@@ -205,6 +210,7 @@ class MemoryService:
         hold_open_calls: bool = True,
         on_duplicate: str | None = None,
         log_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> AddResult:
         """Append OpenAI-format messages to ``namespace``; returns once committed (the
         options as :meth:`Memory.add_messages` takes them).
@@ -217,8 +223,54 @@ class MemoryService:
             "hold_open_calls": hold_open_calls,
             "on_duplicate": on_duplicate,
             "log_id": log_id,
+            "metadata": metadata,
         }
         return self._add(namespace, messages, options).result()
+
+    def add(
+        self,
+        text: str,
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        role: str = "user",
+        metadata: Mapping[str, Any] | None = None,
+        source: str | None = None,
+        on_duplicate: str | None = None,
+        log_id: str | None = None,
+    ) -> AddResult:
+        """Store one text as a user or assistant step, as :meth:`Memory.add` does;
+        returns once committed."""
+        return self._add_text(
+            text, namespace, role, metadata, source, on_duplicate, log_id
+        ).result()
+
+    def delete(
+        self,
+        namespace: str,
+        positions: int | Sequence[int] | None = None,
+        *,
+        ids: int | Sequence[int] | None = None,
+    ) -> list[int]:
+        """Delete steps of ``namespace`` by ``positions`` or ``ids``, as
+        :meth:`Memory.delete` does; returns the ids deleted. ``delete(namespace)``
+        alone is the deprecated spelling of :meth:`delete_namespace` (for one release)."""
+        if positions is None and ids is None:
+            _deprecated("MemoryService.delete(namespace)", "MemoryService.delete_namespace")
+            return self.delete_namespace(namespace)  # type: ignore[return-value]
+        return self._edit(namespace, lambda mem: mem.delete(namespace, positions, ids=ids)).result()
+
+    def update(
+        self,
+        namespace: str,
+        position: int | None = None,
+        *,
+        id: int | None = None,
+        text: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> StoredStep:
+        """Change one step's text or metadata, as :meth:`Memory.update` does; returns
+        the step as stored now."""
+        return self._update_future(namespace, position, id, text, metadata).result()
 
     def retrieve(
         self,
@@ -228,13 +280,15 @@ class MemoryService:
         namespace: str = DEFAULT_NAMESPACE,
         method: str | None = None,
         explain: bool = False,
+        filter: Mapping[str, Any] | None = None,
     ) -> Retrieved:
         """The memory's answer for ``query`` in ``namespace`` under ``budget`` tokens
         (default: the memory's), with ``method`` (default: the service's): the
         signature of ``Memory.retrieve`` and ``MemoryClient.retrieve``. Equal to
         ``Memory.retrieve`` on a memory opened with that method over the same store.
         With ``explain``, the result's explanation is computed too (while no write can
-        change the structure it explains).
+        change the structure it explains); ``filter`` as :meth:`Memory.retrieve` takes
+        it.
 
         The spelling of earlier releases, ``retrieve(namespace, query, budget[,
         method])``, still works for one release (a DeprecationWarning)."""
@@ -252,7 +306,7 @@ class MemoryService:
                     break
                 self._lock.release_read()  # a write got in between: warm it again
             try:
-                result = mem.retrieve(query, b, namespace=namespace)
+                result = mem.retrieve(query, b, namespace=namespace, filter=filter)
                 if explain:
                     result.explain()
                 return result
@@ -272,10 +326,19 @@ class MemoryService:
         returns the number of steps deleted (0 for an unknown namespace)."""
         return self._delete_future(namespace).result()
 
-    def delete(self, namespace: str) -> int:
-        """Deprecated spelling of :meth:`delete_namespace` (for one release)."""
-        _deprecated("MemoryService.delete", "MemoryService.delete_namespace")
-        return self.delete_namespace(namespace)
+    def steps_of(
+        self,
+        namespace: str,
+        *,
+        positions: int | Sequence[int] | None = None,
+        ids: int | Sequence[int] | None = None,
+        filter: Mapping[str, Any] | None = None,
+    ) -> list[StoredStep]:
+        """The stored steps of ``namespace`` with their metadata, as
+        :meth:`Memory.steps` lists them."""
+        return self._on_store(
+            lambda: self.memory.steps(namespace, positions=positions, ids=ids, filter=filter)
+        ).result()
 
     def namespace_info(self) -> list[dict[str, Any]]:
         """Every namespace with its step count and held messages
@@ -327,6 +390,7 @@ class MemoryService:
         hold_open_calls: bool = True,
         on_duplicate: str | None = None,
         log_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> AddResult:
         """:meth:`add_messages` without blocking the event loop."""
         options = {
@@ -335,6 +399,7 @@ class MemoryService:
             "hold_open_calls": hold_open_calls,
             "on_duplicate": on_duplicate,
             "log_id": log_id,
+            "metadata": metadata,
         }
         fut = self._add(namespace, messages, options)
         return await asyncio.wrap_future(fut)
@@ -347,6 +412,7 @@ class MemoryService:
         namespace: str = DEFAULT_NAMESPACE,
         method: str | None = None,
         explain: bool = False,
+        filter: Mapping[str, Any] | None = None,
     ) -> Retrieved:
         """:meth:`retrieve` without blocking the event loop (runs on a reader thread)."""
         query, budget, namespace, method = _retrieve_args(
@@ -356,7 +422,13 @@ class MemoryService:
             raise RuntimeError("the memory service is closed")
         fut = self._readers.submit(
             functools.partial(
-                self.retrieve, query, budget, namespace=namespace, method=method, explain=explain
+                self.retrieve,
+                query,
+                budget,
+                namespace=namespace,
+                method=method,
+                explain=explain,
+                filter=filter,
             )
         )
         return await asyncio.wrap_future(fut)
@@ -369,16 +441,76 @@ class MemoryService:
         """:meth:`delete_namespace` without blocking the event loop."""
         return await asyncio.wrap_future(self._delete_future(namespace))
 
-    async def adelete(self, namespace: str) -> int:
-        """Deprecated spelling of :meth:`adelete_namespace` (for one release)."""
-        _deprecated("MemoryService.adelete", "MemoryService.adelete_namespace")
-        return await self.adelete_namespace(namespace)
+    async def adelete(
+        self,
+        namespace: str,
+        positions: int | Sequence[int] | None = None,
+        *,
+        ids: int | Sequence[int] | None = None,
+    ) -> list[int]:
+        """:meth:`delete` without blocking the event loop (``adelete(namespace)`` alone:
+        the deprecated spelling of :meth:`adelete_namespace`)."""
+        if positions is None and ids is None:
+            _deprecated("MemoryService.adelete(namespace)", "MemoryService.adelete_namespace")
+            return await self.adelete_namespace(namespace)  # type: ignore[return-value]
+        fut = self._edit(namespace, lambda mem: mem.delete(namespace, positions, ids=ids))
+        return await asyncio.wrap_future(fut)
+
+    async def aadd(
+        self,
+        text: str,
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        role: str = "user",
+        metadata: Mapping[str, Any] | None = None,
+        source: str | None = None,
+        on_duplicate: str | None = None,
+        log_id: str | None = None,
+    ) -> AddResult:
+        """:meth:`add` without blocking the event loop."""
+        fut = self._add_text(text, namespace, role, metadata, source, on_duplicate, log_id)
+        return await asyncio.wrap_future(fut)
+
+    async def aupdate(
+        self,
+        namespace: str,
+        position: int | None = None,
+        *,
+        id: int | None = None,
+        text: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> StoredStep:
+        """:meth:`update` without blocking the event loop."""
+        return await asyncio.wrap_future(
+            self._update_future(namespace, position, id, text, metadata)
+        )
+
+    async def asteps_of(
+        self,
+        namespace: str,
+        *,
+        positions: int | Sequence[int] | None = None,
+        ids: int | Sequence[int] | None = None,
+        filter: Mapping[str, Any] | None = None,
+    ) -> list[StoredStep]:
+        """:meth:`steps_of` without blocking the event loop."""
+        fut = self._on_store(
+            lambda: self.memory.steps(namespace, positions=positions, ids=ids, filter=filter)
+        )
+        return await asyncio.wrap_future(fut)
 
     async def acall(self, name: str, *args: Any, **kwargs: Any) -> Any:
         """One of the blocking reading or import methods (``namespace_info``,
-        ``steps``, ``page_data``, ``export_lines``, ``import_lines``) without blocking the
+        ``n_steps``, ``steps``, ``page_data``, ``export_lines``, ``import_lines``) without blocking the
         event loop."""
-        if name not in ("namespace_info", "steps", "page_data", "export_lines", "import_lines"):
+        if name not in (
+            "namespace_info",
+            "n_steps",
+            "steps",
+            "page_data",
+            "export_lines",
+            "import_lines",
+        ):
             raise AttributeError(name)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, lambda: getattr(self, name)(*args, **kwargs))
@@ -444,16 +576,54 @@ class MemoryService:
         finally:
             self._end_write(sizes, keep=touched)
 
-    def _delete_future(self, namespace: str) -> Future[int]:
-        def write() -> int:
+    def _edit(self, namespace: str, change: Callable[[Memory], T]) -> Future[T]:
+        """Run ``change`` (a delete or an update of ``namespace``'s stored steps) on the
+        store thread under the write lock; the namespace is warmed again at its next
+        retrieval, and the memories of other methods are rebuilt for it."""
+
+        def write() -> T:
             sizes = self._begin_write()
             try:
                 self._stale(namespace)
-                return self._delete(namespace)
+                return change(self.memory)
             finally:
                 self._end_write(sizes)
 
         return self._on_store(write)
+
+    def _delete_future(self, namespace: str) -> Future[int]:
+        return self._edit(namespace, lambda mem: self._delete(namespace))
+
+    def _update_future(
+        self,
+        namespace: str,
+        position: int | None,
+        step_id: int | None,
+        text: str | None,
+        metadata: Mapping[str, Any] | None,
+    ) -> Future[StoredStep]:
+        return self._edit(
+            namespace,
+            lambda mem: mem.update(namespace, position, id=step_id, text=text, metadata=metadata),
+        )
+
+    def _add_text(
+        self,
+        text: str,
+        namespace: str,
+        role: str,
+        metadata: Mapping[str, Any] | None,
+        source: str | None,
+        on_duplicate: str | None,
+        log_id: str | None,
+    ) -> Future[AddResult]:
+        options = {
+            "source": source,
+            "on_duplicate": on_duplicate,
+            "log_id": log_id,
+            "metadata": metadata,
+        }
+        return self._add(namespace, [text_message(text, role)], options)
 
     def _import_future(
         self, lines: Sequence[str], replace: bool, where: str

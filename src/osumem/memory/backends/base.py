@@ -14,7 +14,18 @@ What every backend guarantees:
   processes, hosts) never interleave inside one add.
 - **Positions.** :meth:`~MemoryStore.append` assigns a namespace's positions (0, 1, 2,
   … without gaps) and the global step ids inside its transaction; callers never pass
-  them.
+  them. A position is a step's place in its namespace's order: deleting steps
+  (:meth:`~MemoryStore.delete_steps`) moves the later ones down, so the positions stay
+  0..n-1 without gaps, while a step's id is its identity, never changed and never
+  given to another step, not even after the step is deleted.
+- **Deleted means gone.** Deleting or replacing steps (and deleting a namespace)
+  leaves nothing of the old content readable in the store once the transaction has
+  committed, and a stored snapshot that covered a changed step is deleted with it.
+  SQLite: not in the file either (``secure_delete`` and a checkpoint of the
+  write-ahead log). A server database: no query reads the deleted rows or their index
+  entries; its own files keep dead row versions until it reclaims them (Postgres:
+  VACUUM; VACUUM FULL rewrites the table), and its write-ahead log and backups keep
+  what its operator keeps.
 - **Change detection by a counter.** :meth:`~MemoryStore.data_version` changes
   whenever another writer commits and stays the same across this store's own writes
   (SQLite's ``data_version``; a server database keeps a commit counter in the
@@ -27,6 +38,7 @@ What every backend guarantees:
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from abc import ABC, ABCMeta, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -203,6 +215,63 @@ class MemoryStore(ABC, metaclass=_Constructible):
     def step_ids(self) -> list[int]:
         """Every stored step id, increasing."""
 
+    # --- changing stored steps ------------------------------------------------------
+
+    @abstractmethod
+    def delete_steps(self, namespace: str, positions: Sequence[int]) -> list[int]:
+        """Delete the steps at ``positions`` (distinct positions the namespace holds:
+        the caller checked them inside its transaction) in one transaction and return
+        their ids in position order. Afterwards:
+
+        - the later steps keep their order and ids and move down
+          (:func:`position_after_delete`), so positions stay 0..n-1;
+        - every add-batch end and log-digest end position moves down the same way; a
+          batch left without steps is dropped (two ends that become equal are one);
+        - the namespace's snapshot is deleted when it covers a deleted position
+          (``snapshot.steps > min(positions)``), otherwise kept;
+        - the deleted ids are never given to a later step (of any namespace);
+        - nothing of the deleted rows stays readable (see "Deleted means gone").
+
+        A position the namespace does not hold raises
+        :class:`~osumem.errors.StoreError` and changes nothing."""
+
+    @abstractmethod
+    def replace_steps(
+        self,
+        namespace: str,
+        positions: Sequence[int],
+        rows: Sequence[StepRow],
+        embeddings: NDArray[np.float32],
+    ) -> None:
+        """Replace the whole content of the steps at ``positions`` (their text, every
+        annotation, cost, embedding, metadata and times: all of ``rows``, one per
+        position; the embeddings of the store's dimension) in one transaction. Ids,
+        positions and add batches stay; the namespace's snapshot is deleted when it
+        covers one of the positions; the old content is gone as for
+        :meth:`delete_steps`. A position the namespace does not hold raises
+        :class:`~osumem.errors.StoreError` and changes nothing."""
+
+    @abstractmethod
+    def set_metadata(
+        self,
+        namespace: str,
+        positions: Sequence[int],
+        metadata: Sequence[str],
+        updated: float,
+    ) -> None:
+        """Replace the metadata (JSON texts of objects, one per position) of the steps at
+        ``positions`` and set their ``updated`` time, in one transaction; nothing a
+        retriever reads changes, so the snapshot stays. A position the namespace does
+        not hold raises :class:`~osumem.errors.StoreError` and changes nothing."""
+
+    @abstractmethod
+    def edits(self, namespace: str) -> int:
+        """How many times the stored steps of ``namespace`` were changed other than by
+        an add: every :meth:`delete_steps`, :meth:`replace_steps`, :meth:`set_metadata`
+        and :meth:`delete_namespace` adds one in its transaction, and the count is never
+        reset (0 for a namespace never edited). A memory that cached the namespace
+        reloads it when the count moved."""
+
     # --- held messages and digests ------------------------------------------------------
 
     @abstractmethod
@@ -260,8 +329,10 @@ class MemoryStore(ABC, metaclass=_Constructible):
 
     @abstractmethod
     def delete_namespace(self, namespace: str) -> int:
-        """Delete everything of ``namespace`` (steps, batches, held messages, digests,
-        snapshot) in one transaction; return the number of steps deleted."""
+        """Delete everything of ``namespace`` (steps with their metadata, batches, held
+        messages, digests, snapshot) in one transaction; return the number of steps
+        deleted. As for :meth:`delete_steps`, the ids are never given out again and
+        nothing of the deleted rows stays readable."""
 
     # --- integrity --------------------------------------------------------------------
 
@@ -292,3 +363,27 @@ class MemoryStore(ABC, metaclass=_Constructible):
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def position_after_delete(position: int, deleted: Sequence[int]) -> int:
+    """Where a position (or an end position: one past a step) lands after the steps at
+    ``deleted`` (sorted, distinct) are deleted: moved down by the deleted positions
+    before it. What :meth:`MemoryStore.delete_steps` does to positions, batch ends and
+    digest ends alike."""
+    import bisect
+
+    return position - bisect.bisect_left(deleted, position)
+
+
+def checked_positions(name: str, namespace: str, positions: Sequence[int], n: int) -> list[int]:
+    """``positions`` sorted, after checking that they are distinct positions of a
+    namespace of ``n`` steps (a :class:`~osumem.errors.StoreError` naming the first
+    that is not), for the step-changing methods of a backend."""
+    out = sorted(int(p) for p in positions)
+    for a, b in itertools.pairwise(out):
+        if a == b:
+            raise StoreError(f"{name}: namespace {namespace!r}: position {a} given twice")
+    for p in out:
+        if not 0 <= p < n:
+            raise StoreError(f"{name}: namespace {namespace!r} holds positions 0..{n - 1}, not {p}")
+    return out

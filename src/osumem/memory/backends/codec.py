@@ -18,13 +18,10 @@ from osumem.memory.backends.base import SCHEMA_VERSION, STORE_FORMAT
 from osumem.memory.rows import NamespaceData, SnapshotRow, StepRow, namespace_data
 
 
-def step_columns(namespace: str, position: int, batch: int, row: StepRow) -> tuple[Any, ...]:
-    """The columns of a step row before its embedding (the ``INSERT INTO steps``
-    parameters in table order, entities as a sorted JSON list)."""
+def step_columns(row: StepRow) -> tuple[Any, ...]:
+    """A step's content columns before its embedding, role to cost, in table order
+    (entities as a sorted JSON list)."""
     return (
-        namespace,
-        position,
-        batch,
         row.role,
         row.text,
         row.tool_action,
@@ -47,11 +44,13 @@ def decode_steps(
     embeddings: NDArray[np.float32] | None = None,
 ) -> NamespaceData:
     """Rows of :data:`~osumem.memory.backends.sqlite.sql.SELECT_STEPS` (positions from
-    ``start``) as a :class:`NamespaceData`, every row checked: no position missing,
-    embeddings of ``dim`` finite float32 values, text columns text, costs positive,
-    entities a JSON list of strings. ``where`` starts every message. A backend that
-    decoded the embedding column itself passes the matrix as ``embeddings`` (checked
-    for finite values here; the rows' embedding column is then not read)."""
+    ``start``; id, pos, the content columns, embedding, metadata, time, updated) as a
+    :class:`NamespaceData`, every row checked: no position missing, embeddings of
+    ``dim`` finite float32 values, text columns text, costs positive, entities a JSON
+    list of strings, metadata a JSON object, times numbers. ``where`` starts every
+    message. A backend that decoded the embedding column itself passes the matrix as
+    ``embeddings`` (checked for finite values here; the rows' embedding column is then
+    not read)."""
     n = len(rows)
     for k, r in enumerate(rows):
         if r[1] != start + k:
@@ -77,6 +76,22 @@ def decode_steps(
     if n and not np.isfinite(emb).all():
         bad = int(np.flatnonzero(~np.isfinite(emb).all(axis=1))[0])
         raise StoreCorruptError(f"{where}: step id {rows[bad][0]} has a non-finite embedding")
+    metadata = []
+    seen: set[str] = set()  # most steps share "{}"
+    for r in rows:
+        raw = "{}" if r[12] is None else r[12]
+        if raw not in seen:
+            try:
+                ok = isinstance(raw, str) and isinstance(json.loads(raw), dict)
+            except ValueError:
+                ok = False
+            if not ok:
+                raise StoreCorruptError(f"{where}: step id {r[0]}: metadata is not a JSON object")
+            seen.add(raw)
+        metadata.append(raw)
+        for c, name in ((13, "time"), (14, "updated")):
+            if r[c] is not None and not isinstance(r[c], int | float):
+                raise StoreCorruptError(f"{where}: step id {r[0]}: {name} is not a number")
     entities = []
     decoded: dict[Any, frozenset[str]] = {}  # agent steps repeat few entity lists
     for r in rows:
@@ -91,7 +106,7 @@ def decode_steps(
                 raise StoreCorruptError(f"{where}: step id {r[0]}: entities are not a JSON list")
             got = decoded[raw] = frozenset(ents)
         entities.append(got)
-    cols = list(zip(*rows, strict=True)) if rows else [()] * 12
+    cols = list(zip(*rows, strict=True)) if rows else [()] * 15
     return namespace_data(
         embeddings=emb,
         costs=cols[10],
@@ -105,6 +120,9 @@ def decode_steps(
         step_ids=cols[0],
         arguments=cols[5],
         batch_ends=batch_ends,
+        metadata=metadata,
+        times=cols[13],
+        updated=cols[14],
     )
 
 
@@ -125,6 +143,30 @@ def decode_pending(raw: Any, where: str, namespace: str) -> list[dict[str, Any]]
 def encode_pending(messages: Sequence[Any]) -> str:
     """Held messages as the ``pending`` row stores them."""
     return json.dumps(list(messages), ensure_ascii=False, sort_keys=True)
+
+
+def batch_end_moves(
+    batches: Sequence[tuple[int, int]], gone: Sequence[int]
+) -> tuple[list[tuple[int]], list[tuple[int, int]], int]:
+    """What deleting the positions ``gone`` (sorted) does to a namespace's add batches
+    ``(id, end)`` (by end): the batches to drop (left without steps, or ending where a
+    kept one ends), the ``(new end, id)`` of the others, and an offset past every end
+    (moves go through ``offset + new end`` first, so no two batches share an end while
+    they move)."""
+    from osumem.memory.backends.base import position_after_delete
+
+    top = (batches[-1][1] if batches else 0) + 1
+    kept: set[int] = set()
+    moves: list[tuple[int, int]] = []
+    drops: list[tuple[int]] = []
+    for batch_id, end in batches:
+        new = position_after_delete(end, gone)
+        if new == 0 or new in kept:
+            drops.append((batch_id,))
+        else:
+            kept.add(new)
+            moves.append((new, batch_id))
+    return drops, moves, top
 
 
 def held_sources(held: Sequence[Any], raw: Any) -> list[str | None]:
@@ -173,6 +215,8 @@ def hash_tables(present: set[str]) -> list[tuple[str, str]]:
         tables.append(("digests", "ns, digest"))
     if "held_sources" in present:
         tables.append(("held_sources", "ns"))
+    if "step_metadata" in present:
+        tables.append(("step_metadata", "id"))
     return tables
 
 
@@ -254,4 +298,5 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("0002 digests of added logs", ("digests",)),
     Migration("0003 retriever snapshots", ("snapshots",)),
     Migration("0004 sources of held messages", ("held_sources",)),
+    Migration("0005 step metadata and times, edit counts", ("step_metadata", "namespace_edits")),
 )

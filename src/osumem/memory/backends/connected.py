@@ -62,6 +62,14 @@ class ConnectedStore(MemoryStore):
     def _has_held_sources(self) -> bool:
         return "held_sources" in self.present
 
+    @property
+    def _has_metadata(self) -> bool:
+        return "step_metadata" in self.present
+
+    @property
+    def _has_edits(self) -> bool:
+        return "namespace_edits" in self.present
+
     def _present(self) -> dict[str, bool]:
         """Which of the later migrations' tables the store holds."""
         return {t: t in self.present for t in ("digests", "snapshots", "held_sources")}

@@ -65,6 +65,14 @@ def collect_problems(c: Any, conn: Connection, problems: list[str], library_vers
         problems.append(f"{nonfinite} embedding(s) hold NaN or infinite values")
     if json_bad:
         problems.append(f"{json_bad} step(s) have entities or arguments that are not JSON")
+    if "step_metadata" in schema.tables(c, conn.schema):
+        bad_meta = sum(
+            1
+            for (raw,) in c.execute("SELECT metadata FROM step_metadata")
+            if not json_is(raw, dict)
+        )
+        if bad_meta:
+            problems.append(f"{bad_meta} step(s) have metadata that is not a JSON object")
     for ns, raw_messages in c.execute("SELECT ns, messages FROM pending ORDER BY ns").fetchall():
         try:
             decode_pending(raw_messages, conn.name, ns)

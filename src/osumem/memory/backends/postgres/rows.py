@@ -80,8 +80,20 @@ def decode_vectors(
     return raw[:, 1:].astype(np.float32)
 
 
+def content_params(row: StepRow, embedding: NDArray[Any]) -> tuple[Any, ...]:
+    """A step's content columns, role to embedding, as
+    :data:`~osumem.memory.backends.postgres.sql.INSERT_STEP` and
+    :data:`~osumem.memory.backends.postgres.sql.UPDATE_STEP` take them."""
+    return (*step_columns(row), PgVector.of(embedding))
+
+
 def step_params(
     namespace: str, position: int, batch: int, row: StepRow, embedding: NDArray[Any]
 ) -> tuple[Any, ...]:
     """The parameters of :data:`~osumem.memory.backends.postgres.sql.INSERT_STEP`."""
-    return (*step_columns(namespace, position, batch, row), PgVector.of(embedding))
+    return (namespace, position, batch, *content_params(row, embedding))
+
+
+def metadata_params(step_id: int, row: StepRow) -> tuple[Any, ...]:
+    """The parameters of the step's ``step_metadata`` row."""
+    return (step_id, row.metadata_json, row.time, row.updated)

@@ -67,6 +67,18 @@ TABLES: dict[str, str] = {
     "held_sources": (
         "CREATE TABLE IF NOT EXISTS held_sources (ns TEXT PRIMARY KEY, sources TEXT NOT NULL)"
     ),
+    # per step: the caller's metadata (a JSON object), when it was added and when it
+    # was last changed (seconds since the epoch); deleted with its step
+    "step_metadata": """CREATE TABLE IF NOT EXISTS step_metadata (
+    id BIGINT PRIMARY KEY REFERENCES steps (id) ON DELETE CASCADE,
+    metadata TEXT NOT NULL,
+    time DOUBLE PRECISION,
+    updated DOUBLE PRECISION
+)""",
+    # per namespace: how many times its stored steps were changed other than by an add
+    "namespace_edits": (
+        "CREATE TABLE IF NOT EXISTS namespace_edits (ns TEXT PRIMARY KEY, edits BIGINT NOT NULL)"
+    ),
     "snapshots": """CREATE TABLE IF NOT EXISTS snapshots (
     ns TEXT PRIMARY KEY,
     steps INTEGER NOT NULL,

@@ -117,11 +117,15 @@ class Connection:
         self.created = False
         self._depth = 0
         self._commits = 0
+        #: set by a write that deleted content: the commit then checkpoints the WAL
+        #: into the file and truncates it, so no old page image stays in the -wal file
+        self.scrub_on_commit = False
         self._raw: sqlite3.Connection | None = None
         if path is None:
             if self.read_only:
                 raise StoreError("read_only needs a store file")
             self._raw = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            self._raw.execute("PRAGMA secure_delete=ON")
             return
         self._check_path()
         try:
@@ -205,6 +209,8 @@ class Connection:
             if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                 conn.execute("PRAGMA journal_mode=WAL")
             conn.execute(f"PRAGMA synchronous={synchronous}")
+            # deleted content is overwritten with zeros, not left in free pages
+            conn.execute("PRAGMA secure_delete=ON")
             return
         uri = path.resolve().as_uri() + "?mode=ro"
         conn = sqlite3.connect(
@@ -272,6 +278,8 @@ class Connection:
             yield
         except BaseException:
             self._depth -= 1
+            if not nested:
+                self.scrub_on_commit = False
             try:
                 if nested:
                     conn.execute(f"ROLLBACK TO sp{self._depth}")
@@ -292,7 +300,10 @@ class Connection:
             raise err from exc
         if not nested:
             self._commits += 1
-            if self._commits % CHECKPOINT_EVERY == 0:
+            if self.scrub_on_commit:
+                self.scrub_on_commit = False
+                self.checkpoint(truncate=True)
+            elif self._commits % CHECKPOINT_EVERY == 0:
                 self.checkpoint(truncate=False)
 
     @property

@@ -77,6 +77,19 @@ def collect_problems(conn: Connection, problems: list[str], library_version: str
         problems.append(f"{json_bad} step(s) have entities or arguments that are not JSON")
     if text_bad:
         problems.append(f"{text_bad} step(s) hold text that is not valid UTF-8")
+    if "step_metadata" in schema.tables(conn):
+        bad_meta = sum(
+            1
+            for (raw,) in conn.execute("SELECT CAST(metadata AS BLOB) FROM step_metadata")
+            if not json_is(bytes(raw or b"").decode("utf-8", "replace"), dict)
+        )
+        if bad_meta:
+            problems.append(f"{bad_meta} step(s) have metadata that is not a JSON object")
+        (orphans,) = conn.execute(
+            "SELECT COUNT(*) FROM step_metadata WHERE id NOT IN (SELECT id FROM steps)"
+        ).fetchone()
+        if orphans:
+            problems.append(f"{orphans} metadata row(s) belong to no step")
     for (ns,) in conn.execute("SELECT ns FROM pending").fetchall():
         try:
             (raw,) = conn.execute(sql.SELECT_PENDING, (ns,)).fetchone()

@@ -1,7 +1,7 @@
 """The SQLite store's schema: its tables, the ordered named migrations that build
 them, and the checks that a file is a sound store of this version.
 
-Schema version :data:`~osumem.memory.backends.base.SCHEMA_VERSION` holds seven tables.
+Schema version :data:`~osumem.memory.backends.base.SCHEMA_VERSION` holds nine tables.
 A new file gets every migration in one transaction; a file written by an earlier
 release gets the migrations it lacks, in order, each in its own transaction (a file
 opened read-only is read as it is: the later tables are optional to a reader).
@@ -58,6 +58,21 @@ TABLES: dict[str, str] = {
     "held_sources": (
         "CREATE TABLE IF NOT EXISTS held_sources (ns TEXT PRIMARY KEY, sources TEXT NOT NULL)"
     ),
+    # per step: the caller's metadata (a JSON object), when it was added and when it
+    # was last changed (seconds since the epoch); a step without a row (stored before
+    # this table existed) has no metadata and unknown times
+    "step_metadata": """CREATE TABLE IF NOT EXISTS step_metadata (
+    id INTEGER PRIMARY KEY,
+    metadata TEXT NOT NULL,
+    time REAL,
+    updated REAL
+)""",
+    # per namespace: how many times its stored steps were changed other than by an add
+    # (deleted, replaced, given new metadata, the namespace deleted); other memories on
+    # the store reload a namespace whose count moved
+    "namespace_edits": (
+        "CREATE TABLE IF NOT EXISTS namespace_edits (ns TEXT PRIMARY KEY, edits INTEGER NOT NULL)"
+    ),
     "snapshots": """CREATE TABLE IF NOT EXISTS snapshots (
     ns TEXT PRIMARY KEY,
     steps INTEGER NOT NULL,
@@ -76,14 +91,25 @@ COLUMNS = {
     "batches": ("id", "ns", "end_pos"),
     "pending": ("ns", "messages"),
 }
+#: Statements a migration runs after creating its tables, by table: a deleted step
+#: takes its metadata row along, whichever release deletes it.
+TRIGGERS: dict[str, tuple[str, ...]] = {
+    "step_metadata": (
+        "CREATE TRIGGER IF NOT EXISTS step_metadata_follows_steps AFTER DELETE ON steps "
+        "BEGIN DELETE FROM step_metadata WHERE id = old.id; END",
+    ),
+}
 #: The tables holding per-namespace rows (``ns`` column), in content-hash order.
 NAMESPACED = ("steps", "batches", "pending", "digests", "snapshots", "held_sources")
 
 
 def apply(migration: Migration, conn: Connection, library_version: str) -> None:
-    """Create the tables of ``migration`` (and the meta rows, with ``meta``)."""
+    """Create the tables of ``migration`` (with their triggers; and the meta rows, with
+    ``meta``)."""
     for table in migration.creates:
         conn.execute(TABLES[table])
+        for statement in TRIGGERS.get(table, ()):
+            conn.execute(statement)
     if "meta" in migration.creates:
         conn.executemany(sql.INSERT_META, meta_defaults(library_version))
 

@@ -4,15 +4,58 @@ from __future__ import annotations
 
 #: Columns of a step as :func:`~osumem.memory.backends.sqlite.rows.decode_steps` reads them.
 SELECT_STEPS = (
+    "SELECT s.id, s.pos, s.role, s.text, s.tool_action, s.arguments, s.tool_signature, "
+    "s.entities, s.subgoal, s.source, s.cost, s.embedding, m.metadata, m.time, m.updated "
+    "FROM steps s LEFT JOIN step_metadata m ON m.id = s.id "
+    "WHERE s.ns = ? AND s.pos >= ? ORDER BY s.pos"
+)
+#: :data:`SELECT_STEPS` of a store read as it is, without the metadata table.
+SELECT_STEPS_NO_METADATA = (
     "SELECT id, pos, role, text, tool_action, arguments, tool_signature, entities, "
-    "subgoal, source, cost, embedding FROM steps WHERE ns = ? AND pos >= ? ORDER BY pos"
+    "subgoal, source, cost, embedding, NULL, NULL, NULL FROM steps "
+    "WHERE ns = ? AND pos >= ? ORDER BY pos"
 )
 SELECT_BATCH_ENDS = "SELECT end_pos FROM batches WHERE ns = ? AND end_pos > ? ORDER BY end_pos"
 INSERT_BATCH = "INSERT INTO batches (ns, end_pos) VALUES (?, ?)"
 INSERT_STEP = (
-    "INSERT INTO steps (ns, pos, batch, role, text, tool_action, arguments, "
+    "INSERT INTO steps (id, ns, pos, batch, role, text, tool_action, arguments, "
     "tool_signature, entities, subgoal, source, cost, embedding) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+INSERT_METADATA = "INSERT INTO step_metadata (id, metadata, time, updated) VALUES (?, ?, ?, ?)"
+UPSERT_METADATA = (
+    "INSERT INTO step_metadata (id, metadata, time, updated) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (id) DO UPDATE SET metadata = excluded.metadata, updated = excluded.updated"
+)
+UPDATE_STEP = (
+    "UPDATE steps SET role = ?, text = ?, tool_action = ?, arguments = ?, tool_signature = ?, "
+    "entities = ?, subgoal = ?, source = ?, cost = ?, embedding = ? WHERE id = ?"
+)
+REPLACE_METADATA = (
+    "INSERT OR REPLACE INTO step_metadata (id, metadata, time, updated) VALUES (?, ?, ?, ?)"
+)
+MAX_STEP_ID = "SELECT COALESCE(MAX(id), 0) FROM steps"
+STEP_AT = "SELECT id FROM steps WHERE ns = ? AND pos = ?"
+IDS_FROM = "SELECT id, pos FROM steps WHERE ns = ? AND pos >= ? ORDER BY pos"
+MOVE_STEP = "UPDATE steps SET pos = ? WHERE id = ?"
+DELETE_STEP = "DELETE FROM steps WHERE id = ?"
+SELECT_BATCHES = "SELECT id, end_pos FROM batches WHERE ns = ? ORDER BY end_pos"
+MOVE_BATCH = "UPDATE batches SET end_pos = ? WHERE id = ?"
+DELETE_BATCH = "DELETE FROM batches WHERE id = ?"
+SELECT_DIGEST_ENDS = "SELECT digest, end_pos FROM digests WHERE ns = ?"
+MOVE_DIGEST = "UPDATE digests SET end_pos = ? WHERE ns = ? AND digest = ?"
+SNAPSHOT_STEPS = "SELECT steps FROM snapshots WHERE ns = ?"
+DELETE_SNAPSHOT = "DELETE FROM snapshots WHERE ns = ?"
+SELECT_EDITS = "SELECT edits FROM namespace_edits WHERE ns = ?"
+COUNT_EDIT = (
+    "INSERT INTO namespace_edits (ns, edits) VALUES (?, 1) "
+    "ON CONFLICT (ns) DO UPDATE SET edits = edits + 1"
+)
+#: The meta row keeping the largest step id ever given out (ids are never reused).
+RETIRED_ID_KEY = "max_step_id"
+UPSERT_META = (
+    "INSERT INTO meta (key, value) VALUES (?, ?) "
+    "ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 )
 N_STEPS = "SELECT COALESCE(MAX(pos) + 1, 0) FROM steps WHERE ns = ?"
 COUNT_ROLE = "SELECT COUNT(*) FROM steps WHERE ns = ? AND pos >= ? AND role = ?"

@@ -1,0 +1,187 @@
+"""How long an asyncio agent's event loop is blocked by the memory.
+
+One process, one store of ``--turns`` agent turns (two steps each). A heartbeat task
+sleeps 1 ms at a time and records how late each wake-up is: the longest delay is the
+longest the event loop was blocked. Three runs, each 100 concurrent retrievals from
+one loop while another task adds (and deletes and updates) steps in another
+namespace:
+
+* ``single``: one retrieval's wall time, called directly (the median of 50), the unit
+  the others are measured in;
+* ``idle``: the heartbeat alone for a second: how late the machine wakes an idle loop
+  (scheduling noise; on a machine shared with other work this alone can be tens of
+  milliseconds);
+* ``sync in the loop``: the coroutines call the synchronous ``Memory.retrieve`` (what
+  an agent without an async API does): the loop is blocked for every call;
+* ``AsyncMemory``: the coroutines await :class:`osumem.serve.AsyncMemory`.
+
+Reported: the longest and the 99th-percentile heartbeat delay, in milliseconds and in
+units of one retrieval, with wall and CPU time of each run. The answers of the
+concurrent run are checked equal to sequential ones. On a shared machine compare the
+ratios, not the milliseconds.
+
+Usage: ``python benchmarks/async_memory.py [--turns 2000] [--encoder hashing:d384]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from osumem.memory import Memory
+from osumem.serve import AsyncMemory
+
+
+def turn(k: int) -> list[dict[str, Any]]:
+    """One agent turn: a request and a tool call with its result."""
+    args = json.dumps({"reservation_id": f"R{k}"})
+    return [
+        {"role": "user", "content": f"turn {k}: check reservation R{k} for passenger P{k % 7}"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": f"c{k}", "function": {"name": "get_reservation", "arguments": args}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": f"c{k}", "content": f"R{k}: flight HAT{k:03d}"},
+    ]
+
+
+QUERIES = [(f"reservation R{k * 37 % 500} passenger P{k % 7}", 256) for k in range(100)]
+
+
+class Heartbeat:
+    """Sleeps ``tick`` seconds at a time; records how late each wake-up was."""
+
+    def __init__(self, tick: float = 0.001) -> None:
+        self.tick = tick
+        self.delays: list[float] = []
+        self._stop = False
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._stop:
+            due = loop.time() + self.tick
+            await asyncio.sleep(self.tick)
+            self.delays.append(max(0.0, loop.time() - due))
+
+    def stop(self) -> None:
+        self._stop = True
+
+    def summary(self, unit: float) -> dict[str, float]:
+        d = sorted(self.delays) or [0.0]
+        p99 = d[min(len(d) - 1, int(0.99 * len(d)))]
+        return {
+            "max_ms": 1000 * d[-1],
+            "p99_ms": 1000 * p99,
+            "max_in_retrievals": d[-1] / unit,
+            "p99_in_retrievals": p99 / unit,
+            "beats": len(d),
+        }
+
+
+async def measured(work: Any) -> tuple[Any, Heartbeat, float, float]:
+    beat = Heartbeat()
+    task = asyncio.create_task(beat.run())
+    await asyncio.sleep(0.01)
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = await work
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    beat.stop()
+    await task
+    return out, beat, wall, cpu
+
+
+async def writer(add: Any, delete: Any, update: Any) -> None:
+    for k in range(20):
+        await add(k)
+        if k % 5 == 4:
+            await delete()
+            await update(k)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--turns", type=int, default=2000)
+    parser.add_argument("--encoder", default="hashing:d384")
+    parser.add_argument("--readers", type=int, default=None, help="AsyncMemory reader threads")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "mem.db"
+        with Memory.open(path, encoder=args.encoder) as mem:
+            for k in range(args.turns):
+                mem.add_messages(turn(k), namespace="a", log_id=str(k))
+            sequential = [mem.retrieve(q, b, namespace="a") for q, b in QUERIES]
+            times = []
+            for q, b in QUERIES[:50]:
+                t = time.perf_counter()
+                mem.retrieve(q, b, namespace="a")
+                times.append(time.perf_counter() - t)
+            single = statistics.median(times)
+            report: dict[str, Any] = {"turns": args.turns, "single_retrieve_ms": 1000 * single}
+            _, beat, wall, cpu = asyncio.run(measured(asyncio.sleep(1.0)))
+            report["idle"] = {**beat.summary(single), "wall_s": wall, "cpu_s": cpu}
+
+            async def blocking_run() -> list[Any]:
+                async def one(q: str, b: int) -> Any:
+                    return mem.retrieve(q, b, namespace="a")
+
+                async def add(k: int) -> None:
+                    mem.add_messages(turn(k), namespace="b")
+
+                async def delete() -> None:
+                    mem.delete("b", [0])
+
+                async def update(k: int) -> None:
+                    mem.update("b", 0, metadata={"k": k})
+
+                return await asyncio.gather(
+                    *(one(q, b) for q, b in QUERIES), writer(add, delete, update)
+                )
+
+            got, beat, wall, cpu = asyncio.run(measured(blocking_run()))
+            assert got[:100] == sequential
+            report["sync_in_the_loop"] = {**beat.summary(single), "wall_s": wall, "cpu_s": cpu}
+            mem.delete_namespace("b")
+        extra = {} if args.readers is None else {"readers": args.readers}
+        memory = AsyncMemory.open(path, encoder=args.encoder, **extra)
+        asyncio.run(memory.retrieve("warm up", 8, namespace="a"))  # built before the clock
+
+        async def async_run() -> list[Any]:
+            async def add(k: int) -> None:
+                await memory.add_messages(turn(k), namespace="b")
+
+            async def delete() -> None:
+                await memory.delete("b", [0])
+
+            async def update(k: int) -> None:
+                await memory.update("b", 0, metadata={"k": k})
+
+            return await asyncio.gather(
+                *(memory.retrieve(q, b, namespace="a") for q, b in QUERIES),
+                writer(add, delete, update),
+            )
+
+        got, beat, wall, cpu = asyncio.run(measured(async_run()))
+        assert got[:100] == sequential, "concurrent answers differ from sequential ones"
+        report["AsyncMemory"] = {**beat.summary(single), "wall_s": wall, "cpu_s": cpu}
+        memory.service.close()
+    print(json.dumps(report, indent=2))
+    a, s, i = report["AsyncMemory"], report["sync_in_the_loop"], report["idle"]
+    print(
+        f"one retrieval {report['single_retrieve_ms']:.1f} ms; loop blocked at most "
+        f"{a['max_ms']:.1f} ms with AsyncMemory ({a['max_in_retrievals']:.2f} retrievals, "
+        f"p99 {a['p99_in_retrievals']:.2f}), {s['max_ms']:.1f} ms calling Memory in the loop "
+        f"({s['max_in_retrievals']:.1f}); idle loop woken late by up to {i['max_ms']:.1f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()
