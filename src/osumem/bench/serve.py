@@ -142,7 +142,7 @@ def _free_port() -> int:
 
 
 def _start_server(
-    store: Path, cfg: ServeBenchConfig, token: str, readers: int
+    store: Path | str, cfg: ServeBenchConfig, token: str, readers: int
 ) -> tuple[subprocess.Popen[str], str]:
     import httpx
 
@@ -184,7 +184,7 @@ def run_serve_bench(
         return _run(cfg, folder, say)
 
 
-def _build(cfg: ServeBenchConfig, store: Path, say: Callable[[str], None]) -> dict[str, Any]:
+def _build(cfg: ServeBenchConfig, store: Path | str, say: Callable[[str], None]) -> dict[str, Any]:
     from osumem.memory import Memory
 
     logs = _logs(cfg)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -286,12 +287,43 @@ def options(*decorators: Callable[..., Any]) -> Callable[..., Any]:
     return decorate
 
 
+#: A location naming a store server (``postgresql://...``) rather than a file.
+_URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+
+
+class StoreLocation(click.ParamType):
+    """``--store``: a SQLite file (a :class:`~pathlib.Path`; not a folder) or a server
+    URL such as ``postgresql://user@host/db`` (kept as text)."""
+
+    name = "store"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Path | str:
+        if isinstance(value, Path) or not _URL.match(str(value)):
+            path = Path(value)
+            if path.is_dir():
+                self.fail(f"{str(value)!r} is a directory, not a store file", param, ctx)
+            return path
+        return str(value)
+
+
 def store_option(*, help: str, **kwargs: Any) -> Callable[..., Any]:
-    """``--store PATH``: a SQLite memory store file (``required`` or ``default`` in
-    ``kwargs``)."""
-    return click.option(
-        "--store", type=click.Path(dir_okay=False, path_type=Path), help=help, **kwargs
-    )
+    """``--store PATH|URL``: a SQLite memory store file or a ``postgresql://`` URL
+    (``required`` or ``default`` in ``kwargs``)."""
+    return click.option("--store", type=StoreLocation(), metavar="PATH|URL", help=help, **kwargs)
+
+
+def require_store(store: Path | str) -> None:
+    """A store to read must exist: a missing SQLite file is one error line (a server
+    URL is checked by opening it)."""
+    from osumem.errors import DataFileError
+
+    if isinstance(store, Path) and not store.is_file():
+        raise DataFileError(f"memory store not found: {store}")
+
+
+def shown_store(store: Path | str | None) -> str:
+    """A store location as messages print it (a URL's password masked)."""
+    return re.sub(r"(://[^/:@]*):[^/@]*@", r"\1:***@", str(store))
 
 
 def server_option(*, help: str) -> Callable[..., Any]:

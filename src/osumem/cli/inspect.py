@@ -17,7 +17,9 @@ from osumem.cli._common import (
     json_option,
     method_option,
     namespace_option,
+    require_store,
     server_option,
+    shown_store,
     store_option,
 )
 
@@ -26,19 +28,17 @@ _SERVER_HELP = (
 )
 
 
-def _one_of(store: Path | None, server: str | None) -> None:
+def _one_of(store: Path | str | None, server: str | None) -> None:
     from osumem.cli.serve import store_or_server
 
     store_or_server(store, server)
 
 
-def _open(store: Path, **settings: Any) -> Any:
+def _open(store: Path | str, **settings: Any) -> Any:
     """A read-only memory on an existing store file."""
-    from osumem.errors import DataFileError
     from osumem.memory import Memory
 
-    if not store.is_file():
-        raise DataFileError(f"memory store not found: {store}")
+    require_store(store)
     return Memory.open(store, read_only=True, **settings)
 
 
@@ -49,11 +49,11 @@ def _client(server: str) -> Any:
 
 
 @click.command("namespaces")
-@store_option(default=None, help="SQLite memory store.")
+@store_option(default=None, help="Memory store: a SQLite file or a postgresql:// URL.")
 @server_option(help=_SERVER_HELP)
 @json_option("Print the namespaces as JSON.")
 @handle_errors
-def namespaces_cmd(store: Path | None, server: str | None, as_json: bool) -> None:
+def namespaces_cmd(store: Path | str | None, server: str | None, as_json: bool) -> None:
     """List the namespaces of a memory with their step and held-message counts."""
     _one_of(store, server)
     if server is not None:
@@ -83,7 +83,7 @@ def _one_line(text: str, width: int) -> str:
 
 
 @click.command("show")
-@store_option(default=None, help="SQLite memory store.")
+@store_option(default=None, help="Memory store: a SQLite file or a postgresql:// URL.")
 @server_option(help=_SERVER_HELP)
 @namespace_option(help="Namespace to show.")
 @click.option("--from", "start", type=click.IntRange(min=0), default=None, help="First position.")
@@ -99,7 +99,7 @@ def _one_line(text: str, width: int) -> str:
 @json_option("Print the steps as JSON (full texts, entities, units).")
 @handle_errors
 def show_cmd(
-    store: Path | None,
+    store: Path | str | None,
     server: str | None,
     namespace: str,
     start: int | None,
@@ -166,7 +166,7 @@ def _remote_steps(
 
 
 @click.command("export")
-@store_option(default=None, help="SQLite memory store.")
+@store_option(default=None, help="Memory store: a SQLite file or a postgresql:// URL.")
 @server_option(help=_SERVER_HELP)
 @click.option(
     "--namespace",
@@ -187,7 +187,7 @@ def _remote_steps(
 )
 @handle_errors
 def export_cmd(
-    store: Path | None,
+    store: Path | str | None,
     server: str | None,
     namespaces: tuple[str, ...],
     out: Path | None,
@@ -234,7 +234,9 @@ def _write_lines(path: Path, lines: list[str]) -> None:
 
 @click.command("import")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@store_option(default=None, help="SQLite memory store (created if missing).")
+@store_option(
+    default=None, help="Memory store: a SQLite file or a postgresql:// URL (created if missing)."
+)
 @server_option(help=_SERVER_HELP)
 @click.option(
     "--namespace",
@@ -251,7 +253,7 @@ def _write_lines(path: Path, lines: list[str]) -> None:
 @handle_errors
 def import_cmd(
     file: Path,
-    store: Path | None,
+    store: Path | str | None,
     server: str | None,
     namespaces: tuple[str, ...],
     replace: bool,
@@ -276,7 +278,7 @@ def import_cmd(
     else:
         assert store is not None
         summary = _import_local(file, store, list(namespaces) or None, replace)
-        where = str(store)
+        where = shown_store(store)
     if as_json:
         click.echo(json.dumps(summary, indent=2, ensure_ascii=False))
         return
@@ -287,7 +289,7 @@ def import_cmd(
 
 
 def _import_local(
-    file: Path, store: Path, namespaces: list[str] | None, replace: bool
+    file: Path, store: Path | str, namespaces: list[str] | None, replace: bool
 ) -> dict[str, Any]:
     from osumem.memory import Memory
     from osumem.memory.export import import_file
@@ -306,7 +308,7 @@ def _import_local(
 
 
 @click.command("view")
-@store_option(default=None, help="SQLite memory store.")
+@store_option(default=None, help="Memory store: a SQLite file or a postgresql:// URL.")
 @server_option(help=_SERVER_HELP)
 @namespace_option(help="Namespace to show.")
 @click.option("--query", default=None, help="Highlight what the memory retrieves for this query.")
@@ -327,7 +329,7 @@ def _import_local(
 )
 @handle_errors
 def view_cmd(
-    store: Path | None,
+    store: Path | str | None,
     server: str | None,
     namespace: str,
     query: str | None,

@@ -25,14 +25,18 @@ from osumem.cli._common import (
     json_option,
     method_option,
     namespace_option,
+    require_store,
     server_option,
+    shown_store,
     store_option,
 )
 
 
 @click.command("ingest")
 @click.argument("log", type=click.Path(dir_okay=False, path_type=Path))
-@store_option(default=None, help="SQLite memory store (created if missing).")
+@store_option(
+    default=None, help="Memory store: a SQLite file or a postgresql:// URL (created if missing)."
+)
 @server_option(
     help="Send the logs to a running `osumem serve --transport http` instead of --store "
     "(token from OSUMEM_TOKEN)."
@@ -73,7 +77,7 @@ from osumem.cli._common import (
 @handle_errors
 def ingest_cmd(
     log: Path,
-    store: Path | None,
+    store: Path | str | None,
     server: str | None,
     namespace: str,
     encoder: str | None,
@@ -135,7 +139,7 @@ def ingest_cmd(
                     ) from None
                 added += len(ids)
         summary: dict[str, Any] = {
-            "store": str(store),
+            "store": shown_store(store),
             "namespace": namespace,
             "logs": len(logs),
             "logs_skipped_as_duplicates": skipped,
@@ -158,7 +162,7 @@ def ingest_cmd(
         dup = f", {skipped} skipped as already stored" if skipped else ""
         click.echo(
             f"ingested {summary['logs']} log(s){dup}, {added} steps into namespace "
-            f"{namespace!r} of {store} ({summary['steps_in_namespace']} steps there; "
+            f"{namespace!r} of {shown_store(store)} ({summary['steps_in_namespace']} steps there; "
             f"encoder {summary['encoder']})"
         )
 
@@ -174,24 +178,25 @@ def _renamed(exc: Exception, message: str) -> Exception:
 
 
 @click.command("check")
-@store_option(required=True, help="SQLite memory store to verify (opened read-only).")
+@store_option(
+    required=True,
+    help="Memory store to verify, a SQLite file or a postgresql:// URL (opened read-only).",
+)
 @json_option("Print the summary as JSON.")
 @handle_errors
-def check_cmd(store: Path, as_json: bool) -> None:
+def check_cmd(store: Path | str, as_json: bool) -> None:
     """Verify a memory store: SQLite pages, tables, meta, positions, embeddings (size,
     finite values), JSON columns and held messages. Exit 2 with one line naming every
     problem found."""
-    from osumem.errors import DataFileError
     from osumem.memory import open_store
 
-    if not store.is_file():
-        raise DataFileError(f"memory store not found: {store}")
+    require_store(store)
     st = open_store(store, read_only=True)
     try:
         st.check()
         namespaces = st.namespaces()
         summary = {
-            "store": str(store),
+            "store": shown_store(store),
             "ok": True,
             "namespaces": len(namespaces),
             "steps": sum(st.n_steps(ns) for ns in namespaces),
@@ -204,14 +209,16 @@ def check_cmd(store: Path, as_json: bool) -> None:
         click.echo(json.dumps(summary, indent=2))
     else:
         click.echo(
-            f"{store}: ok ({summary['steps']} steps in {summary['namespaces']} namespace(s), "
+            f"{shown_store(store)}: ok ({summary['steps']} steps in {summary['namespaces']} namespace(s), "
             f"encoder {summary['encoder'] or 'none yet'})"
         )
 
 
 @click.command("query")
 @click.argument("text")
-@store_option(default=None, help="SQLite memory store made by `osumem ingest`.")
+@store_option(
+    default=None, help="Memory store made by `osumem ingest`: a SQLite file or a postgresql:// URL."
+)
 @server_option(
     help="Ask a running `osumem serve --transport http` instead of --store (no model "
     "load per call; token from OSUMEM_TOKEN)."
@@ -237,7 +244,7 @@ def check_cmd(store: Path, as_json: bool) -> None:
 @handle_errors
 def query_cmd(
     text: str,
-    store: Path | None,
+    store: Path | str | None,
     server: str | None,
     budget: int,
     namespace: str,
@@ -249,7 +256,7 @@ def query_cmd(
 ) -> None:
     """Print the context retrieved from a memory store for TEXT."""
     from osumem.cli.serve import remote_query, store_or_server
-    from osumem.errors import ConfigError, DataFileError
+    from osumem.errors import ConfigError
     from osumem.memory import Memory
 
     store_or_server(store, server)
@@ -257,8 +264,7 @@ def query_cmd(
         remote_query(server, text, budget, namespace, method, params, before, as_json, explain)
         return
     assert store is not None
-    if not store.is_file():
-        raise DataFileError(f"memory store not found: {store}")
+    require_store(store)
     overrides: dict[str, str] = {}
     for item in params:
         key, sep, value = item.partition("=")
@@ -272,7 +278,7 @@ def query_cmd(
         if mem.n_steps(namespace) == 0:  # after retrieve: a bad query is one error line
             click.echo(
                 f"osumem: note: namespace {namespace!r} holds no steps; namespaces in "
-                f"{store}: {mem.namespaces()}",
+                f"{shown_store(store)}: {mem.namespaces()}",
                 err=True,
             )
         answer = result.to_dict(explain=explain)  # explained while the memory is open

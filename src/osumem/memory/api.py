@@ -113,6 +113,10 @@ class Memory:
         self._planner = MessagePlanner(config, store, self._need_encoder, lambda: self._encoder)
         self._editor = StepEditor(config, store, self._views, self._planner, self._need_encoder)
         self._filtered = FilteredRetrievers()
+        #: Catch up with other writers' commits before each call (the default). An owner
+        #: that shares this memory between threads (the server) turns it off and calls
+        #: :meth:`refresh` itself while no reader runs.
+        self.follow_writers = True
 
     @classmethod
     def open(
@@ -205,8 +209,22 @@ class Memory:
 
     def _refresh(self) -> None:
         """Bring the cached namespaces up to what other writers committed."""
+        if self.follow_writers and self._views.refresh():
+            self._methods.drop_causal()
+
+    def refresh(self) -> set[str]:
+        """Bring the loaded namespaces up to what other writers (processes, servers)
+        committed since, whatever :attr:`follow_writers` says; returns the namespaces
+        whose loaded steps changed (their retrievers catch up at their next use)."""
+        before = self.loaded()
         if self._views.refresh():
             self._methods.drop_causal()
+        after = self.loaded()
+        return {ns for ns, n in before.items() if after.get(ns) != n}
+
+    def loaded(self) -> dict[str, int]:
+        """The namespaces this memory holds in its caches, with their step counts."""
+        return self._views.sizes()
 
     @contextmanager
     def transaction(self) -> Iterator[Memory]:
@@ -414,7 +432,7 @@ class Memory:
         else:
             rows = self._stamped(rows, metadata, time)
         emb = self._planner.embed(rows, embeddings)
-        with self.store.transaction():
+        with self.store.transaction(namespace):
             self._refresh()
             ids = self._write(namespace, rows, emb, embeddings is not None, pending=None)
         self._views.extend(namespace, rows, emb, ids)
@@ -496,7 +514,7 @@ class Memory:
             return []
         state = self._views.held_state(namespace, src)
         plan = self._planner.plan(clean, state, namespace, src, prefix, hold_open_calls)
-        with self.store.transaction():
+        with self.store.transaction(namespace):
             self._refresh()
             if on_duplicate != "append" and self._is_duplicate(namespace, digest, on_duplicate):
                 return []
@@ -588,7 +606,7 @@ class Memory:
                 nothing is deleted then.
         """
         check_namespace(namespace)
-        with self.store.transaction():
+        with self.store.transaction(namespace):
             self._refresh()
             deleted = self._editor.delete(namespace, positions, ids)
         if deleted:
@@ -622,7 +640,7 @@ class Memory:
             StepNotFoundError: no such position or id in the namespace.
         """
         check_namespace(namespace)
-        with self.store.transaction():
+        with self.store.transaction(namespace):
             self._refresh()
             p, content = self._editor.update(
                 namespace,

@@ -54,6 +54,10 @@ class NamespaceCache:
             buf.extend(self.store.load(ns, start=buf.n))
         return True
 
+    def sizes(self) -> dict[str, int]:
+        """The loaded namespaces and their step counts."""
+        return {ns: buf.n for ns, buf in self._buffers.items()}
+
     def forget(self, namespace: str | None = None) -> None:
         """Drop the cached steps (of one namespace, or all)."""
         for cached in (self._buffers, self._counts, self._edits):

@@ -80,12 +80,17 @@ class RetrieverCache:
         """Forget the kept causal retriever (another writer committed)."""
         self._causal = None
 
-    def new(self) -> Retriever:
-        """A fresh retriever of the method, seed and ANN threshold."""
+    def new(self, namespace: str | None = None) -> Retriever:
+        """A fresh retriever of the method, seed and ANN threshold; for ``namespace``,
+        its flat ranking of large memories comes from the store's vector index when the
+        store has one (:meth:`MemoryStore.nearest
+        <osumem.memory.backends.base.MemoryStore.nearest>`)."""
         from osumem.retrieve.registry import create
 
         retriever = create(self.method, self.params, seed=self.seed)
         retriever.ann_min_steps = self.ann_min_steps
+        if namespace is not None:
+            retriever.step_index.source = self.store.nearest(namespace)
         return retriever
 
     def sync(self, namespace: str) -> Retriever | None:
@@ -122,7 +127,7 @@ class RetrieverCache:
         row = self.store.snapshot(namespace)
         if row is None or not 0 < row.steps <= data.view.n:
             return None, 0
-        retriever = self.new()
+        retriever = self.new(namespace)
         n = row.steps
         buf = self.namespaces.buffer(namespace)
         view = data.view.prefix(n) if n == data.view.n else buf.prefix_view(n)
@@ -174,7 +179,7 @@ class RetrieverCache:
         ``upto`` along the stored add boundaries, as the writing session did (over the
         namespace's buffer, or ``buf``)."""
         if retriever is None:
-            retriever = self.new()
+            retriever = self.new(namespace)
         ends = data.batch_ends if self.replay_batches or fitted else (data.view.n,)
         if type(retriever).update is Retriever.update:
             ends = ()  # its update is a fresh fit: one fit of the prefix is the same state

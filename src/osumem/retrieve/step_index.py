@@ -50,6 +50,11 @@ class StepIndex:
         self.ann_min_steps = ANN_MIN_STEPS if ann_min_steps is None else int(ann_min_steps)
         #: The HNSW index over the steps (``None`` until built).
         self.hnsw: KnnIndex | None = None
+        #: A nearest-neighbour search held outside the process (a store's vector index):
+        #: ``source(q, k, n)`` returns about the ``k`` best positions below ``n``, best
+        #: first. When set, large memories take their ranking's head from it and build
+        #: no HNSW index of their own.
+        self.source: Callable[[NDArray[np.float32], int, int], IntArray] | None = None
         self._cost_view: MemoryView | None = None
         # (sum, count, min, count of the min) of the costs of ``_cost_view``
         self._cost_cache = (0, 0, 0, 0)
@@ -62,11 +67,15 @@ class StepIndex:
         """Whether the ranking comes from the HNSW index: a memory of at least
         :attr:`ann_min_steps` steps, queried over all of it, with hnswlib installed
         (without it the exact scan answers)."""
-        return view.n >= self.ann_min_steps and limit >= view.n and hnsw_available()
+        indexed = self.source is not None or hnsw_available()
+        return view.n >= self.ann_min_steps and limit >= view.n and indexed
 
     def top(self, view: MemoryView, q: NDArray[np.float32], k: int) -> IntArray:
-        """About the ``k`` most similar steps, best first, from the HNSW index (built
-        now when missing, extended with the steps added since)."""
+        """About the ``k`` most similar steps, best first, from the external
+        :attr:`source` or the HNSW index (built now when missing, extended with the
+        steps added since)."""
+        if self.source is not None:
+            return self.source(q, k, view.n)
         if self.hnsw is None:
             self.hnsw = self._new_hnsw(view, view.n)
         index = self.hnsw
@@ -91,7 +100,7 @@ class StepIndex:
         while the caller builds its own structure. Insertion stays on one thread, so
         the graph is the one a sequential build makes.
         """
-        if not (view.n >= self.ann_min_steps and hnsw_available()):
+        if self.source is not None or not (view.n >= self.ann_min_steps and hnsw_available()):
             return None
         index = self._new_hnsw(view, view.n)
         failed: list[BaseException] = []

@@ -12,7 +12,13 @@ it. So a :class:`MemoryService` runs
   brought up to date;
 - every retrieval on a pool of **reader threads**, holding the shared side of the lock,
   against namespaces the store thread has already loaded and synchronised ("warm"), so a
-  retrieval only reads in-memory structures and never touches SQLite.
+  retrieval only reads in-memory structures (and the store's change counter).
+
+Other writers (other servers on one Postgres database, or a process writing the same
+SQLite file) are followed: before answering, a retrieval compares the store's change
+counter with the one the service last caught up with; when another writer committed,
+the store thread brings every loaded namespace up to date under the exclusive lock
+first, so an add acknowledged by any server is in every server's next answer.
 
 Query encoding (the bulk of a text retrieval) runs in the reader threads too, so reads
 overlap each other and wait for a write only while it commits and updates the index.
@@ -100,8 +106,8 @@ class MemoryService:
     """A thread-safe front of one :class:`Memory` for servers (see the module doc).
 
     Args:
-        path: the SQLite store file (created if missing); ``None`` keeps the memory in
-            RAM.
+        path: the store: a SQLite file or a ``postgresql://`` URL (created if missing);
+            ``None`` keeps the memory in RAM.
         encoder: encoder name or path as :meth:`Memory.open` takes it (``None``: the
             store's own, SBERT for a new store); loaded once, at start.
         method: the default retrieval method.
@@ -128,7 +134,9 @@ class MemoryService:
         threads = ServiceThreads(readers=readers, torch_threads=torch_threads)
         self._torch_threads = threads.torch_threads
         self.limits = limits or ServiceLimits()
-        self.path = None if path is None else Path(path)
+        self.path: Path | str | None = (
+            path if path is None or (isinstance(path, str) and "://" in path) else Path(path)
+        )
         self._settings = dict(memory_settings)
         self._lock = ReadWriteLock()
         self._store = ThreadPoolExecutor(max_workers=1, thread_name_prefix="osumem-store")
@@ -144,10 +152,13 @@ class MemoryService:
         self._closed = False
         self._encoder_to_close: Any = None
         self._encoder_id = ""
+        self._followed = 0  # the store's change counter the caches last caught up with
         try:
             self.memory: Memory = self._on_store(
                 lambda: self._open(encoder, method, memory_settings)
             ).result()
+            self.memory.follow_writers = False  # the service catches up itself
+            self._followed = self._on_store(self.memory.store.data_version).result()
         except BaseException:
             self._store.shutdown(wait=True)
             self._readers.shutdown(wait=True)
@@ -287,6 +298,7 @@ class MemoryService:
         with validated_budget(self.memory.config.budget if budget is None else budget) as b:
             self._check_retrieve(query, b)
             name = self.method if method is None or method == "" else str(method)
+            self._follow()
             while True:
                 mem = self._ready(namespace, name)
                 self._lock.acquire_read()
@@ -336,6 +348,7 @@ class MemoryService:
     def steps(self, namespace: str, **options: Any) -> dict[str, Any]:
         """The steps of ``namespace`` with their units, as
         :func:`osumem.memory.contents.step_records` takes ``options``."""
+        self._follow()
         return self._on_store(
             lambda: contents.step_records(self._warm_primary(namespace), namespace, **options)
         ).result()
@@ -343,6 +356,7 @@ class MemoryService:
     def page_data(self, namespace: str, **options: Any) -> dict[str, Any]:
         """The viewer page's data of ``namespace`` (no query: the page asks
         :meth:`retrieve` for one), see :func:`osumem.memory.contents.page_data`."""
+        self._follow()
         return self._on_store(
             lambda: contents.page_data(self._warm_primary(namespace), namespace, **options)
         ).result()
@@ -538,7 +552,7 @@ class MemoryService:
             return  # an earlier drain took them
         mem = self.memory
         touched: list[str] = []
-        self._lock.acquire_write()
+        sizes = self._begin_write()
         try:
             for namespace, messages, options, future in batch:
                 if not future.set_running_or_notify_cancel():
@@ -560,7 +574,7 @@ class MemoryService:
                 self._warm_up(mem, namespace)
                 self._warm.add(namespace)
         finally:
-            self._lock.release_write()
+            self._end_write(sizes, keep=touched)
 
     def _edit(self, namespace: str, change: Callable[[Memory], T]) -> Future[T]:
         """Run ``change`` (a delete or an update of ``namespace``'s stored steps) on the
@@ -568,13 +582,12 @@ class MemoryService:
         retrieval, and the memories of other methods are rebuilt for it."""
 
         def write() -> T:
-            self._lock.acquire_write()
+            sizes = self._begin_write()
             try:
-                self._generation[namespace] = self._generation.get(namespace, 0) + 1
-                self._warm.discard(namespace)
+                self._stale(namespace)
                 return change(self.memory)
             finally:
-                self._lock.release_write()
+                self._end_write(sizes)
 
         return self._on_store(write)
 
@@ -618,21 +631,73 @@ class MemoryService:
         data = export.read_export(lines, where, max_text_chars=self.memory.config.max_text_chars)
 
         def write() -> export.ImportSummary:
-            self._lock.acquire_write()
+            sizes = self._begin_write()
             try:
                 touched = [ns.name for ns in data.namespaces]
                 for namespace in touched:
-                    self._generation[namespace] = self._generation.get(namespace, 0) + 1
-                    self._warm.discard(namespace)
+                    self._stale(namespace)
                 for method in [
                     m for m, (_, seen) in self._others.items() if set(seen) & set(touched)
                 ]:
                     self._others.pop(method)  # rebuilt on their next use
                 return export.import_export(self.memory, data, replace=replace, where=where)
             finally:
-                self._lock.release_write()
+                self._end_write(sizes)
 
         return self._on_store(write)
+
+    # --- following other writers ------------------------------------------------------
+
+    def _memories(self) -> list[Memory]:
+        return [self.memory, *(mem for mem, _ in self._others.values())]
+
+    def _stale(self, namespace: str) -> None:
+        """``namespace`` changed: no reader may use its structures until warmed again."""
+        self._generation[namespace] = self._generation.get(namespace, 0) + 1
+        self._warm.discard(namespace)
+
+    def _begin_write(self) -> dict[int, dict[str, int]]:
+        """Take the exclusive lock (on the store thread); while it is held the memories
+        follow other writers themselves. Returns what each memory has loaded."""
+        self._lock.acquire_write()
+        sizes = {id(mem): mem.loaded() for mem in self._memories()}
+        for mem in self._memories():
+            mem.follow_writers = True
+        return sizes
+
+    def _end_write(self, sizes: dict[int, dict[str, int]], keep: Sequence[str] = ()) -> None:
+        """Release the exclusive lock; a loaded namespace that changed meanwhile (another
+        writer's steps came in with a refresh) and that the write did not warm again
+        (``keep``) is marked stale first."""
+        try:
+            for mem in self._memories():
+                mem.follow_writers = False
+                now = mem.loaded()
+                for namespace, n in sizes.get(id(mem), {}).items():
+                    if now.get(namespace) != n and namespace not in keep:
+                        self._stale(namespace)
+        finally:
+            self._lock.release_write()
+
+    def _follow(self) -> None:
+        """Catch up with other writers' commits before answering (a cheap read of the
+        store's change counter when nobody else wrote)."""
+        if self.memory.store.data_version() != self._followed:
+            self._on_store(self._catch_up).result()
+
+    def _catch_up(self) -> None:
+        """On the store thread: bring every loaded namespace of every memory up to what
+        other writers committed, under the exclusive lock."""
+        version = self.memory.store.data_version()
+        if version == self._followed:
+            return  # another request caught up already
+        sizes = self._begin_write()
+        try:
+            for mem in self._memories():
+                mem.refresh()
+            self._followed = version
+        finally:
+            self._end_write(sizes)
 
     def _check_retrieve(self, query: Any, budget: int) -> None:
         """The service's own bounds on a query and an already validated budget."""
@@ -698,6 +763,7 @@ class MemoryService:
             if entry is None and len(self._others) >= self.limits.max_methods:
                 self._others.pop(next(iter(self._others)))  # the oldest
             entry = (Memory(base.store, base.encoder, config), {})
+            entry[0].follow_writers = False
         mem, loaded = entry
         self._warm_up(mem, namespace)  # readers use this namespace only once marked
         loaded[namespace] = gen

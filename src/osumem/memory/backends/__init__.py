@@ -1,7 +1,8 @@
 """Memory store backends behind one interface (:class:`MemoryStore`).
 
 :func:`open_store` opens a store by location: ``None`` (in memory) or a file path
-opens the SQLite backend; ``<scheme>://...`` opens the backend registered for that
+opens the SQLite backend; ``postgresql://...`` (or ``postgres://``) the Postgres
+backend (the ``postgres`` extra); ``<scheme>://...`` the backend registered for that
 scheme with :func:`register_backend`.
 """
 
@@ -41,10 +42,20 @@ def register_backend(scheme: str, opener: Opener) -> None:
     _SCHEMES[scheme.lower()] = opener
 
 
+def _open_postgres(location: str, **settings: Any) -> MemoryStore:
+    from osumem.memory.backends.postgres import PostgresStore  # psycopg only when used
+
+    return PostgresStore(location, **settings)
+
+
 def available_backends() -> list[str]:
     """The backends :func:`open_store` can open: ``sqlite`` and every registered
     scheme."""
     return ["sqlite", *sorted(_SCHEMES)]
+
+
+for _scheme in ("postgresql", "postgres"):
+    register_backend(_scheme, _open_postgres)
 
 
 def open_store(
@@ -56,7 +67,7 @@ def open_store(
 ) -> MemoryStore:
     """Open (or create) the store at ``location``: ``None`` keeps it in memory, a path
     is a SQLite file, ``<scheme>://...`` a registered backend. ``settings`` go to the
-    backend (SQLite: ``synchronous``)."""
+    backend (SQLite: ``synchronous``; Postgres: ``connect_timeout``, ``pool_size``)."""
     if isinstance(location, str):
         m = _URL.match(location)
         if m:

@@ -19,10 +19,13 @@ What every backend guarantees:
   0..n-1 without gaps, while a step's id is its identity, never changed and never
   given to another step, not even after the step is deleted.
 - **Deleted means gone.** Deleting or replacing steps (and deleting a namespace)
-  leaves nothing of the old content readable in the store's files or tables once the
-  transaction has committed (SQLite: ``secure_delete`` and a checkpoint of the
-  write-ahead log; a server database: the deleted rows and their index entries), and
-  a stored snapshot that covered a changed step is deleted with it.
+  leaves nothing of the old content readable in the store once the transaction has
+  committed, and a stored snapshot that covered a changed step is deleted with it.
+  SQLite: not in the file either (``secure_delete`` and a checkpoint of the
+  write-ahead log). A server database: no query reads the deleted rows or their index
+  entries; its own files keep dead row versions until it reclaims them (Postgres:
+  VACUUM; VACUUM FULL rewrites the table), and its write-ahead log and backups keep
+  what its operator keeps.
 - **Change detection by a counter.** :meth:`~MemoryStore.data_version` changes
   whenever another writer commits and stays the same across this store's own writes
   (SQLite's ``data_version``; a server database keeps a commit counter in the
@@ -38,7 +41,7 @@ from __future__ import annotations
 import itertools
 import warnings
 from abc import ABC, ABCMeta, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
@@ -151,9 +154,11 @@ class MemoryStore(ABC, metaclass=_Constructible):
     # --- transactions ---------------------------------------------------------------
 
     @abstractmethod
-    def transaction(self) -> AbstractContextManager[None]:
+    def transaction(self, namespace: str | None = None) -> AbstractContextManager[None]:
         """One write transaction, rolled back on any exception; nested calls are
-        savepoints of the outer one."""
+        savepoints of the outer one. ``namespace``: the one namespace the block writes
+        (a backend may then lock that namespace only; ``None``: any, the whole store
+        is locked); every write method names its namespace itself."""
 
     @property
     @abstractmethod
@@ -304,6 +309,17 @@ class MemoryStore(ABC, metaclass=_Constructible):
         """Store ``row`` as the snapshot of ``namespace`` without waiting for another
         writer; ``False`` when it was not written (busy, read-only, ...): a snapshot is
         a cache."""
+
+    # --- nearest neighbours ----------------------------------------------------------
+
+    def nearest(
+        self, namespace: str
+    ) -> Callable[[NDArray[np.float32], int, int], NDArray[np.int64]] | None:
+        """A search of ``namespace``'s steps by similarity with a query held by the
+        store itself (a vector index): ``search(q, k, n)`` returns about the ``k`` best
+        positions below ``n``, best first; ``None`` (the default) when the store has
+        none and the retrievers rank in process."""
+        return None
 
     # --- namespaces ---------------------------------------------------------------------
 

@@ -5,13 +5,12 @@ through the connection and the schema module only."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
-from typing import Any
 
 import numpy as np
 
 from osumem.errors import StoreCorruptError
+from osumem.memory.backends.codec import json_is
 from osumem.memory.backends.sqlite import schema, sql
 from osumem.memory.backends.sqlite.connection import Connection
 from osumem.memory.backends.sqlite.rows import decode_pending
@@ -70,7 +69,7 @@ def collect_problems(conn: Connection, problems: list[str], library_version: str
             except UnicodeDecodeError:
                 text_bad += 1
                 continue
-            if not _json_is(cols["entities"], list) or not _json_is(cols["arguments"], dict):
+            if not json_is(cols["entities"], list) or not json_is(cols["arguments"], dict):
                 json_bad += 1
     if nonfinite:
         problems.append(f"{nonfinite} embedding(s) hold NaN or infinite values")
@@ -82,7 +81,7 @@ def collect_problems(conn: Connection, problems: list[str], library_version: str
         bad_meta = sum(
             1
             for (raw,) in conn.execute("SELECT CAST(metadata AS BLOB) FROM step_metadata")
-            if not _json_is(bytes(raw or b"").decode("utf-8", "replace"), dict)
+            if not json_is(bytes(raw or b"").decode("utf-8", "replace"), dict)
         )
         if bad_meta:
             problems.append(f"{bad_meta} step(s) have metadata that is not a JSON object")
@@ -101,10 +100,3 @@ def collect_problems(conn: Connection, problems: list[str], library_version: str
             problems.append(f"held messages of namespace {ns!r} are not a JSON message list")
         except (StoreCorruptError, UnicodeDecodeError):
             problems.append(f"held messages of namespace {ns!r} are not a JSON message list")
-
-
-def _json_is(text: Any, kind: type) -> bool:
-    try:
-        return isinstance(json.loads(text), kind)
-    except (TypeError, ValueError, RecursionError):
-        return False

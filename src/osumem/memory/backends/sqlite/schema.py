@@ -9,11 +9,14 @@ opened read-only is read as it is: the later tables are optional to a reader).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-
-from osumem.errors import ForeignStoreError, NewerSchemaError, StoreCorruptError
-from osumem.memory.backends.base import SCHEMA_VERSION, STORE_FORMAT
+from osumem.errors import ForeignStoreError, StoreCorruptError
+from osumem.memory.backends.codec import (
+    FIRST_TABLES,
+    MIGRATIONS,
+    Migration,
+    check_format,
+    meta_defaults,
+)
 from osumem.memory.backends.sqlite import sql
 from osumem.memory.backends.sqlite.connection import Connection
 from osumem.memory.rows import STEP_TEXT_COLUMNS
@@ -80,7 +83,7 @@ TABLES: dict[str, str] = {
 )""",
 }
 #: The tables every store of this version has (the first release's).
-REQUIRED = ("meta", "steps", "batches", "pending")
+REQUIRED = FIRST_TABLES
 #: The columns of the required tables, in order.
 COLUMNS = {
     "meta": ("key", "value"),
@@ -100,42 +103,15 @@ TRIGGERS: dict[str, tuple[str, ...]] = {
 NAMESPACED = ("steps", "batches", "pending", "digests", "snapshots", "held_sources")
 
 
-@dataclass(frozen=True)
-class Migration:
-    """One named step of the schema: the tables it creates (present: applied)."""
-
-    name: str
-    creates: tuple[str, ...]
-
-    def applied(self, tables: set[str]) -> bool:
-        return all(t in tables for t in self.creates)
-
-    def apply(self, conn: Connection, library_version: str) -> None:
-        for table in self.creates:
-            conn.execute(TABLES[table])
-            for statement in TRIGGERS.get(table, ()):
-                conn.execute(statement)
-        if "meta" in self.creates:
-            conn.executemany(
-                sql.INSERT_META,
-                [
-                    ("format", STORE_FORMAT),
-                    ("schema_version", str(SCHEMA_VERSION)),
-                    ("library_version", library_version),
-                    ("model_id", ""),
-                    ("dim", "0"),
-                ],
-            )
-
-
-#: The schema's migrations, oldest first.
-MIGRATIONS: tuple[Migration, ...] = (
-    Migration("0001 steps, add batches and held messages", REQUIRED),
-    Migration("0002 digests of added logs", ("digests",)),
-    Migration("0003 retriever snapshots", ("snapshots",)),
-    Migration("0004 sources of held messages", ("held_sources",)),
-    Migration("0005 step metadata and times, edit counts", ("step_metadata", "namespace_edits")),
-)
+def apply(migration: Migration, conn: Connection, library_version: str) -> None:
+    """Create the tables of ``migration`` (with their triggers; and the meta rows, with
+    ``meta``)."""
+    for table in migration.creates:
+        conn.execute(TABLES[table])
+        for statement in TRIGGERS.get(table, ()):
+            conn.execute(statement)
+    if "meta" in migration.creates:
+        conn.executemany(sql.INSERT_META, meta_defaults(library_version))
 
 
 def tables(conn: Connection) -> set[str]:
@@ -153,14 +129,14 @@ def initialise(conn: Connection, library_version: str) -> set[str]:
         with conn.transaction():  # re-checked under the write lock: creators may race
             if not tables(conn):
                 for migration in MIGRATIONS:
-                    migration.apply(conn, library_version)
+                    apply(migration, conn, library_version)
         present = tables(conn)
     validate(conn, present, library_version)
     if not conn.read_only:
         for migration in MIGRATIONS:
             if not migration.applied(present):
                 with conn.transaction():
-                    migration.apply(conn, library_version)
+                    apply(migration, conn, library_version)
                 present.update(migration.creates)
     return present
 
@@ -177,20 +153,6 @@ def meta_rows(conn: Connection) -> dict[str, str]:
     return out
 
 
-def check_meta(name: str, meta: Mapping[str, str]) -> None:
-    """The encoder rows of ``meta`` are present and agree (``model_id`` set iff ``dim``)."""
-    for key in ("model_id", "dim"):
-        if key not in meta:
-            raise StoreCorruptError(f"{name}: corrupt: meta row {key!r} is missing")
-    dim = meta["dim"]
-    if not (isinstance(dim, str) and dim.isdigit() and int(dim) < 1_000_000):
-        raise StoreCorruptError(f"{name}: corrupt: meta 'dim' is {dim!r}")
-    if not isinstance(meta["model_id"], str) or (int(dim) == 0) != (meta["model_id"] == ""):
-        raise StoreCorruptError(
-            f"{name}: corrupt: meta model_id {meta['model_id']!r} with dim {dim}"
-        )
-
-
 def validate(conn: Connection, present: set[str], library_version: str) -> None:
     """Refuse a file that is not a sound store of this version (cheap checks only)."""
     name = conn.name
@@ -200,22 +162,7 @@ def validate(conn: Connection, present: set[str], library_version: str) -> None:
         raise ForeignStoreError(
             f"{name}: an SQLite file but not an osumem memory store (tables: {sorted(present)})"
         )
-    meta = meta_rows(conn)
-    if meta.get("format") != STORE_FORMAT:
-        raise ForeignStoreError(
-            f"{name}: format {meta.get('format')!r}, expected {STORE_FORMAT!r}; "
-            "not an osumem memory store"
-        )
-    version = meta.get("schema_version")
-    if version != str(SCHEMA_VERSION):
-        if version is None or not version.isdigit():
-            raise StoreCorruptError(f"{name}: corrupt: meta 'schema_version' is {version!r}")
-        raise NewerSchemaError(
-            f"{name}: schema version {version} (written by osumem "
-            f"{meta.get('library_version', '?')}); this osumem "
-            f"({library_version}) reads version {SCHEMA_VERSION} only"
-        )
-    check_meta(name, meta)
+    check_format(name, meta_rows(conn), library_version)
     for table in REQUIRED:
         if table not in present:
             raise StoreCorruptError(f"{name}: corrupt: table {table!r} is missing")

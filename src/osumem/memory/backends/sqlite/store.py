@@ -47,7 +47,16 @@ from osumem.errors import (
     StoreError,
     StoreIOError,
 )
-from osumem.memory.backends.base import MemoryStore, checked_positions, position_after_delete
+from osumem.memory.backends.base import checked_positions, position_after_delete
+from osumem.memory.backends.codec import (
+    batch_end_moves,
+    check_meta,
+    discarded,
+    hash_tables,
+    held_sources,
+    snapshot_row,
+)
+from osumem.memory.backends.connected import ConnectedStore
 from osumem.memory.backends.sqlite import schema, sql
 from osumem.memory.backends.sqlite.connection import Connection, SQLiteSettings, guarded
 from osumem.memory.backends.sqlite.integrity import collect_problems
@@ -68,7 +77,7 @@ def _library_version() -> str:
     return __version__
 
 
-class SQLiteStore(MemoryStore):
+class SQLiteStore(ConnectedStore):
     """A SQLite-backed step store. ``path=None`` keeps everything in memory.
 
     Args:
@@ -116,11 +125,7 @@ class SQLiteStore(MemoryStore):
         except BaseException:
             self.conn.abandon()
             raise
-        self._has_digests = "digests" in present
-        self._has_snapshots = "snapshots" in present
-        self._has_held_sources = "held_sources" in present
-        self._has_metadata = "step_metadata" in present
-        self._has_edits = "namespace_edits" in present
+        self.present = frozenset(present)
 
     # --- identity and lifecycle -------------------------------------------------------
 
@@ -134,29 +139,8 @@ class SQLiteStore(MemoryStore):
         return ":memory:" if self.conn.path is None else str(self.conn.path)
 
     @property
-    def name(self) -> str:  # type: ignore[override]
-        return self.conn.name
-
-    @property
-    def read_only(self) -> bool:  # type: ignore[override]
-        return self.conn.read_only
-
-    @property
-    def created(self) -> bool:  # type: ignore[override]
-        return self.conn.created
-
-    @property
-    def timeout(self) -> float:
-        """Seconds a write waits for another writer's lock."""
-        return self.conn.timeout
-
-    @property
     def persistent(self) -> bool:
         return self.conn.path is not None
-
-    @property
-    def is_open(self) -> bool:
-        return self.conn.is_open
 
     def close(self) -> None:
         """Checkpoint the write-ahead log (a clean close leaves no ``-wal`` content) and
@@ -174,13 +158,11 @@ class SQLiteStore(MemoryStore):
     # --- transactions -----------------------------------------------------------------
 
     @contextmanager
-    def transaction(self) -> Iterator[None]:
+    def transaction(self, namespace: str | None = None) -> Iterator[None]:
+        """One ``BEGIN IMMEDIATE`` transaction: SQLite locks the whole file for every
+        writer, whatever ``namespace`` the block writes."""
         with self.conn.transaction():
             yield
-
-    @property
-    def in_transaction(self) -> bool:
-        return self.conn.in_transaction
 
     # --- meta -------------------------------------------------------------------------
 
@@ -192,9 +174,6 @@ class SQLiteStore(MemoryStore):
     @guarded
     def meta(self) -> dict[str, str]:
         return schema.meta_rows(self.conn)
-
-    def schema_version(self) -> int:
-        return int(self.meta()["schema_version"])
 
     @property
     def model_id(self) -> str:
@@ -265,7 +244,7 @@ class SQLiteStore(MemoryStore):
         namespace, rows, emb, encoder_id = add.namespace, add.rows, add.embeddings, add.encoder_id
         with conn.transaction():
             meta = schema.meta_rows(conn)
-            schema.check_meta(self.name, meta)
+            check_meta(self.name, meta)
             dim = int(meta["dim"])
             if len(rows):
                 if not meta["model_id"]:
@@ -381,15 +360,7 @@ class SQLiteStore(MemoryStore):
         """Batch and digest end positions after deleting the positions ``gone``."""
         conn = self.conn
         batches = conn.execute(sql.SELECT_BATCHES, (namespace,)).fetchall()
-        top = (batches[-1][1] if batches else 0) + 1
-        kept, moves, drops = set(), [], []
-        for batch_id, end in batches:
-            new = position_after_delete(end, gone)
-            if new == 0 or new in kept:
-                drops.append((batch_id,))
-            else:
-                kept.add(new)
-                moves.append((new, batch_id))
+        drops, moves, top = batch_end_moves(batches, gone)
         conn.executemany(sql.DELETE_BATCH, drops)
         conn.executemany(sql.MOVE_BATCH, [(top + new, i) for new, i in moves])
         conn.executemany(sql.MOVE_BATCH, moves)
@@ -487,17 +458,7 @@ class SQLiteStore(MemoryStore):
         if row is None:
             return [], []
         held = decode_pending(row[0], self.name, namespace)
-        try:
-            sources = json.loads(row[1]) if row[1] is not None else None
-        except (TypeError, ValueError):
-            sources = None
-        if (
-            not isinstance(sources, list)
-            or len(sources) != len(held)
-            or not all(isinstance(x, str) for x in sources)
-        ):
-            return held, [None] * len(held)  # unknown: as a store without sources
-        return held, list(sources)
+        return held, held_sources(held, row[1])
 
     @guarded
     def discard_pending(self, namespace: str) -> list[dict[str, Any]]:
@@ -506,21 +467,11 @@ class SQLiteStore(MemoryStore):
             self.conn.execute(sql.DELETE_PENDING, (namespace,))
             if self._has_held_sources:
                 self.conn.execute(sql.DELETE_HELD_SOURCES, (namespace,))
-        if row is None:
-            return []
-        try:
-            held = json.loads(row[0])
-        except (TypeError, ValueError):
-            return [{"unreadable": str(row[0])}]
-        return held if isinstance(held, list) else [{"unreadable": str(row[0])}]
+        return [] if row is None else discarded(row[0])
 
     @guarded
     def delete_namespace(self, namespace: str) -> int:
-        present = {
-            "digests": self._has_digests,
-            "snapshots": self._has_snapshots,
-            "held_sources": self._has_held_sources,
-        }
+        present = self._present()
         with self.conn.transaction():
             n = self.n_steps(namespace)
             ids = [i for i, _ in self.conn.execute(sql.IDS_FROM, (namespace, 0))]
@@ -537,17 +488,7 @@ class SQLiteStore(MemoryStore):
     def snapshot(self, namespace: str) -> SnapshotRow | None:
         if not self._has_snapshots:
             return None
-        row = self.conn.execute(sql.SELECT_SNAPSHOT, (namespace,)).fetchone()
-        if row is None:
-            return None
-        steps, config, fingerprint, checksum, payload = row
-        if not (
-            isinstance(steps, int)
-            and all(isinstance(x, str) for x in (config, fingerprint, checksum))
-            and isinstance(payload, bytes)
-        ):
-            return None
-        return SnapshotRow(steps, config, fingerprint, checksum, payload)
+        return snapshot_row(self.conn.execute(sql.SELECT_SNAPSHOT, (namespace,)).fetchone())
 
     def save_snapshot(self, namespace: str, row: SnapshotRow) -> bool:
         if not self.conn.is_open or self.read_only or not self._has_snapshots:
@@ -592,13 +533,7 @@ class SQLiteStore(MemoryStore):
     @guarded
     def content_hash(self) -> str:
         h = hashlib.sha256()
-        tables = [("meta", "key"), ("steps", "id"), ("batches", "id"), ("pending", "ns")]
-        if self._has_digests:
-            tables.append(("digests", "ns, digest"))
-        if self._has_held_sources:
-            tables.append(("held_sources", "ns"))
-        if self._has_metadata:
-            tables.append(("step_metadata", "id"))
+        tables = hash_tables(set(self.present))
         for table, order in tables:
             h.update(table.encode())
             for row in self.conn.execute(sql.select_all(table, order)):

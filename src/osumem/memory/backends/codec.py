@@ -1,0 +1,302 @@
+"""What every store backend encodes and checks the same way: the step columns a row
+carries, the checked decoding of selected step rows into a namespace's columns, held
+messages and their sources, snapshot rows, the meta checks and the named migrations
+(each backend applies them in its own SQL dialect)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from osumem.errors import ForeignStoreError, NewerSchemaError, StoreCorruptError
+from osumem.memory.backends.base import SCHEMA_VERSION, STORE_FORMAT
+from osumem.memory.rows import NamespaceData, SnapshotRow, StepRow, namespace_data
+
+
+def step_columns(row: StepRow) -> tuple[Any, ...]:
+    """A step's content columns before its embedding, role to cost, in table order
+    (entities as a sorted JSON list)."""
+    return (
+        row.role,
+        row.text,
+        row.tool_action,
+        row.arguments_json,
+        row.tool_signature,
+        json.dumps(sorted(row.entities), ensure_ascii=False),
+        row.subgoal,
+        row.source,
+        int(row.cost),
+    )
+
+
+def decode_steps(
+    rows: Sequence[tuple[Any, ...]],
+    batch_ends: Sequence[int],
+    *,
+    start: int,
+    dim: int,
+    where: str,
+    embeddings: NDArray[np.float32] | None = None,
+) -> NamespaceData:
+    """Rows of :data:`~osumem.memory.backends.sqlite.sql.SELECT_STEPS` (positions from
+    ``start``; id, pos, the content columns, embedding, metadata, time, updated) as a
+    :class:`NamespaceData`, every row checked: no position missing, embeddings of
+    ``dim`` finite float32 values, text columns text, costs positive, entities a JSON
+    list of strings, metadata a JSON object, times numbers. ``where`` starts every
+    message. A backend that decoded the embedding column itself passes the matrix as
+    ``embeddings`` (checked for finite values here; the rows' embedding column is then
+    not read)."""
+    n = len(rows)
+    for k, r in enumerate(rows):
+        if r[1] != start + k:
+            raise StoreCorruptError(f"{where}: position {start + k} is missing")
+        blob = r[11]
+        if embeddings is None and (not isinstance(blob, bytes) or len(blob) != 4 * dim):
+            size = len(blob) if isinstance(blob, bytes | str) else type(blob).__name__
+            raise StoreCorruptError(
+                f"{where}: step id {r[0]} has a {size}-byte embedding, expected {4 * dim}"
+            )
+        for c, name in ((2, "role"), (3, "text"), (4, "tool_action"), (6, "tool_signature")):
+            if not isinstance(r[c], str):
+                raise StoreCorruptError(f"{where}: step id {r[0]}: {name} is not text")
+        if not isinstance(r[10], int) or r[10] <= 0:
+            raise StoreCorruptError(f"{where}: step id {r[0]}: cost {r[10]!r}")
+    if embeddings is not None:
+        emb = embeddings.astype(np.float32, copy=False).reshape(n, dim)
+    elif n:
+        emb = np.frombuffer(b"".join(r[11] for r in rows), dtype="<f4").reshape(n, dim)
+        emb = emb.astype(np.float32)
+    else:
+        emb = np.zeros((0, dim), dtype=np.float32)
+    if n and not np.isfinite(emb).all():
+        bad = int(np.flatnonzero(~np.isfinite(emb).all(axis=1))[0])
+        raise StoreCorruptError(f"{where}: step id {rows[bad][0]} has a non-finite embedding")
+    metadata = []
+    seen: set[str] = set()  # most steps share "{}"
+    for r in rows:
+        raw = "{}" if r[12] is None else r[12]
+        if raw not in seen:
+            try:
+                ok = isinstance(raw, str) and isinstance(json.loads(raw), dict)
+            except ValueError:
+                ok = False
+            if not ok:
+                raise StoreCorruptError(f"{where}: step id {r[0]}: metadata is not a JSON object")
+            seen.add(raw)
+        metadata.append(raw)
+        for c, name in ((13, "time"), (14, "updated")):
+            if r[c] is not None and not isinstance(r[c], int | float):
+                raise StoreCorruptError(f"{where}: step id {r[0]}: {name} is not a number")
+    entities = []
+    decoded: dict[Any, frozenset[str]] = {}  # agent steps repeat few entity lists
+    for r in rows:
+        raw = r[7]
+        got = decoded.get(raw) if isinstance(raw, str) else None
+        if got is None:
+            try:
+                ents = json.loads(raw)
+            except (TypeError, ValueError):
+                ents = None
+            if not isinstance(ents, list) or not all(isinstance(e, str) for e in ents):
+                raise StoreCorruptError(f"{where}: step id {r[0]}: entities are not a JSON list")
+            got = decoded[raw] = frozenset(ents)
+        entities.append(got)
+    cols = list(zip(*rows, strict=True)) if rows else [()] * 15
+    return namespace_data(
+        embeddings=emb,
+        costs=cols[10],
+        roles=cols[2],
+        texts=cols[3],
+        tool_actions=cols[4],
+        tool_signatures=cols[6],
+        entities=entities,
+        subgoals=cols[8],
+        sources=cols[9],
+        step_ids=cols[0],
+        arguments=cols[5],
+        batch_ends=batch_ends,
+        metadata=metadata,
+        times=cols[13],
+        updated=cols[14],
+    )
+
+
+def decode_pending(raw: Any, where: str, namespace: str) -> list[dict[str, Any]]:
+    """A ``pending`` row's messages (a JSON list of message objects)."""
+    try:
+        held = json.loads(raw)
+    except (TypeError, ValueError):
+        held = None
+    if not isinstance(held, list) or not all(isinstance(m, dict) for m in held):
+        raise StoreCorruptError(
+            f"{where}: corrupt: held messages of namespace {namespace!r} are not "
+            "a JSON list of messages (discard them with Memory.discard_held)"
+        )
+    return held
+
+
+def encode_pending(messages: Sequence[Any]) -> str:
+    """Held messages as the ``pending`` row stores them."""
+    return json.dumps(list(messages), ensure_ascii=False, sort_keys=True)
+
+
+def batch_end_moves(
+    batches: Sequence[tuple[int, int]], gone: Sequence[int]
+) -> tuple[list[tuple[int]], list[tuple[int, int]], int]:
+    """What deleting the positions ``gone`` (sorted) does to a namespace's add batches
+    ``(id, end)`` (by end): the batches to drop (left without steps, or ending where a
+    kept one ends), the ``(new end, id)`` of the others, and an offset past every end
+    (moves go through ``offset + new end`` first, so no two batches share an end while
+    they move)."""
+    from osumem.memory.backends.base import position_after_delete
+
+    top = (batches[-1][1] if batches else 0) + 1
+    kept: set[int] = set()
+    moves: list[tuple[int, int]] = []
+    drops: list[tuple[int]] = []
+    for batch_id, end in batches:
+        new = position_after_delete(end, gone)
+        if new == 0 or new in kept:
+            drops.append((batch_id,))
+        else:
+            kept.add(new)
+            moves.append((new, batch_id))
+    return drops, moves, top
+
+
+def held_sources(held: Sequence[Any], raw: Any) -> list[str | None]:
+    """The sources of the held messages ``held`` from their stored JSON list ``raw``;
+    unknown (``None`` each) when missing, unreadable or of another length."""
+    try:
+        sources = json.loads(raw) if raw is not None else None
+    except (TypeError, ValueError):
+        sources = None
+    if (
+        not isinstance(sources, list)
+        or len(sources) != len(held)
+        or not all(isinstance(x, str) for x in sources)
+    ):
+        return [None] * len(held)  # unknown: as a store without sources
+    return list(sources)
+
+
+def discarded(raw: Any) -> list[dict[str, Any]]:
+    """Deleted held messages as returned (a damaged entry as ``{"unreadable": ...}``)."""
+    try:
+        held = json.loads(raw)
+    except (TypeError, ValueError):
+        return [{"unreadable": str(raw)}]
+    return held if isinstance(held, list) else [{"unreadable": str(raw)}]
+
+
+def snapshot_row(row: Sequence[Any] | None) -> SnapshotRow | None:
+    """A stored snapshot row, or ``None`` when missing or of the wrong types."""
+    if row is None:
+        return None
+    steps, config, fingerprint, checksum, payload = row
+    if not (
+        isinstance(steps, int)
+        and all(isinstance(x, str) for x in (config, fingerprint, checksum))
+        and isinstance(payload, bytes | bytearray | memoryview)
+    ):
+        return None
+    return SnapshotRow(steps, config, fingerprint, checksum, bytes(payload))
+
+
+def hash_tables(present: set[str]) -> list[tuple[str, str]]:
+    """The tables of a content hash and their order (snapshots, a cache, are not)."""
+    tables = [("meta", "key"), ("steps", "id"), ("batches", "id"), ("pending", "ns")]
+    if "digests" in present:
+        tables.append(("digests", "ns, digest"))
+    if "held_sources" in present:
+        tables.append(("held_sources", "ns"))
+    if "step_metadata" in present:
+        tables.append(("step_metadata", "id"))
+    return tables
+
+
+def json_is(text: Any, kind: type) -> bool:
+    """Whether ``text`` is JSON of type ``kind``."""
+    try:
+        return isinstance(json.loads(text), kind)
+    except (TypeError, ValueError, RecursionError):
+        return False
+
+
+# --- meta and migrations ----------------------------------------------------------------
+
+
+def check_meta(name: str, meta: Mapping[str, str]) -> None:
+    """The encoder rows of ``meta`` are present and agree (``model_id`` set iff ``dim``)."""
+    for key in ("model_id", "dim"):
+        if key not in meta:
+            raise StoreCorruptError(f"{name}: corrupt: meta row {key!r} is missing")
+    dim = meta["dim"]
+    if not (isinstance(dim, str) and dim.isdigit() and int(dim) < 1_000_000):
+        raise StoreCorruptError(f"{name}: corrupt: meta 'dim' is {dim!r}")
+    if not isinstance(meta["model_id"], str) or (int(dim) == 0) != (meta["model_id"] == ""):
+        raise StoreCorruptError(
+            f"{name}: corrupt: meta model_id {meta['model_id']!r} with dim {dim}"
+        )
+
+
+def check_format(name: str, meta: Mapping[str, str], library_version: str) -> None:
+    """``meta`` is an osumem store's of this schema version (then :func:`check_meta`)."""
+    if meta.get("format") != STORE_FORMAT:
+        raise ForeignStoreError(
+            f"{name}: format {meta.get('format')!r}, expected {STORE_FORMAT!r}; "
+            "not an osumem memory store"
+        )
+    version = meta.get("schema_version")
+    if version != str(SCHEMA_VERSION):
+        if version is None or not version.isdigit():
+            raise StoreCorruptError(f"{name}: corrupt: meta 'schema_version' is {version!r}")
+        raise NewerSchemaError(
+            f"{name}: schema version {version} (written by osumem "
+            f"{meta.get('library_version', '?')}); this osumem "
+            f"({library_version}) reads version {SCHEMA_VERSION} only"
+        )
+    check_meta(name, meta)
+
+
+def meta_defaults(library_version: str) -> list[tuple[str, str]]:
+    """The ``meta`` rows of a new store."""
+    return [
+        ("format", STORE_FORMAT),
+        ("schema_version", str(SCHEMA_VERSION)),
+        ("library_version", library_version),
+        ("model_id", ""),
+        ("dim", "0"),
+    ]
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One named step of the schema: the tables it creates (present: applied). Every
+    backend applies the same list (:data:`MIGRATIONS`) in its own SQL."""
+
+    name: str
+    creates: tuple[str, ...]
+
+    def applied(self, tables: set[str]) -> bool:
+        return all(t in tables for t in self.creates)
+
+
+#: The tables of the first release, whatever the backend.
+FIRST_TABLES = ("meta", "steps", "batches", "pending")
+
+#: The schema's migrations, oldest first: the same names and order on every backend
+#: (a backend may create backend-only tables with a step, e.g. Postgres's
+#: ``versions`` with ``0001``).
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration("0001 steps, add batches and held messages", FIRST_TABLES),
+    Migration("0002 digests of added logs", ("digests",)),
+    Migration("0003 retriever snapshots", ("snapshots",)),
+    Migration("0004 sources of held messages", ("held_sources",)),
+    Migration("0005 step metadata and times, edit counts", ("step_metadata", "namespace_edits")),
+)
