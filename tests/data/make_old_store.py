@@ -1,6 +1,6 @@
 """Writes ``old_store.db.gz`` and ``old_store_answers.json`` (tests/data): a memory
 store written by osumem 0.1.0 at commit 559dc48 (before the store interface was split
-into backends) and what it answered, for ``tests/test_store_compat.py``.
+into backends) and what it answered, for ``tests/memory/backends/test_store_compat.py``.
 
 Run from a checkout of that commit: ``python make_old_store.py OUT_DIR``. The store has
 four namespaces added in several batches, held messages (a tool call without its

@@ -3,7 +3,7 @@
 :class:`MemoryStore` is what :class:`~osumem.memory.Memory` needs from a store and
 nothing more; the SQLite file (:class:`~osumem.memory.backends.sqlite.SQLiteStore`) is
 its first implementation. A backend proves itself by passing the conformance suite
-(``tests/test_store_conformance.py``), written once against this interface.
+(``tests/memory/backends/test_store_conformance.py``), written once against this interface.
 
 What every backend guarantees:
 

@@ -16,6 +16,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from test_taubench import _tiny_file
+from test_toolbench import _toolbench_data
 
 from osumem.bench.reproduce import BENCHMARKS, load_spec, reproduce
 from osumem.cli import main
@@ -24,10 +26,8 @@ from osumem.errors import ConfigError, DataFileError
 from osumem.evaluate.runner import parse_method_runs, with_params
 from osumem.report.experiment import load_experiments
 from osumem.report.results_md import headings, results_markdown
-from test_taubench import _tiny_file
-from test_toolbench import _toolbench_data
 
-GOLDEN = Path(__file__).parent / "data"
+GOLDEN = Path(__file__).resolve().parents[1] / "data"
 TIMING = ["latency_s", "build_share_s", "build_s"]
 
 

@@ -4,7 +4,7 @@ error runs with their exit codes, compared byte for byte with
 tests/data/cli_snapshot.txt.
 
 A deliberate change of a flag, default or help text updates the snapshot with
-``OSUMEM_UPDATE_SNAPSHOT=1 python -m pytest tests/test_cli_snapshot.py`` (then review
+``OSUMEM_UPDATE_SNAPSHOT=1 python -m pytest tests/cli/test_cli_snapshot.py`` (then review
 the diff of the snapshot file).
 """
 
@@ -21,7 +21,7 @@ from osumem.cli import main
 
 #: The list of registered methods changes as methods are added; its place is pinned.
 AVAILABLE = re.compile(r"available: [^\n]*")
-SNAPSHOT = Path(__file__).parent / "data" / "cli_snapshot.txt"
+SNAPSHOT = Path(__file__).resolve().parents[1] / "data" / "cli_snapshot.txt"
 
 LOG = (
     '[{"role": "user", "content": "Book flight AB123"},'

@@ -9,12 +9,12 @@ from datetime import UTC, datetime
 
 import numpy as np
 import pytest
+from test_memory_edit import ENC, NS, QUERIES, filled, scratch
 
 from osumem.errors import InvalidFilterError
 from osumem.memory import Memory
 from osumem.memory.filters import StepFilter
 from osumem.retrieve.registry import deployable
-from test_memory_edit import ENC, NS, QUERIES, filled, scratch
 
 #: Filters and the positions of the 32-step memory of ``filled`` they pass.
 PASSING = {"turn": {"$in": [1, 3, 4, 6]}}

@@ -24,6 +24,11 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_store_fuzz import ENC as FUZZ_ENC
+from test_store_fuzz import FUZZ, op
+from test_store_fuzz import _apply as apply
+from test_store_fuzz import _probe as probe
+from test_store_fuzz import _tally as tally
 
 from osumem.embed import HashingEncoder
 from osumem.errors import (
@@ -37,11 +42,6 @@ from osumem.errors import (
 from osumem.memory import SCHEMA_VERSION, Memory, MemoryStore, open_store
 from osumem.memory.rows import SnapshotRow, StepRow
 from store_backends import BACKENDS, LOG, ROW_DAMAGE, SCHEMA_DAMAGE
-from test_store_fuzz import ENC as FUZZ_ENC
-from test_store_fuzz import FUZZ, op
-from test_store_fuzz import _apply as apply
-from test_store_fuzz import _probe as probe
-from test_store_fuzz import _tally as tally
 
 DIM = 16
 ENC = HashingEncoder(DIM)

@@ -15,7 +15,7 @@ from conftest import make_view
 from osumem.errors import InvalidInputError, NotFittedError
 from osumem.retrieve import RetrieverState, available, create
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "osumem"
+SRC = Path(__file__).resolve().parents[2] / "src" / "osumem"
 #: The private names of the pool retrievers' internals.
 PRIVATE = re.compile(r"\b_PoolRetriever\b|\bpool_\b")
 

@@ -21,7 +21,7 @@ from osumem.ingest import (
 from osumem.ingest.toolbench import read_toolbench
 from osumem.ingest.toolbench_dfs import DEEPEST_PATH_NOTE
 
-LOGS = Path(__file__).resolve().parents[1] / "examples" / "logs"
+LOGS = Path(__file__).resolve().parents[2] / "examples" / "logs"
 
 #: The steps of the flight-booking fixture: written out, not computed.
 SEARCH = (

@@ -10,6 +10,7 @@ import json
 
 import numpy as np
 import pytest
+from test_memory_api import conversation
 
 from osumem.embed import HashingEncoder
 from osumem.errors import InvalidInputError, StepNotFoundError
@@ -17,7 +18,6 @@ from osumem.memory import Memory
 from osumem.memory.rows import kept_ends
 from osumem.retrieve.registry import deployable
 from osumem.types import Step, l2_normalise
-from test_memory_api import conversation
 
 ENC = HashingEncoder(64)
 NS = "trip"

@@ -4,7 +4,7 @@ input leaves the store's content hash unchanged; no accepted add makes a later v
 add (or a retrieve) fail.
 
 Bounded to a few seconds by default; ``OSUMEM_FUZZ_PROFILE=long`` runs many more
-examples (e.g. ``OSUMEM_FUZZ_PROFILE=long python -m pytest tests/test_store_fuzz.py``).
+examples (e.g. ``OSUMEM_FUZZ_PROFILE=long python -m pytest tests/memory/backends/test_store_fuzz.py``).
 """
 
 from __future__ import annotations

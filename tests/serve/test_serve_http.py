@@ -215,7 +215,7 @@ def test_delete_namespace(server):
 
 
 def test_example_agent_loop_runs_against_the_server(server):
-    example = Path(__file__).resolve().parents[1] / "examples" / "agent_loop_http.py"
+    example = Path(__file__).resolve().parents[2] / "examples" / "agent_loop_http.py"
     out = subprocess.run(
         [sys.executable, str(example), "--server", server.url, "--namespace", "loop"],
         env=serve_env() | {"OSUMEM_TOKEN": TOKEN},

@@ -27,7 +27,7 @@ TOOLS = {
 }
 
 
-EXAMPLE_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "mcp_config.json"
+EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "examples" / "mcp_config.json"
 
 
 def stdio_params(store):

@@ -14,7 +14,7 @@ import pytest
 from osumem.errors import ConfigError
 from osumem.memory import Memory
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def test_oracle_methods_are_refused_by_the_memory(tmp_path):

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from osumem.cli import main
 from osumem.memory import Memory
-from test_memory_export import build
+from store_fixtures import build
 
 
 @pytest.fixture(scope="module")

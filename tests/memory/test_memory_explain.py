@@ -16,7 +16,7 @@ from osumem.memory import Memory
 from osumem.memory.explain import Explanation, StaleResultError, explain
 from osumem.retrieve.flat import FlatVector
 from osumem.retrieve.registry import deployable
-from test_memory_export import build
+from store_fixtures import build
 
 QUERY = "which reservation was cancelled for P3?"
 

@@ -18,7 +18,7 @@ from osumem.cli.memory import _renamed
 from osumem.errors import ConfigError, OSUMemError, StoreBusyError
 from osumem.evaluate.options import apply_overrides, check_experiment, run_experiment
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def _paths(group: click.Group, prefix: tuple[str, ...] = ()) -> set[str]:

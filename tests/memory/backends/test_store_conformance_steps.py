@@ -9,13 +9,13 @@ import json
 
 import numpy as np
 import pytest
+from test_store_conformance import row, vectors
 
 from osumem.errors import IncompatibleStoreError, StoreError
 from osumem.memory import open_store
 from osumem.memory.backends.base import position_after_delete
 from osumem.memory.rows import SnapshotRow
 from store_backends import BACKENDS
-from test_store_conformance import row, vectors
 
 ENC_ID = "enc:d16"
 

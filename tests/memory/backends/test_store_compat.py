@@ -20,7 +20,7 @@ import pytest
 from osumem.memory import Memory
 from osumem.memory import snapshot as snapshot_mod
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 
 
 @pytest.fixture
