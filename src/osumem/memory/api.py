@@ -41,6 +41,7 @@ from osumem.errors import (
     InvalidInputError,
 )
 from osumem.memory.backends import MemoryStore, open_store
+from osumem.memory.blas import limited
 from osumem.memory.config import (
     DEFAULT_NAMESPACE,
     MEMORY_ANN_MIN_STEPS,
@@ -212,6 +213,7 @@ class Memory:
         if self.follow_writers and self._views.refresh():
             self._methods.drop_causal()
 
+    @limited
     def refresh(self) -> set[str]:
         """Bring the loaded namespaces up to what other writers (processes, servers)
         committed since, whatever :attr:`follow_writers` says; returns the namespaces
@@ -255,12 +257,14 @@ class Memory:
         check_namespace(namespace)
         return self.store.n_steps(namespace)
 
+    @limited
     def view(self, namespace: str = DEFAULT_NAMESPACE) -> MemoryView:
         """The columnar view of ``namespace`` (what the retriever reads)."""
         check_namespace(namespace)
         self._refresh()
         return self._views.data(namespace).view
 
+    @limited
     def retriever(self, namespace: str = DEFAULT_NAMESPACE) -> Retriever | None:
         """The namespace's retriever, brought up to date (``None`` while it is empty)."""
         check_namespace(namespace)
@@ -290,6 +294,7 @@ class Memory:
         self._filtered.forget()
         return n
 
+    @limited
     def retrieve(
         self,
         query: str | NDArray[Any] | Sequence[float],
@@ -397,6 +402,7 @@ class Memory:
 
     # --- writing --------------------------------------------------------------------
 
+    @limited
     def add_steps(
         self,
         steps: Sequence[Step],
@@ -438,6 +444,7 @@ class Memory:
         self._views.extend(namespace, rows, emb, ids)
         return ids
 
+    @limited
     def add_messages(
         self,
         messages: Sequence[Mapping[str, Any]],
@@ -583,6 +590,7 @@ class Memory:
 
     # --- changing stored steps -------------------------------------------------------
 
+    @limited
     def delete(
         self,
         namespace: str,
@@ -614,6 +622,7 @@ class Memory:
             self._filtered.forget()
         return deleted
 
+    @limited
     def update(
         self,
         namespace: str,
@@ -749,6 +758,7 @@ class Memory:
         (``StoreCorruptError``, alias ``StoreIntegrityError``, listing every problem)."""
         self.store.check()
 
+    @limited
     def close(self) -> None:
         """Close the store and, if this memory opened it, the encoder's cache. Before
         closing, the retrievers built in this session are stored as snapshots (when
