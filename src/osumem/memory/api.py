@@ -213,6 +213,19 @@ class Memory:
         if self.follow_writers and self._views.refresh():
             self._methods.drop_causal()
 
+    def _writers_moved(self) -> bool:
+        """Inside a write transaction: catch up with other writers and say whether any
+        committed since this memory last caught up (just before the transaction, in an
+        add). With the write lock held nobody else commits until the end, so when
+        nobody did, what the add read before the transaction still holds. A memory
+        that does not follow other writers cannot tell: always ``True``."""
+        if not self.follow_writers:
+            return True
+        moved = self._views.refresh()
+        if moved:
+            self._methods.drop_causal()
+        return moved
+
     @limited
     def refresh(self) -> set[str]:
         """Bring the loaded namespaces up to what other writers (processes, servers)
@@ -522,24 +535,28 @@ class Memory:
         state = self._views.held_state(namespace, src)
         plan = self._planner.plan(clean, state, namespace, src, prefix, hold_open_calls)
         with self.store.transaction(namespace):
-            self._refresh()
-            if on_duplicate != "append" and self._is_duplicate(namespace, digest, on_duplicate):
-                return []
-            now = self._views.held_state(namespace, src)
-            if now != state:  # another writer moved the namespace meanwhile
-                plan = self._planner.plan(clean, now, namespace, src, prefix, hold_open_calls)
+            now = state
+            if self._writers_moved():  # what was read above may be stale: read it again
+                if on_duplicate != "append" and self._is_duplicate(namespace, digest, on_duplicate):
+                    return []
+                now = self._views.held_state(namespace, src)
+                if now != state:  # another writer moved the namespace meanwhile
+                    plan = self._planner.plan(clean, now, namespace, src, prefix, hold_open_calls)
             # an agent's streaming adds (append, no id) are not logs: no digest kept
             keep = on_duplicate != "append" or log_id is not None
             others, of = now[2], now[3]  # other sources' held messages stay held
             rows = self._stamped(plan.rows, meta, at)
+            # nothing was held and nothing is: the store's held messages stay as they are
+            unchanged = not now[0] and not others and not plan.held
             ids = self._write(
                 namespace,
                 rows,
                 plan.embeddings,
                 False,
-                pending=[*others, *plan.held],
-                pending_sources=[*of, *([src] * len(plan.held))],
+                pending=None if unchanged else [*others, *plan.held],
+                pending_sources=None if unchanged else [*of, *([src] * len(plan.held))],
                 digest=digest if keep else None,
+                users=now[1],
             )
         self._views.extend(namespace, rows, plan.embeddings, ids)
         return ids
@@ -725,11 +742,15 @@ class Memory:
         pending: Sequence[Mapping[str, Any]] | None,
         pending_sources: Sequence[str | None] | None = None,
         digest: str | None = None,
+        users: int | None = None,
     ) -> list[int]:
         """Store validated rows (inside the caller's transaction; the store checks the
-        vectors' dimension against what it holds under its write lock)."""
+        vectors' dimension against what it holds under its write lock); ``users``: the
+        namespace's user steps before them, when the caller read it in this
+        transaction."""
         encoder_id = self._encoder_id_for(external, emb.shape[1])
-        users = self._views.users(namespace) if rows else 0
+        if users is None:
+            users = self._views.users(namespace) if rows else 0
         ids = self.store.append(
             namespace,
             rows,
