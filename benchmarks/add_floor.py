@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from osumem.bench.serve import _percentiles as percentiles
 from osumem.bench.serve import generated_turn
 from osumem.memory import Memory
 from osumem.memory.backends.sqlite import sql
@@ -80,13 +81,7 @@ def _build(path: Path, steps: int, encoder: str) -> int:
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:
-    arr = np.asarray(values) * 1000.0
-    return {
-        "n": len(values),
-        "p50_ms": float(np.percentile(arr, 50)),
-        "p99_ms": float(np.percentile(arr, 99)),
-        "max_ms": float(arr.max()),
-    }
+    return {**percentiles(values), "max_ms": float(np.max(values)) * 1000.0}
 
 
 def _floor_connection(path: Path) -> sqlite3.Connection:
