@@ -47,8 +47,8 @@ def test_memory_works_without_the_bench_extra() -> None:
 
 
 #: The core install (pyproject's ``dependencies``) and the modules that left it.
-CORE = {"numpy", "scipy", "igraph", "leidenalg", "click"}
-NOT_CORE = ("sklearn", "networkx", "joblib", "threadpoolctl", "tqdm", "pandas", "pyarrow")
+CORE = {"numpy", "scipy", "igraph", "leidenalg", "click", "threadpoolctl"}
+NOT_CORE = ("sklearn", "networkx", "joblib", "tqdm", "pandas", "pyarrow")
 
 USE_DEFAULT_METHOD = """
 import json, sys
@@ -90,7 +90,9 @@ def test_the_core_dependencies_are_what_the_default_memory_imports() -> None:
         check=True,
     )
     got = json.loads(out.stdout)
-    assert set(got["dists"]) >= CORE, got["dists"]  # each one is needed
+    # each one is needed; SciPy's sparse matrices are imported at their first use (a
+    # reopened memory's snapshot), not by this fresh memory
+    assert set(got["dists"]) >= CORE - {"scipy"}, got["dists"]
     assert not set(NOT_CORE) & set(got["modules"])  # and the memory works without the rest
 
 

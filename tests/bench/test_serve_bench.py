@@ -1,5 +1,6 @@
-"""`osumem bench serve` end to end on a small store: every phase runs, every
-acknowledged add is found after the SIGKILL, and the report renders."""
+"""`osumem bench serve` end to end on a small store: every phase runs (the echo
+endpoint's too), every acknowledged add is found after the SIGKILL, and the report
+renders."""
 
 from __future__ import annotations
 
@@ -23,8 +24,13 @@ def test_small_serve_bench(tmp_path, monkeypatch):
     assert result["acknowledged_adds"] >= 1
     assert result["lost_acknowledged_steps"] == 0
     assert result["store"]["steps_after"] == result["store"]["steps"] + result["acknowledged_steps"]
+    echo = result["echo"]
+    for run in (echo["before"], echo["after"]):  # the same load against the echo endpoint
+        assert run["operations"] == 18 and run["n_errors"] == 0
+    assert echo["ratio"] == pytest.approx(con["throughput_ops_s"] / echo["throughput_ops_s"])
     report = render_report(result)
     assert "HTTP / in-process" in report and "lost after SIGKILL + reopen: 0" in report
+    assert "osumem serve / echo" in report
 
 
 def test_bench_config_is_checked():

@@ -12,7 +12,12 @@ Phases, in one run:
 4. ``clients`` threads, each with its own HTTP connection, run ``ops_per_client``
    operations (adds with probability ``add_share`` into the same big namespace, else
    retrievals), bounded by ``time_limit``;
-5. SIGKILL the server, reopen the store and count acknowledged adds that are missing.
+5. the same concurrent load against an echo endpoint: FastAPI under uvicorn on
+   127.0.0.1 (the server's stack), the same routes, answering each request with its
+   own body; run right before and right after phase 4, so ``osumem serve``'s
+   requests/s is reported as a ratio to what the stack alone does on the same machine
+   at the same time (the mean of the two echo runs);
+6. SIGKILL the server, reopen the store and count acknowledged adds that are missing.
 """
 
 from __future__ import annotations
@@ -144,8 +149,6 @@ def _free_port() -> int:
 def _start_server(
     store: Path | str, cfg: ServeBenchConfig, token: str, readers: int
 ) -> tuple[subprocess.Popen[str], str]:
-    import httpx
-
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [
@@ -157,17 +160,71 @@ def _start_server(
     proc = subprocess.Popen(
         cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
+    _wait_healthy(proc, url, "the server")
+    return proc, url
+
+
+#: The echo server: the routes the clients call, each answering with the request's
+#: own JSON body (an add's also with an empty ``step_ids``), under uvicorn as
+#: ``osumem serve`` runs (no server header, the same log level); argv[1] is the port.
+ECHO_SERVER = """
+import sys
+import uvicorn
+from fastapi import FastAPI, Request
+
+app = FastAPI()
+
+@app.get("/healthz")
+async def healthz():
+    return {"status": "ok"}
+
+@app.post("/v1/namespaces/{namespace}/retrieve")
+async def retrieve(namespace: str, request: Request):
+    return await request.json()
+
+@app.post("/v1/namespaces/{namespace}/messages")
+async def messages(namespace: str, request: Request):
+    return {**(await request.json()), "step_ids": []}
+
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning",
+            server_header=False)
+"""
+
+
+def _wait_healthy(proc: subprocess.Popen[str], url: str, what: str) -> None:
+    import httpx
+
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise ConfigError(f"bench serve: the server exited: {proc.stderr.read()[-2000:]}")  # type: ignore[union-attr]
+            raise ConfigError(f"bench serve: {what} exited: {proc.stderr.read()[-2000:]}")  # type: ignore[union-attr]
         try:
             if httpx.get(url + "/healthz", timeout=5).status_code == 200:
-                return proc, url
+                return
         except httpx.HTTPError:
             time.sleep(0.25)
     proc.kill()
-    raise ConfigError("bench serve: the server did not start within 600 s")
+    raise ConfigError(f"bench serve: {what} did not start within 600 s")
+
+
+def _start_echo() -> tuple[subprocess.Popen[str], str]:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", ECHO_SERVER, str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    _wait_healthy(proc, url, "the echo server")
+    return proc, url
+
+
+def _echo_load(
+    cfg: ServeBenchConfig, url: str, route: str, queries: list[str], nonce: str
+) -> dict[str, Any]:
+    """The concurrent phase's load against the echo server (nothing acknowledged)."""
+    return _concurrent(cfg, url, {}, route, queries, nonce, [])
 
 
 def run_serve_bench(
@@ -286,11 +343,21 @@ def _run(cfg: ServeBenchConfig, folder: Path, say: Callable[[str], None]) -> dic
         worker.submit(mem.close).result()
         worker.shutdown()
 
-        say(f"{cfg.clients} concurrent clients, {cfg.ops_per_client} operations each")
-        loaded = _concurrent(cfg, url, headers, route, base_queries, nonce, acked)
+        echo_proc, echo_url = _start_echo()
+        try:
+            say(f"{cfg.clients} concurrent clients against the echo endpoint")
+            echo_before = _echo_load(cfg, echo_url, route, base_queries, nonce)
+            say(f"{cfg.clients} concurrent clients, {cfg.ops_per_client} operations each")
+            loaded = _concurrent(cfg, url, headers, route, base_queries, nonce, acked)
+            say(f"{cfg.clients} concurrent clients against the echo endpoint again")
+            echo_after = _echo_load(cfg, echo_url, route, base_queries, nonce)
+        finally:
+            echo_proc.kill()
+            echo_proc.wait(timeout=60)
     finally:
         proc.send_signal(signal.SIGKILL)  # no graceful shutdown: acknowledged adds must be on disk
         proc.wait(timeout=60)
+    echo_rate = (echo_before["throughput_ops_s"] + echo_after["throughput_ops_s"]) / 2
 
     say("reopening the store after SIGKILL")
     with Memory.open(store, method=cfg.method) as check:
@@ -313,6 +380,12 @@ def _run(cfg: ServeBenchConfig, folder: Path, say: Callable[[str], None]) -> dic
             "both_nonempty": same,
         },
         "concurrent": loaded,
+        "echo": {
+            "before": echo_before,
+            "after": echo_after,
+            "throughput_ops_s": echo_rate,
+            "ratio": loaded["throughput_ops_s"] / echo_rate if echo_rate else float("nan"),
+        },
         "acknowledged_adds": len(acked),
         "acknowledged_steps": sum(len(ids) for _k, ids in acked),
         "lost_acknowledged_steps": lost,
@@ -387,7 +460,7 @@ def _concurrent(
 
 def render_report(result: dict[str, Any]) -> str:
     """The measurements as a Markdown table and a few lines."""
-    seq, con = result["sequential"], result["concurrent"]
+    seq, con, echo = result["sequential"], result["concurrent"], result["echo"]
     cfg = result["config"]
     rows = [
         f"serve benchmark: {result['store']['steps']} steps, encoder {result['store']['encoder']}, "
@@ -408,6 +481,9 @@ def render_report(result: dict[str, Any]) -> str:
         f"HTTP / in-process: p50 {seq['p50_ratio']:.2f}x, p99 {seq['p99_ratio']:.2f}x",
         f"concurrent: {con['operations']} operations in {con['wall_s']:.1f} s = "
         f"{con['throughput_ops_s']:.1f} ops/s ({con['n_errors']} errors)",
+        f"echo endpoint (FastAPI + uvicorn, same load, before/after): "
+        f"{echo['before']['throughput_ops_s']:.1f} / {echo['after']['throughput_ops_s']:.1f}"
+        f" ops/s; osumem serve / echo: {echo['ratio']:.2f}x",
         f"acknowledged adds: {result['acknowledged_adds']} ({result['acknowledged_steps']} "
         f"steps); lost after SIGKILL + reopen: {result['lost_acknowledged_steps']}",
         f"store build {result['store']['build_s']:.1f} s; reopen + first retrieve "

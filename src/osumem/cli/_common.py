@@ -32,7 +32,7 @@ DEFAULT_JOBS = "auto"
 DEFAULT_NAMESPACE = "default"
 #: The modules of the extra that holds the benchmark-only dependencies.
 BENCH_MODULES = frozenset(
-    {"pandas", "pyarrow", "matplotlib", "joblib", "threadpoolctl", "tqdm", "sklearn", "networkx"}
+    {"pandas", "pyarrow", "matplotlib", "joblib", "tqdm", "sklearn", "networkx"}
 )
 
 
@@ -345,6 +345,24 @@ def budget_option(**kwargs: Any) -> Callable[..., Any]:
     """``--budget``: one token budget (default 256)."""
     kwargs.setdefault("default", 256)
     return click.option("--budget", type=int, show_default=True, **kwargs)
+
+
+def blas_threads_option() -> Callable[..., Any]:
+    """``--blas-threads N`` (the command's ``blas_threads`` argument): the memory's
+    ``blas_threads`` setting; pass it on with :func:`blas_setting`."""
+    return click.option(
+        "--blas-threads",
+        type=click.IntRange(min=0),
+        default=1,
+        show_default=True,
+        help="BLAS threads while the memory adds and retrieves (one pays best for a "
+        "memory's small matrices); 0 keeps the BLAS library's own setting.",
+    )
+
+
+def blas_setting(blas_threads: int) -> int | None:
+    """The ``blas_threads`` setting of a memory for ``--blas-threads`` (0: ``None``)."""
+    return blas_threads or None
 
 
 def json_option(help: str) -> Callable[..., Any]:

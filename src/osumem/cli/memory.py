@@ -19,6 +19,8 @@ import click
 
 from osumem.cli._common import (
     STORE_ENCODER_HELP,
+    blas_setting,
+    blas_threads_option,
     budget_option,
     encoder_option,
     handle_errors,
@@ -73,6 +75,7 @@ from osumem.cli._common import (
     show_default=True,
     help="Seconds to wait for another writer's lock before giving up.",
 )
+@blas_threads_option()
 @json_option("Print the summary as JSON.")
 @handle_errors
 def ingest_cmd(
@@ -86,6 +89,7 @@ def ingest_cmd(
     log_format: str,
     on_duplicate: str,
     busy_timeout: float,
+    blas_threads: int,
     as_json: bool,
 ) -> None:
     """Add the chat log(s) in LOG to a memory store (all of the file, or nothing)."""
@@ -113,7 +117,9 @@ def ingest_cmd(
         return
     assert store is not None  # store_or_server checked that one of them is given
     added = skipped = 0
-    mem = Memory.open(store, encoder=encoder, timeout=busy_timeout)
+    mem = Memory.open(
+        store, encoder=encoder, timeout=busy_timeout, blas_threads=blas_setting(blas_threads)
+    )
     created = mem.store.created
     try:
         with mem.transaction():
@@ -240,6 +246,7 @@ def check_cmd(store: Path | str, as_json: bool) -> None:
     help="Also say why each step is there (cosine, lexical score, the unit that brought it "
     "in, coarse-stage ranks) and what the budget left out.",
 )
+@blas_threads_option()
 @json_option("Print the selected steps as JSON.")
 @handle_errors
 def query_cmd(
@@ -252,6 +259,7 @@ def query_cmd(
     params: tuple[str, ...],
     before: int | None,
     explain: bool,
+    blas_threads: int,
     as_json: bool,
 ) -> None:
     """Print the context retrieved from a memory store for TEXT."""
@@ -272,7 +280,12 @@ def query_cmd(
             raise ConfigError(f"--set expects PARAM=VALUE, got {item!r}")
         overrides[key.strip()] = value.strip()
     with Memory.open(
-        store, method=method, params=overrides or None, budget=budget, read_only=True
+        store,
+        method=method,
+        params=overrides or None,
+        budget=budget,
+        read_only=True,
+        blas_threads=blas_setting(blas_threads),
     ) as mem:
         result = mem.retrieve(text, budget, namespace=namespace, before=before)
         if mem.n_steps(namespace) == 0:  # after retrieve: a bad query is one error line

@@ -13,6 +13,8 @@ import click
 
 from osumem.cli._common import (
     STORE_ENCODER_HELP,
+    blas_setting,
+    blas_threads_option,
     budget_option,
     encoder_option,
     handle_errors,
@@ -93,6 +95,7 @@ def _need_serve_extra() -> None:
     show_default=True,
     help="torch intra-op threads per request (SBERT); 0 keeps torch's default.",
 )
+@blas_threads_option()
 @click.option(
     "--allowed-host",
     "allowed_hosts",
@@ -154,6 +157,7 @@ def serve_cmd(
     max_messages: int,
     readers: int,
     torch_threads: int,
+    blas_threads: int,
     allowed_hosts: tuple[str, ...],
     header_timeout: float,
     body_timeout: float,
@@ -165,6 +169,7 @@ def serve_cmd(
     JSON API. The store is opened and the encoder loaded once; writes go through one
     writer and are acknowledged after they commit."""
     _need_serve_extra()
+    from osumem.memory.blas import limit_process
     from osumem.serve.auth import TokenTable, load_tokens
     from osumem.serve.run import (
         HttpSettings,
@@ -198,8 +203,12 @@ def serve_cmd(
             readers=readers,
             limits=limits,
             torch_threads=torch_threads or None,
+            blas_threads=blas_setting(blas_threads),
         ) as svc,
     ):
+        # the server owns its process: one setting for every thread, made here on the
+        # main thread once the libraries are loaded
+        limit_process(blas_setting(blas_threads))
         if transport == "stdio":
             click.echo(
                 f"osumem serve: MCP over stdio, store {shown_store(store)}, encoder {svc.encoder_id}",

@@ -41,6 +41,7 @@ from osumem.errors import (
     InvalidInputError,
 )
 from osumem.memory.backends import MemoryStore, open_store
+from osumem.memory.blas import limited
 from osumem.memory.config import (
     DEFAULT_NAMESPACE,
     MEMORY_ANN_MIN_STEPS,
@@ -212,6 +213,20 @@ class Memory:
         if self.follow_writers and self._views.refresh():
             self._methods.drop_causal()
 
+    def _writers_moved(self) -> bool:
+        """Inside a write transaction: catch up with other writers and say whether any
+        committed since this memory last caught up (just before the transaction, in an
+        add). With the write lock held nobody else commits until the end, so when
+        nobody did, what the add read before the transaction still holds. A memory
+        that does not follow other writers cannot tell: always ``True``."""
+        if not self.follow_writers:
+            return True
+        moved = self._views.refresh()
+        if moved:
+            self._methods.drop_causal()
+        return moved
+
+    @limited
     def refresh(self) -> set[str]:
         """Bring the loaded namespaces up to what other writers (processes, servers)
         committed since, whatever :attr:`follow_writers` says; returns the namespaces
@@ -255,12 +270,14 @@ class Memory:
         check_namespace(namespace)
         return self.store.n_steps(namespace)
 
+    @limited
     def view(self, namespace: str = DEFAULT_NAMESPACE) -> MemoryView:
         """The columnar view of ``namespace`` (what the retriever reads)."""
         check_namespace(namespace)
         self._refresh()
         return self._views.data(namespace).view
 
+    @limited
     def retriever(self, namespace: str = DEFAULT_NAMESPACE) -> Retriever | None:
         """The namespace's retriever, brought up to date (``None`` while it is empty)."""
         check_namespace(namespace)
@@ -290,6 +307,7 @@ class Memory:
         self._filtered.forget()
         return n
 
+    @limited
     def retrieve(
         self,
         query: str | NDArray[Any] | Sequence[float],
@@ -397,6 +415,7 @@ class Memory:
 
     # --- writing --------------------------------------------------------------------
 
+    @limited
     def add_steps(
         self,
         steps: Sequence[Step],
@@ -438,6 +457,7 @@ class Memory:
         self._views.extend(namespace, rows, emb, ids)
         return ids
 
+    @limited
     def add_messages(
         self,
         messages: Sequence[Mapping[str, Any]],
@@ -515,24 +535,28 @@ class Memory:
         state = self._views.held_state(namespace, src)
         plan = self._planner.plan(clean, state, namespace, src, prefix, hold_open_calls)
         with self.store.transaction(namespace):
-            self._refresh()
-            if on_duplicate != "append" and self._is_duplicate(namespace, digest, on_duplicate):
-                return []
-            now = self._views.held_state(namespace, src)
-            if now != state:  # another writer moved the namespace meanwhile
-                plan = self._planner.plan(clean, now, namespace, src, prefix, hold_open_calls)
+            now = state
+            if self._writers_moved():  # what was read above may be stale: read it again
+                if on_duplicate != "append" and self._is_duplicate(namespace, digest, on_duplicate):
+                    return []
+                now = self._views.held_state(namespace, src)
+                if now != state:  # another writer moved the namespace meanwhile
+                    plan = self._planner.plan(clean, now, namespace, src, prefix, hold_open_calls)
             # an agent's streaming adds (append, no id) are not logs: no digest kept
             keep = on_duplicate != "append" or log_id is not None
             others, of = now[2], now[3]  # other sources' held messages stay held
             rows = self._stamped(plan.rows, meta, at)
+            # nothing was held and nothing is: the store's held messages stay as they are
+            unchanged = not now[0] and not others and not plan.held
             ids = self._write(
                 namespace,
                 rows,
                 plan.embeddings,
                 False,
-                pending=[*others, *plan.held],
-                pending_sources=[*of, *([src] * len(plan.held))],
+                pending=None if unchanged else [*others, *plan.held],
+                pending_sources=None if unchanged else [*of, *([src] * len(plan.held))],
                 digest=digest if keep else None,
+                users=now[1],
             )
         self._views.extend(namespace, rows, plan.embeddings, ids)
         return ids
@@ -583,6 +607,7 @@ class Memory:
 
     # --- changing stored steps -------------------------------------------------------
 
+    @limited
     def delete(
         self,
         namespace: str,
@@ -614,6 +639,7 @@ class Memory:
             self._filtered.forget()
         return deleted
 
+    @limited
     def update(
         self,
         namespace: str,
@@ -716,11 +742,15 @@ class Memory:
         pending: Sequence[Mapping[str, Any]] | None,
         pending_sources: Sequence[str | None] | None = None,
         digest: str | None = None,
+        users: int | None = None,
     ) -> list[int]:
         """Store validated rows (inside the caller's transaction; the store checks the
-        vectors' dimension against what it holds under its write lock)."""
+        vectors' dimension against what it holds under its write lock); ``users``: the
+        namespace's user steps before them, when the caller read it in this
+        transaction."""
         encoder_id = self._encoder_id_for(external, emb.shape[1])
-        users = self._views.users(namespace) if rows else 0
+        if users is None:
+            users = self._views.users(namespace) if rows else 0
         ids = self.store.append(
             namespace,
             rows,
@@ -749,6 +779,7 @@ class Memory:
         (``StoreCorruptError``, alias ``StoreIntegrityError``, listing every problem)."""
         self.store.check()
 
+    @limited
     def close(self) -> None:
         """Close the store and, if this memory opened it, the encoder's cache. Before
         closing, the retrievers built in this session are stored as snapshots (when

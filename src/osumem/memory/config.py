@@ -24,7 +24,7 @@ MEMORY_ANN_MIN_STEPS = 100_000
 class MemoryConfig(FrozenConfig):
     """Settings of a :class:`Memory` (all keyword-only, validated on construction:
     a bad ``budget`` raises :class:`~osumem.errors.BudgetError`, a bad
-    ``max_text_chars`` or ``ann_min_steps`` one :class:`~osumem.errors.ConfigError`
+    ``max_text_chars``, ``ann_min_steps`` or ``blas_threads`` one :class:`~osumem.errors.ConfigError`
     naming each, an unknown ``method`` :class:`~osumem.errors.UnknownMethodError`, bad
     ``params`` the method config's :class:`~osumem.errors.ConfigError`).
 
@@ -48,6 +48,10 @@ class MemoryConfig(FrozenConfig):
         on_duplicate: the default of :meth:`Memory.add_messages`' ``on_duplicate``
             (``"skip"``; ``"append"`` for an agent that repeats messages on purpose and
             gives no ``log_id``).
+        blas_threads: most BLAS (OpenBLAS, MKL) threads while the memory adds,
+            retrieves or rebuilds (1 by default: a memory's matrices are too small for
+            more to pay); the caller's own setting is restored after each call
+            (:mod:`osumem.memory.blas`). ``None``: leave the process's setting alone.
     """
 
     method: str = "osumem"
@@ -60,12 +64,14 @@ class MemoryConfig(FrozenConfig):
     replay_batches: bool = True
     ann_min_steps: int = MEMORY_ANN_MIN_STEPS
     on_duplicate: str = "skip"
+    blas_threads: int | None = 1
 
     parameter_constraints: ClassVar[Constraints] = {
         "on_duplicate": Options(ON_DUPLICATE),
         "budget": Interval(int, 1, None),  # checked first, as a BudgetError
         "max_text_chars": Interval(int, 1, None),
         "ann_min_steps": Interval(int, 1, None),
+        "blas_threads": (Interval(int, 1, None), None),
     }
 
     def __post_init__(self) -> None:

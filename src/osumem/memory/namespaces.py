@@ -116,8 +116,10 @@ class NamespaceCache:
 
     def count_added(self, namespace: str, users_before: int, rows: Sequence[StepRow]) -> None:
         """Record an add of ``rows`` just written (inside the caller's transaction) to a
-        namespace that held ``users_before`` user steps."""
-        if rows:
+        namespace that held ``users_before`` user steps. A loaded namespace needs no
+        record: its buffer counts the user steps it is extended with, and the count of
+        a namespace another writer moved on is caught up from the last record."""
+        if rows and namespace not in self._buffers:
             n = self.store.n_steps(namespace)
             self._counts[namespace] = (n, users_before + sum(r.role == "user" for r in rows))
 

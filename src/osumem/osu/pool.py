@@ -12,12 +12,12 @@ priority, first member, key) and are assembled on first read after an add.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 from numpy.typing import NDArray
 
+from osumem.lazy import lazy_module
 from osumem.osu import construct, pool_state
 from osumem.osu.config import VIEWS, OSUConfig
 from osumem.osu.construct import SimilarityState
@@ -25,6 +25,11 @@ from osumem.osu.pool_state import POOL_STATE_FORMAT
 from osumem.osu.slots import SlotTable
 from osumem.osu.views import RawGroup
 from osumem.types import IntArray, MemoryView
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
+else:
+    sp = lazy_module("scipy.sparse")
 
 __all__ = ["POOL_STATE_FORMAT", "OSUPool"]
 

@@ -11,9 +11,9 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 from numpy.typing import NDArray
 
+from osumem.lazy import lazy_module
 from osumem.osu.config import VIEWS
 from osumem.osu.construct import SimilarityState
 from osumem.osu.slots import SlotTable
@@ -21,7 +21,11 @@ from osumem.osu.sums import member_stats
 from osumem.types import MemoryView, segment_bounds
 
 if TYPE_CHECKING:
+    import scipy.sparse as sp
+
     from osumem.osu.pool import OSUPool
+else:
+    sp = lazy_module("scipy.sparse")
 
 #: Version of the layout of :func:`pool_arrays`.
 POOL_STATE_FORMAT = 1

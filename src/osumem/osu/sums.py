@@ -8,12 +8,18 @@ order), so their centroids agree bit for bit.
 from __future__ import annotations
 
 import itertools
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
 from numpy.typing import NDArray
 
+from osumem.lazy import lazy_module
 from osumem.types import IntArray, segment_bounds
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
+else:
+    sp = lazy_module("scipy.sparse")
 
 #: Groups summed at a time by :func:`member_stats` (bounds its float64 scratch).
 STATS_CHUNK = 256

@@ -26,13 +26,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 from numpy.typing import NDArray
 
+from osumem.lazy import lazy_module
 from osumem.types import FloatMatrix, IntArray, segment_bounds
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
+else:
+    sp = lazy_module("scipy.sparse")
 
 
 def incidence(groups: Sequence[Sequence[int] | NDArray[Any]], n_steps: int) -> sp.csr_matrix:

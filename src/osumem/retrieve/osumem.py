@@ -16,14 +16,14 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 import numpy as np
-import scipy.sparse as sp
 from numpy.typing import NDArray
 
 from osumem.errors import InvalidInputError, NotFittedError
 from osumem.frozen import Boolean, Constraints, Interval, Options, Symbols
+from osumem.lazy import lazy_module
 from osumem.osu.config import OSUConfig
 from osumem.osu.heap import release_free_memory
 from osumem.osu.pool import OSUPool
@@ -32,6 +32,11 @@ from osumem.retrieve.centroids import CentroidIndex, top_slots
 from osumem.retrieve.explain import SelectionParts, best_unit, unit_ranks
 from osumem.retrieve.packing import greedy_pack, novelty_pack, pack_first_fit
 from osumem.types import IntArray, MemoryView
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
+else:
+    sp = lazy_module("scipy.sparse")
 
 #: Extra centroids asked of the HNSW centroid index beyond K (re-scored exactly).
 CENTROID_MARGIN = 8

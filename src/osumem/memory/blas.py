@@ -1,0 +1,124 @@
+"""BLAS threads during the library's own calls (``MemoryConfig.blas_threads``).
+
+Why: a memory's matrices are small (one query vector against a few thousand to a few
+hundred thousand steps, one add's rows), so OpenBLAS's thread pool costs more than it
+gives: with every core's thread, per-retrieve CPU was 2.4-4x that of one thread and an
+8-client server answered about half the requests per second (docs/decisions.md, "No
+stalls in the agent loop"). Benchmarks and the evaluation harness pinned one thread
+already; :class:`~osumem.memory.Memory`, the command line and the server did not.
+
+How: :func:`blas_threads` lowers the thread count of the BLAS libraries loaded in the
+process (threadpoolctl, ``user_api="blas"``) for the duration of a library call and
+restores the caller's count afterwards, so a program that sets its own limits, or
+runs its own matrix work between memory calls, keeps them. OpenMP pools (torch's, in
+the SBERT encoder) are left alone: the server sets torch's threads itself
+(``torch_threads``). The limit is process-wide while it holds (BLAS libraries have one
+setting per process), so it is reference-counted: calls that overlap on several
+threads share one limit (the first one's count), set when the first starts and
+restored when the last ends.
+
+threadpoolctl (from 3.7) lets only one Python thread, the first that set a limit,
+change OpenBLAS's pthreads pool, and silently ignores the others; a memory used from
+worker threads (a server's, an agent framework's executor) would get no limit at all.
+The counter's lock already keeps this module's threads from fighting over the
+setting, so it calls threadpoolctl's unrestricted setter where there is one
+(:func:`_set_threads`). ``osumem serve`` and the other commands also set the
+process's BLAS threads once at start, from the main thread (:func:`limit_process`):
+they own their process, and a call then finds nothing to change.
+
+The list of loaded BLAS libraries is looked up once (about 2 ms) and again only when
+:data:`sys.modules` has grown since (a new import may have loaded another BLAS, e.g.
+SciPy's own OpenBLAS); a call then costs a lock and a get/set of each library's
+count (microseconds).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import wraps
+from typing import Any, TypeVar
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+_lock = threading.Lock()
+_depth = 0
+_restore: list[tuple[Any, int]] = []  # (library controller, the caller's thread count)
+_libraries: list[Any] = []
+_modules_seen = -1
+
+
+def _blas_libraries() -> list[Any]:
+    """threadpoolctl's controllers of the BLAS libraries loaded now (call under the
+    lock)."""
+    global _libraries, _modules_seen
+    n = len(sys.modules)
+    if n != _modules_seen:
+        from threadpoolctl import ThreadpoolController
+
+        _libraries = list(ThreadpoolController().select(user_api="blas").lib_controllers)
+        _modules_seen = len(sys.modules)  # threadpoolctl's own imports included
+    return _libraries
+
+
+def _set_threads(lib: Any, count: int) -> None:
+    """Set ``lib``'s thread count from whichever thread calls (see the module doc)."""
+    setter = getattr(lib, "_real_set_num_threads", None) or lib.set_num_threads
+    setter(count)
+
+
+def limit_process(limit: int | None) -> None:
+    """Lower the BLAS threads of the whole process to ``limit`` for good (``None``:
+    nothing): for a command or a server that owns its process. Call it from the main
+    thread after the libraries are imported; later calls of the library find nothing
+    to change."""
+    if limit is None:
+        return
+    with _lock:
+        for lib in _blas_libraries():
+            current = lib.get_num_threads()
+            if isinstance(current, int) and current > limit:
+                _set_threads(lib, limit)
+
+
+@contextmanager
+def blas_threads(limit: int | None) -> Iterator[None]:
+    """At most ``limit`` BLAS threads inside the block (``None``: leave them as they
+    are); the caller's counts come back when the last overlapping block ends."""
+    global _depth, _restore
+    if limit is None:
+        yield
+        return
+    with _lock:
+        if _depth == 0:
+            changed = []
+            for lib in _blas_libraries():
+                current = lib.get_num_threads()
+                if isinstance(current, int) and current > limit:
+                    _set_threads(lib, limit)
+                    changed.append((lib, current))
+            _restore = changed
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0:
+                for lib, count in _restore:
+                    _set_threads(lib, count)
+                _restore = []
+
+
+def limited(method: _F) -> _F:
+    """Run a :class:`~osumem.memory.Memory` method under its config's
+    ``blas_threads`` (nested calls share the outer limit)."""
+
+    @wraps(method)
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with blas_threads(self.config.blas_threads):
+            return method(self, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]

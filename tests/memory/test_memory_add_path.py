@@ -1,0 +1,90 @@
+"""An add does no redundant store work: one duplicate check, one read of the held
+messages, no rewrite of held messages when none were held or are; and what it read
+before its write transaction is read again when another writer committed meanwhile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from osumem.memory import Memory
+
+CALL = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [
+        {
+            "id": "c1",
+            "type": "function",
+            "function": {"name": "get_reservation", "arguments": '{"reservation_id": "R1"}'},
+        }
+    ],
+}
+ANSWER = {"role": "tool", "tool_call_id": "c1", "content": "R1: flight HAT001, aisle"}
+
+
+def _statements(mem: Memory, fn: Any) -> list[str]:
+    seen: list[str] = []
+    raw = mem.store.conn.raw  # type: ignore[attr-defined]
+    raw.set_trace_callback(seen.append)
+    try:
+        fn()
+    finally:
+        raw.set_trace_callback(None)
+    return seen
+
+
+def test_a_plain_add_reads_once_and_leaves_held_messages_alone(tmp_path: Path) -> None:
+    with Memory.open(tmp_path / "m.db", encoder="hashing") as mem:
+        mem.add("first turn", namespace="a")
+        mem.retrieve("turn", 64, namespace="a")  # loaded, as in an agent loop
+        sql = _statements(mem, lambda: mem.add("book the aisle seat", namespace="a"))
+        assert sum("FROM digests" in s for s in sql) == 1
+        assert sum("FROM pending" in s and s.startswith("SELECT") for s in sql) == 1
+        assert not [s for s in sql if s.startswith("DELETE")]
+        assert [s.split()[0] for s in sql if s.startswith(("BEGIN", "COMMIT"))] == [
+            "BEGIN",
+            "COMMIT",
+        ]
+        assert mem.n_steps("a") == 2
+
+
+def test_held_messages_are_still_written_and_cleared(tmp_path: Path) -> None:
+    with Memory.open(tmp_path / "m.db", encoder="hashing") as mem:
+        mem.add_messages([{"role": "user", "content": "find R1"}, CALL], namespace="a")
+        assert len(mem.held("a")) == 1  # the open call is held
+        mem.add_messages([ANSWER], namespace="a")
+        assert mem.held("a") == []
+        steps = mem.steps("a")
+        assert len(steps) == 2 and "HAT001" in steps[1].text
+    with Memory.open(tmp_path / "m.db") as again:
+        assert again.held("a") == [] and again.n_steps("a") == 2
+
+
+def test_another_writer_between_the_reads_and_the_write_is_seen(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    log = [{"role": "user", "content": "book the aisle seat on HAT001"}]
+    with (
+        Memory.open(path, encoder="hashing") as mine,
+        Memory.open(path, encoder="hashing") as other,
+    ):
+        mine.add("hello", namespace="a")
+        plan = mine._planner.plan
+        calls = []
+
+        def plan_then_other_writes(*args: Any, **kwargs: Any) -> Any:
+            out = plan(*args, **kwargs)
+            if not calls:  # after this add read the store, before its transaction
+                calls.append(1)
+                other.add_messages(log, namespace="a")
+                other.add_messages([{"role": "user", "content": "a later turn"}], namespace="a")
+            return out
+
+        mine._planner.plan = plan_then_other_writes  # type: ignore[method-assign]
+        assert mine.add_messages(log, namespace="a") == []  # the other's copy is seen
+        assert mine.n_steps("a") == 3
+        ids = mine.add("one more", namespace="a")
+        assert len(ids) == 1
+        reopened = [s.text for s in other.steps("a")]
+        assert reopened == [s.text for s in mine.steps("a")]
+        assert reopened.count("user: book the aisle seat on HAT001") == 1

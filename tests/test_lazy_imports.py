@@ -1,0 +1,78 @@
+"""The query path imports no heavy library it does not use: ``import osumem.memory``,
+the command line and the server's modules leave SciPy's sparse matrices, igraph,
+leidenalg, scikit-learn and pandas unimported until a call needs them
+(:mod:`osumem.lazy`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from osumem.lazy import LazyModule, lazy_module
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+HEAVY = ("scipy.sparse", "scipy", "igraph", "leidenalg", "sklearn", "pandas", "hnswlib", "torch")
+
+
+def _loaded_after(code: str) -> list[str]:
+    probe = (
+        f"{code}\nimport json, sys\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": SRC, "PATH": ""},
+        check=True,
+    )
+    return list(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import osumem.memory",
+        "from osumem.memory import Memory, MemoryConfig",
+        "from osumem.cli import main",
+        "import osumem.retrieve.osumem, osumem.osu.pool, osumem.retrieve.groups",
+        "import osumem.serve.service",
+    ],
+)
+def test_importing_the_query_path_loads_no_heavy_library(code: str) -> None:
+    assert _loaded_after(code) == []
+
+
+def test_a_hashing_memory_answers_without_sklearn_or_pandas() -> None:
+    code = (
+        "from osumem.memory import Memory\n"
+        "with Memory.open(None, encoder='hashing') as m:\n"
+        "    m.add('book the aisle seat on HAT001')\n"
+        "    m.retrieve('which seat?', 64)\n"
+    )
+    loaded = _loaded_after(code)
+    assert not {"sklearn", "pandas", "torch"} & set(loaded), loaded
+
+
+def test_a_lazy_module_imports_at_the_first_attribute_read() -> None:
+    mod = lazy_module("json")
+    assert isinstance(mod, LazyModule) and "json" in repr(mod)
+    assert mod.dumps([1]) == "[1]"
+    assert "dumps" in vars(mod)  # kept: the next read is a plain attribute
+    assert mod.dumps is json.dumps
+
+
+def test_a_lazy_module_is_not_imported_by_probes_or_a_failed_name() -> None:
+    code = (
+        "import copy, sys\n"
+        "from osumem.lazy import lazy_module\n"
+        "m = lazy_module('sklearn')\n"
+        "assert not hasattr(m, '__wrapped__') and not hasattr(m, '__len__')\n"
+        "copy.copy(m)\n"
+    )
+    assert _loaded_after(code) == []
+    with pytest.raises(ModuleNotFoundError):
+        _ = lazy_module("osumem_no_such_module").anything
