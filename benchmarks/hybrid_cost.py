@@ -6,11 +6,14 @@ then every round adds one step (``update``, timed alone) and retrieves with the 
 query text (timed alone); afterwards ``queries`` retrieves over the whole memory are
 timed. Every time is CPU seconds of this process (``time.process_time``) with BLAS on
 one thread, and the two methods alternate round by round, so a busy machine moves both
-alike: read the ratios. ``--profile`` prints the top of a cProfile of the hybrid's
-retrieves.
+alike: read the ratios. ``--reference`` also times, on the same fitted memory and the
+same queries, the dense large-memory path that the postings path replaced (the
+reference of ``tests/test_hybrid_fast_path.py``) and checks that both select the same.
+``--profile`` prints the top of a cProfile of the hybrid's adds and retrieves.
 
 Usage: ``python benchmarks/hybrid_cost.py [--sizes 10000,100000] [--rounds 200]
-[--queries 200] [--methods osumem,osumem_hybrid] [--json out.json]``.
+[--queries 200] [--methods osumem,osumem_hybrid] [--reference] [--json out.json]``;
+a method may carry parameters, ``osumem_hybrid[entity_source=arguments]``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ import argparse
 import cProfile
 import json
 import pstats
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,7 +45,13 @@ def _stats(values: list[float]) -> dict[str, float]:
 
 
 def measure(
-    n: int, methods: list[str], rounds: int, queries: int, budget: int, profile: bool
+    n: int,
+    methods: list[str],
+    rounds: int,
+    queries: int,
+    budget: int,
+    profile: bool,
+    reference: bool = False,
 ) -> list[dict[str, Any]]:
     data = generate(n, 384, 0, max(queries, 1))
     view = data.view
@@ -48,7 +59,9 @@ def measure(
     fitted = {}
     for m in methods:
         t0 = time.process_time()
-        r = create(m, seed=0).fit(base)
+        name, _, inline = m.partition("[")
+        params = dict(kv.split("=", 1) for kv in inline.rstrip("]").split(";") if kv)
+        r = create(name, params, seed=0).fit(base)
         r.retrieve(data.queries[0], budget, text=data.query_texts[0])
         fitted[m] = (r, time.process_time() - t0)
     prof_add, prof_ret = cProfile.Profile(), cProfile.Profile()
@@ -80,12 +93,15 @@ def measure(
             rets[m].append(t2 - t1b)
         del previous
     whole: dict[str, list[float]] = {m: [] for m in methods}
+    dense: list[float] = []
     for k in range(queries):
         for m in methods:
             r = fitted[m][0]
             t0 = time.process_time()
             r.retrieve(data.queries[k], budget, text=data.query_texts[k])
             whole[m].append(time.process_time() - t0)
+        if reference and "osumem_hybrid" in fitted:
+            dense.append(_reference_round(fitted["osumem_hybrid"][0], data, k, budget))
     if profile and "osumem_hybrid" in fitted:
         r = fitted["osumem_hybrid"][0]
         prof = cProfile.Profile()
@@ -114,10 +130,20 @@ def measure(
             f"{row['retrieve_after_add']['p50_ms']:.3f} ms; fit {row['fit_cpu_s']:.1f} s",
             flush=True,
         )
+    if dense:
+        got = _stats(dense)
+        new = rows[methods.index("osumem_hybrid")]["retrieve"]
+        rows.append({"n": n, "method": "osumem_hybrid (dense reference path)", "retrieve": got})
+        print(
+            f"n={n} osumem_hybrid dense reference path: retrieve p50 {got['p50_ms']:.3f} p99 "
+            f"{got['p99_ms']:.3f} ms; postings path / reference p50 "
+            f"{new['p50_ms'] / got['p50_ms']:.2f}x (same selections on every query)",
+            flush=True,
+        )
     if "osumem" in fitted:
         ref = rows[methods.index("osumem")]
         for row in rows:
-            if row is ref:
+            if row is ref or "add" not in row:
                 continue
             print(
                 f"n={n} {row['method']} / osumem: retrieve p50 "
@@ -128,6 +154,25 @@ def measure(
                 flush=True,
             )
     return rows
+
+
+def _reference_round(r: Any, data: Any, k: int, budget: int) -> float:
+    """One retrieve through the dense reference path (timed, with the query's
+    normalisation like ``retrieve``), checked against the retriever's selection."""
+    here = Path(__file__).resolve().parent.parent / "tests"
+    if str(here) not in sys.path:
+        sys.path.insert(0, str(here))
+    from test_hybrid_fast_path import reference_head_fused
+
+    view = r.fitted_view
+    t0 = time.process_time()
+    q = view.check_query(data.queries[k])
+    want = reference_head_fused(r, q, data.query_texts[k], budget, view.n)
+    spent = time.process_time() - t0
+    got = r.retrieve(data.queries[k], budget, text=data.query_texts[k]).positions
+    if not np.array_equal(got, want):
+        raise SystemExit(f"query {k}: the postings path and the reference differ")
+    return spent
 
 
 def _sum_p50(row: dict[str, Any]) -> float:
@@ -142,6 +187,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--budget", type=int, default=256)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--reference", action="store_true")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     import hnswlib  # noqa: F401  (imported before any timing)
@@ -152,7 +198,13 @@ def main() -> None:
     with threadpool_limits(limits=1):
         for n in (int(s) for s in args.sizes.split(",")):
             rows += measure(
-                n, args.methods.split(","), args.rounds, args.queries, args.budget, args.profile
+                n,
+                args.methods.split(","),
+                args.rounds,
+                args.queries,
+                args.budget,
+                args.profile,
+                args.reference,
             )
     if args.json:
         with open(args.json, "w") as fh:

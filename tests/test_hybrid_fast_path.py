@@ -1,8 +1,7 @@
 """osumem_hybrid's large-memory path reads only the postings of the query's words and
-the steps next to them: the same selections as the dense code it replaced (kept here
-as the reference), on many queries, budgets and limits, exact scan and HNSW head."""
-
-import math
+the steps next to them: the same selections as the dense code it replaced (its lexical
+side kept here as the reference), on many queries, budgets and limits, exact scan and
+HNSW head; the small-memory exact fusion against a copy of the code as evaluated."""
 
 import numpy as np
 import pytest
@@ -11,77 +10,36 @@ import osumem.retrieve.osumem_hybrid as hybrid_module
 from osumem.bench.scale import generate
 from osumem.retrieve import create
 from osumem.retrieve.lexical import LexicalIndex
-from osumem.retrieve.packing import pack_first_fit, pack_ranked_heads, top_order
-from osumem.retrieve.step_index import ANN_HEAD_MIN
+from osumem.retrieve.packing import pack_first_fit
 from osumem.types import MemoryView
 
 # --- the reference: the dense code of the large-memory path before it read postings ---
 
 
 def reference_neighbours(same, beta, score, limit):
-    """The dense neighbour pass (a copy of the code the sparse pass replaced)."""
+    """The neighbour pass over every step (dense arrays): each step before ``limit``
+    adds ``beta`` times the better score of its neighbours in the same segment (a step
+    next to no hit adds 0.0, which leaves its score as it is, bit for bit)."""
     if beta <= 0 or limit < 2:
         return score
-    same = same[: limit - 1]
-    hit = np.flatnonzero(score[:limit])
-    if hit.shape[0] == 0:
-        return score
-    near = np.zeros(limit + 1, dtype=bool)
-    near[hit + 1] = True
-    near[hit[hit > 0] - 1] = True
-    at = np.flatnonzero(near[:limit])
-    best = np.zeros(at.shape[0])
-    left = at > 0
-    best[left] = np.where(same[at[left] - 1], score[at[left] - 1], 0.0)
-    right = at < limit - 1
-    best[right] = np.maximum(best[right], np.where(same[at[right]], score[at[right] + 1], 0.0))
+    s = score[:limit]
+    joined = same[: limit - 1]
+    from_left = np.concatenate([[0.0], np.where(joined, s[:-1], 0.0)])
+    from_right = np.concatenate([np.where(joined, s[1:], 0.0), [0.0]])
     out = score.copy()
-    out[at] += beta * best
+    out[:limit] = s + beta * np.maximum(from_left, from_right)
     return out
 
 
 def reference_head_fused(r, q, text, budget, limit):
-    """``HybridOSUMem._head_fused`` as it was (dense score arrays over every step)."""
-    view = r.fitted_view
-    costs = view.costs
-    rrf_k = r.cfg.rrf_k
-    ann = r.step_index.uses_ann(view, limit)
-    cos_all = None if ann else view.embeddings[:limit] @ q
+    """``HybridOSUMem._head_fused`` with its lexical side as it was: dense score arrays
+    over every step (``score_all``, the dense neighbour pass, ``flatnonzero``); the
+    fusion of the two heads that follows is the retriever's own, unchanged."""
     bm = reference_neighbours(
         r._same, r.cfg.neighbour_weight, r.fitted_lexical.score_all(text, limit), limit
     )
     matched = np.flatnonzero(bm)
-    sample = r._rank_sample(limit) @ q
-    sample.sort()
-    mean_cost, min_cost, _ = r.step_index.cost_stats(view)
-
-    def fused_head(k):
-        head = r.step_index.top(view, q, k) if cos_all is None else top_order(cos_all, k)
-        lex = matched
-        if lex.shape[0] > k:
-            lex = lex[np.argpartition(-bm[lex], k - 1)[:k]]
-        lex = lex[np.lexsort((lex, -bm[lex]))]
-        cand = np.unique(np.concatenate([head, lex]))
-        fused = np.zeros(cand.shape[0])
-        dense_rank = np.full(cand.shape[0], limit + 1, dtype=np.float64)
-        rows = np.searchsorted(cand, head)
-        fused[rows] += 1.0 / (rrf_k + np.arange(1, head.shape[0] + 1))
-        dense_rank[rows] = np.arange(1, head.shape[0] + 1)
-        out = np.flatnonzero(dense_rank > limit)
-        if out.shape[0]:
-            cos_out = view.embeddings[cand[out]] @ q
-            above = sample.shape[0] - np.searchsorted(sample, cos_out, side="right")
-            est = np.maximum(head.shape[0] + 1, np.rint(limit * above / sample.shape[0]))
-            order_out = np.lexsort((-cos_out, est))
-            ranks = np.maximum.accumulate(est[order_out] + np.arange(out.shape[0]))
-            fused[out[order_out]] += 1.0 / (rrf_k + ranks)
-            dense_rank[out[order_out]] = ranks
-        rows = np.searchsorted(cand, lex)
-        fused[rows] += 1.0 / (rrf_k + np.arange(1, lex.shape[0] + 1))
-        return cand[np.lexsort((cand, dense_rank, -fused))]
-
-    first = min(limit, max(ANN_HEAD_MIN, 4 * math.ceil(budget / mean_cost)))
-    return pack_ranked_heads(fused_head, costs, budget, n=limit, first=first, min_cost=min_cost)
+    return r._pack_fused_heads(q, budget, limit, matched, bm[matched])
 
 
 def reference_exact(r, q, text, budget, limit):
@@ -163,6 +121,27 @@ def test_small_memory_exact_fusion_is_unchanged(memory):
 
 
 # --- the pieces ------------------------------------------------------------------------
+
+
+def test_lexical_head_keeps_the_argpartition_choice_among_ties(memory):
+    """The lexical top ``k`` as the dense code chose it (argpartition over every
+    matched step in position order), ties at the ``k``-th score included."""
+    r = create("osumem_hybrid", seed=0).fit(memory.view)
+    n, tied = memory.view.n, 0
+    for _, text in _queries(memory):
+        bm = reference_neighbours(r._same, 0.5, r.fitted_lexical.score_all(text, n), n)
+        matched = np.flatnonzero(bm)
+        for k in (1, 5, 32, 128, 512):
+            got = hybrid_module.lexical_head(matched, bm[matched], k)
+            want = (
+                matched[np.argpartition(-bm[matched], k - 1)[:k]] if matched.size > k else matched
+            )
+            want = want[np.lexsort((want, -bm[want]))]
+            np.testing.assert_array_equal(got, want)
+            if matched.size > k:
+                kth = np.sort(bm[matched])[-k]
+                tied += int(np.count_nonzero(bm[matched] == kth) > np.count_nonzero(bm[got] == kth))
+    assert tied > 0  # steps tied at the k-th score were left out: the choice mattered
 
 
 def test_matches_are_the_nonzero_dense_scores_bit_for_bit(memory):

@@ -131,6 +131,18 @@ def scoring_text(view: MemoryView, i: int, fields: tuple[str, ...]) -> str:
     return " ".join(p for p in parts if p)
 
 
+def lexical_head(matched: IntArray, bm: NDArray[np.float64], k: int) -> IntArray:
+    """The ``k`` best of the steps ``matched`` (ascending) by their lexical score
+    ``bm``, best first, ties by position. Which of several steps tied at the ``k``-th
+    score get in is argpartition's choice over ``matched`` in ascending order (what
+    the evaluated selections used)."""
+    lex, lex_bm = matched, bm
+    if lex.shape[0] > k:
+        top = np.argpartition(-lex_bm, k - 1)[:k]
+        lex, lex_bm = lex[top], lex_bm[top]
+    return lex[np.lexsort((lex, -lex_bm))]
+
+
 class HybridOSUMem(AdaptiveOSUMem):
     """Fused dense + lexical ranking, neighbours, text entities, adaptive expansion."""
 
@@ -445,14 +457,26 @@ class HybridOSUMem(AdaptiveOSUMem):
         (the share of a fixed sample of steps with a higher cosine), packed first
         fit; ``k`` grows (×4) while budget is left that an unseen step could use. No
         step is sorted beyond the candidates."""
+        # the lexical score with neighbours, on the steps where it is nonzero only
+        hits, hit_scores = self.fitted_lexical.matches(text, limit)
+        matched, bm = self._neighbours_sparse(hits, hit_scores, limit)
+        return self._pack_fused_heads(q, budget, limit, matched, bm)
+
+    def _pack_fused_heads(
+        self,
+        q: NDArray[np.float32],
+        budget: int,
+        limit: int,
+        matched: IntArray,
+        bm: NDArray[np.float64],
+    ) -> IntArray:
+        """:meth:`_head_fused` from the lexical score: ``bm`` at the steps
+        ``matched`` (ascending), every other step 0."""
         view = self.fitted_view
         costs = view.costs
         rrf_k = self.cfg.rrf_k
         ann = self.step_index.uses_ann(view, limit)
         cos_all = None if ann else self._cosines(q, limit)
-        # the lexical score with neighbours, on the steps where it is nonzero only
-        hits, hit_scores = self.fitted_lexical.matches(text, limit)
-        matched, bm = self._neighbours_sparse(hits, hit_scores, limit)
         samples: list[NDArray[np.float32]] = []
         mean_cost, min_cost, _ = self.step_index.cost_stats(view)
 
@@ -467,11 +491,7 @@ class HybridOSUMem(AdaptiveOSUMem):
         def fused_head(k: int) -> IntArray:
             """The candidates of the dense and lexical tops ``k``, by fused rank."""
             head = self.step_index.top(view, q, k) if cos_all is None else top_order(cos_all, k)
-            lex, lex_bm = matched, bm
-            if lex.shape[0] > k:
-                top = np.argpartition(-lex_bm, k - 1)[:k]
-                lex, lex_bm = lex[top], lex_bm[top]
-            lex = lex[np.lexsort((lex, -lex_bm))]
+            lex = lexical_head(matched, bm, k)
             cand = np.unique(np.concatenate([head, lex]))
             fused = np.zeros(cand.shape[0])
             dense_rank = np.full(cand.shape[0], limit + 1, dtype=np.float64)
