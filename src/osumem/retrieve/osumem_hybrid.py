@@ -363,30 +363,37 @@ class HybridOSUMem(AdaptiveOSUMem):
         to_next = np.where(same[np.minimum(hits, limit - 2)], score, 0.0)
         to_prev = np.where(same[np.maximum(hits - 1, 0)], score, 0.0)
         gap = np.diff(hits)
-        zero = np.zeros(1)
+        following = to_prev[1:]
         # three slots per hit i, ascending where used: h_i, h_i + 1 (used when
-        # free), h_(i+1) - 1 (used when free and not h_i + 1); the hit's score is
-        # its own plus beta times the better offer of adjacent hits
-        from_prev = np.concatenate([zero, np.where(gap == 1, to_next[:-1], 0.0)])
-        from_next = np.concatenate([np.where(gap == 1, to_prev[1:], 0.0), zero])
-        own = score + beta * np.maximum(from_prev, from_next)
-        after = beta * np.maximum(
-            to_next, np.concatenate([np.where(gap == 2, to_prev[1:], 0.0), zero])
-        )
-        before_next = beta * np.concatenate([to_prev[1:], zero])
-        pos = np.stack([hits, hits + 1, np.concatenate([hits[1:], hits[-1:]]) - 1], axis=1)
-        val = np.stack([own, after, before_next], axis=1)
-        used = np.ones((m, 3), dtype=bool)
-        used[:-1, 1] = gap >= 2
-        used[-1, 1] = hits[-1] + 1 < limit
-        used[:-1, 2] = gap >= 3
-        used[-1, 2] = False
-        pos, val = pos[used], val[used]
-        if hits[0] > 0:  # the step before the first hit
+        # free), h_(i+1) - 1 (used when free and not h_i + 1)
+        pos = np.empty((m, 3), dtype=np.int64)
+        pos[:, 0] = hits
+        pos[:, 1] = hits + 1
+        pos[:-1, 2] = hits[1:] - 1
+        pos[-1, 2] = 0
+        val = np.zeros((m, 3))
+        # the hit: its own score plus beta times the better offer of adjacent hits
+        adjacent = gap == 1
+        best = np.zeros(m)
+        best[1:] = np.where(adjacent, to_next[:-1], 0.0)
+        np.maximum(best[:-1], np.where(adjacent, following, 0.0), out=best[:-1])
+        val[:, 0] = score + beta * best
+        # the step after it: the hit's offer, or the next hit's two steps on
+        after = to_next.copy()
+        np.maximum(after[:-1], np.where(gap == 2, following, 0.0), out=after[:-1])
+        val[:, 1] = beta * after
+        # the step before the next hit: that hit's offer
+        val[:-1, 2] = beta * following
+        keep = val != 0
+        keep[:-1, 1] &= gap >= 2
+        keep[-1, 1] &= bool(hits[-1] + 1 < limit)
+        keep[:-1, 2] &= gap >= 3
+        keep[-1, 2] = False
+        pos, val = pos[keep], val[keep]
+        if hits[0] > 0 and beta * to_prev[0] != 0:  # the step before the first hit
             pos = np.concatenate([hits[:1] - 1, pos])
             val = np.concatenate([beta * to_prev[:1], val])
-        keep = val != 0
-        return pos[keep], val[keep]
+        return pos, val
 
     def fused_scores(
         self, q: NDArray[np.float32], text: str | None, limit: int
