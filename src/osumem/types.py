@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import itertools
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -115,6 +116,45 @@ def _column(values: Sequence[Any] | NDArray[Any] | None, n: int, name: str) -> N
 
 
 _VIEW_NAMESPACES = "MemoryView.namespaces is deprecated; the steps' origins are MemoryView.sources"
+
+
+class EntityPrefix(Sequence[frozenset[str]]):
+    """The first ``n`` entries of a shared, growing entity list, without copying them:
+    an entity column for a view that extends the last one by a few steps (a tuple
+    per view would cost O(n) each, O(n²) over n adds). The memory replays a reopened
+    namespace's add batches through such views; ``osumem_hybrid`` hands its pool its
+    entity column (text entities filled in) this way."""
+
+    __slots__ = ("_items", "_n")
+
+    def __init__(self, items: list[frozenset[str]], n: int) -> None:
+        self._items = items
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, i: int) -> frozenset[str]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> tuple[frozenset[str], ...]: ...
+
+    def __getitem__(self, i: int | slice) -> frozenset[str] | tuple[frozenset[str], ...]:
+        if isinstance(i, slice):
+            return tuple(map(self._items.__getitem__, range(*i.indices(self._n))))
+        k = i + self._n if i < 0 else i
+        if not 0 <= k < self._n:
+            raise IndexError(i)
+        return self._items[k]
+
+    def __iter__(self) -> Iterator[frozenset[str]]:
+        return itertools.islice(self._items, self._n)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True, eq=False)

@@ -4,53 +4,14 @@ a set of slices of the buffers, not a copy."""
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator, Sequence
-from typing import Any, cast, overload
+from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
 from osumem.memory.rows import NamespaceData
-from osumem.types import MemoryView
-
-
-class EntityPrefix(Sequence[frozenset[str]]):
-    """The first ``n`` entries of a shared entity list, without copying them: the
-    entity column of the transient prefix views a reopened namespace is replayed
-    through (a tuple slice per stored add batch would cost O(n) each, O(n²) in all)."""
-
-    __slots__ = ("_items", "_n")
-
-    def __init__(self, items: list[frozenset[str]], n: int) -> None:
-        self._items = items
-        self._n = n
-
-    def __len__(self) -> int:
-        return self._n
-
-    @overload
-    def __getitem__(self, i: int) -> frozenset[str]: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> tuple[frozenset[str], ...]: ...
-
-    def __getitem__(self, i: int | slice) -> frozenset[str] | tuple[frozenset[str], ...]:
-        if isinstance(i, slice):
-            return tuple(self._items[: self._n][i])
-        k = i + self._n if i < 0 else i
-        if not 0 <= k < self._n:
-            raise IndexError(i)
-        return self._items[k]
-
-    def __iter__(self) -> Iterator[frozenset[str]]:
-        return itertools.islice(self._items, self._n)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and tuple(self) == tuple(other)
-
-    __hash__ = None  # type: ignore[assignment]
-
+from osumem.types import EntityPrefix, MemoryView
 
 _OBJECT_COLUMNS = ("tool_actions", "tool_signatures", "subgoals", "sources", "roles", "texts")
 

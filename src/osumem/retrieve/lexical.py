@@ -134,6 +134,12 @@ class LexicalIndex:
         self._col_ptr = np.zeros(1, dtype=np.int64)
         self._col_docs = np.zeros(0, dtype=np.int32)
         self._col_tfs = np.zeros(0, dtype=np.int32)
+        # the last query text's term ids, while the vocabulary has not grown
+        self._last_query: tuple[str | None, int, NDArray[np.int64]] = (
+            None,
+            0,
+            np.zeros(0, np.int64),
+        )
 
     # --- size ------------------------------------------------------------------------
 
@@ -219,8 +225,14 @@ class LexicalIndex:
         seen cannot score and are left out), in order of first appearance."""
         if not text:
             return np.zeros(0, dtype=np.int64)
+        last = self._last_query
+        if last[0] == text and last[1] == self.n_terms:
+            return last[2]  # the same text again (a retriever's check, then its scoring)
         ids = [self._vocab.get(t) for t in dict.fromkeys(self.terms_of(text))]
-        return np.asarray([i for i in ids if i is not None], dtype=np.int64)
+        tids = np.asarray([i for i in ids if i is not None], dtype=np.int64)
+        tids.flags.writeable = False
+        self._last_query = (text, self.n_terms, tids)
+        return tids
 
     def _postings(
         self, tids: NDArray[np.int64], limit: int
@@ -247,14 +259,16 @@ class LexicalIndex:
             start = int(self._doc_ptr.array[self._merged])
             stop = int(self._doc_ptr.array[min(limit, self.n)])
             tail_terms = self._doc_terms.array[start:stop]
-            slot_of = np.full(self.n_terms, -1, dtype=np.int64)
-            slot_of[tids] = np.arange(tids.shape[0])
-            hit = slot_of[tail_terms]
-            at = np.flatnonzero(hit >= 0)
+            # each tail posting's slot in tids (by a search in the sorted ids: no
+            # array over the whole vocabulary)
+            by_id = np.argsort(tids)
+            sorted_ids = tids[by_id]
+            found = np.minimum(np.searchsorted(sorted_ids, tail_terms), tids.shape[0] - 1)
+            at = np.flatnonzero(sorted_ids[found] == tail_terms)
             if at.shape[0]:
                 ptr_tail = self._doc_ptr.array[self._merged : min(limit, self.n) + 1]
                 doc = np.searchsorted(ptr_tail, start + at, side="right") - 1 + self._merged
-                slots.append(hit[at])
+                slots.append(by_id[found[at]])
                 docs.append(doc.astype(np.int64))
                 tfs.append(self._doc_tfs.array[start + at])
         if not slots:
@@ -302,6 +316,29 @@ class LexicalIndex:
         full = np.bincount(docs, weights=contrib, minlength=limit)[:limit]
         return np.asarray(full, dtype=np.float64)
 
+    def matches(
+        self, text: str | None, limit: int | None = None
+    ) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+        """The documents ``< limit`` the query's terms reach, ascending, and their BM25
+        scores: the nonzero entries of :meth:`score_all` (the same values, bit for
+        bit: every document's contributions are summed in the same order), computed
+        from the postings of the query's terms only, in O(postings), not O(limit)."""
+        limit = self.n if limit is None else max(0, min(int(limit), self.n))
+        docs, contrib = self._term_scores(text, limit)
+        if docs.shape[0] == 0:
+            return docs, contrib
+        # the postings are runs of ascending documents (one per term, then the tail),
+        # which a stable sort merges; it keeps each document's contributions in their
+        # order of appearance, and bincount adds them in that order, as score_all's
+        # bincount over the documents does
+        order = np.argsort(docs, kind="stable")
+        docs = docs[order]
+        first = np.empty(docs.shape[0], dtype=bool)
+        first[0] = True
+        np.not_equal(docs[1:], docs[:-1], out=first[1:])
+        total = np.bincount(np.cumsum(first) - 1, weights=contrib[order])
+        return docs[first], np.asarray(total, dtype=np.float64)
+
     def scores(
         self,
         text: str | None,
@@ -326,16 +363,11 @@ class LexicalIndex:
     ) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
         """The documents ``< limit`` with a positive score, best first (ties by
         position), and their scores."""
-        limit = self.n if limit is None else max(0, min(int(limit), self.n))
-        docs, contrib = self._term_scores(text, limit)
-        if docs.shape[0] == 0:
-            return docs, contrib
-        uniq, inverse = np.unique(docs, return_inverse=True)
-        total = np.bincount(inverse, weights=contrib)
+        uniq, total = self.matches(text, limit)
         keep = total > 0
         uniq, total = uniq[keep], total[keep]
         order = np.lexsort((uniq, -total))
-        return uniq[order].astype(np.int64), np.asarray(total[order], dtype=np.float64)
+        return uniq[order], total[order]
 
     # --- state ---------------------------------------------------------------------------
 

@@ -52,7 +52,7 @@ from osumem.retrieve.hybrid import LEXICAL_KEY
 from osumem.retrieve.lexical import LexicalIndex, fitted_index
 from osumem.retrieve.packing import pack_first_fit, pack_ranked_heads, top_order
 from osumem.retrieve.step_index import ANN_HEAD_MIN
-from osumem.types import IntArray, MemoryView
+from osumem.types import EntityPrefix, IntArray, MemoryView
 
 #: Up to this many visible steps the fused ranking is computed over every step (full
 #: reciprocal-rank fusion); above, over the heads of both rankings (``_head_fused``).
@@ -131,6 +131,18 @@ def scoring_text(view: MemoryView, i: int, fields: tuple[str, ...]) -> str:
     return " ".join(p for p in parts if p)
 
 
+def lexical_head(matched: IntArray, bm: NDArray[np.float64], k: int) -> IntArray:
+    """The ``k`` best of the steps ``matched`` (ascending) by their lexical score
+    ``bm``, best first, ties by position. Which of several steps tied at the ``k``-th
+    score get in is argpartition's choice over ``matched`` in ascending order (what
+    the evaluated selections used)."""
+    lex, lex_bm = matched, bm
+    if lex.shape[0] > k:
+        top = np.argpartition(-lex_bm, k - 1)[:k]
+        lex, lex_bm = lex[top], lex_bm[top]
+    return lex[np.lexsort((lex, -lex_bm))]
+
+
 class HybridOSUMem(AdaptiveOSUMem):
     """Fused dense + lexical ranking, neighbours, text entities, adaptive expansion."""
 
@@ -145,7 +157,7 @@ class HybridOSUMem(AdaptiveOSUMem):
         return fitted_index(self.lexical_, self)
 
     _text_entities: list[frozenset[str]]
-    _combined: tuple[frozenset[str], ...] = ()
+    _combined: list[frozenset[str]]
     _prefix_state: tuple[bool | None, int] = (None, 0)
     _sample: tuple[int, NDArray[np.float32], int] | None = None
     _same: NDArray[np.bool_] | None = None
@@ -193,24 +205,26 @@ class HybridOSUMem(AdaptiveOSUMem):
             self._reset_entities()
             known = self._text_entities
         prefixed = self._prefixed(view)
-        start = len(self._combined)
+        combined = self._combined
+        start = len(combined)
         for i in range(len(known), view.n):
             found = extract_text_entities(str(view.texts[i]))
             src = str(view.sources[i])
             known.append(prefix_entities(src, found) if prefixed and src else found)
         args = view.entities
         if mode == "text":
-            new = tuple(known[start : view.n])
+            combined.extend(known[start : view.n])
         elif mode == "fallback":
-            new = tuple(args[i] or known[i] for i in range(start, view.n))
+            combined.extend(args[i] or known[i] for i in range(start, view.n))
         else:
-            new = tuple(args[i] | known[i] for i in range(start, view.n))
-        self._combined = self._combined + new if new else self._combined
-        return dataclasses.replace(view, entities=self._combined[: view.n])
+            combined.extend(args[i] | known[i] for i in range(start, view.n))
+        # the first view.n entries of the growing column, not a copy of them
+        column = cast(tuple[frozenset[str], ...], EntityPrefix(combined, view.n))
+        return dataclasses.replace(view, entities=column)
 
     def _reset_entities(self) -> None:
         self._text_entities = []
-        self._combined = ()
+        self._combined = []
         self._prefix_state = (None, 0)
 
     # --- fit / update / state ----------------------------------------------------------
@@ -330,6 +344,57 @@ class HybridOSUMem(AdaptiveOSUMem):
         out[at] += beta * best
         return out
 
+    def _neighbours_sparse(
+        self, hits: IntArray, score: NDArray[np.float64], limit: int
+    ) -> tuple[IntArray, NDArray[np.float64]]:
+        """:meth:`_neighbours` of a sparse score: ``hits`` (ascending positions below
+        ``limit``) with their nonzero ``score``, every other step 0. Returns the
+        positions whose score is nonzero afterwards, ascending, and those scores:
+        the nonzero entries of the dense pass, the same floating-point operations on
+        the same values, in O(hits) instead of O(limit)."""
+        beta = self.cfg.neighbour_weight
+        if beta <= 0 or limit < 2 or hits.shape[0] == 0:
+            return hits, score
+        assert self._same is not None
+        same = self._same
+        m = hits.shape[0]
+        # what hit i offers the step after it and the step before it (same[j]: steps
+        # j and j + 1 share a segment); indices clipped where the slot is unused
+        to_next = np.where(same[np.minimum(hits, limit - 2)], score, 0.0)
+        to_prev = np.where(same[np.maximum(hits - 1, 0)], score, 0.0)
+        gap = np.diff(hits)
+        following = to_prev[1:]
+        # three slots per hit i, ascending where used: h_i, h_i + 1 (used when
+        # free), h_(i+1) - 1 (used when free and not h_i + 1)
+        pos = np.empty((m, 3), dtype=np.int64)
+        pos[:, 0] = hits
+        pos[:, 1] = hits + 1
+        pos[:-1, 2] = hits[1:] - 1
+        pos[-1, 2] = 0
+        val = np.zeros((m, 3))
+        # the hit: its own score plus beta times the better offer of adjacent hits
+        adjacent = gap == 1
+        best = np.zeros(m)
+        best[1:] = np.where(adjacent, to_next[:-1], 0.0)
+        np.maximum(best[:-1], np.where(adjacent, following, 0.0), out=best[:-1])
+        val[:, 0] = score + beta * best
+        # the step after it: the hit's offer, or the next hit's two steps on
+        after = to_next.copy()
+        np.maximum(after[:-1], np.where(gap == 2, following, 0.0), out=after[:-1])
+        val[:, 1] = beta * after
+        # the step before the next hit: that hit's offer
+        val[:-1, 2] = beta * following
+        keep = val != 0
+        keep[:-1, 1] &= gap >= 2
+        keep[-1, 1] &= bool(hits[-1] + 1 < limit)
+        keep[:-1, 2] &= gap >= 3
+        keep[-1, 2] = False
+        pos, val = pos[keep], val[keep]
+        if hits[0] > 0 and beta * to_prev[0] != 0:  # the step before the first hit
+            pos = np.concatenate([hits[:1] - 1, pos])
+            val = np.concatenate([beta * to_prev[:1], val])
+        return pos, val
+
     def fused_scores(
         self, q: NDArray[np.float32], text: str | None, limit: int
     ) -> NDArray[np.float64]:
@@ -399,24 +464,41 @@ class HybridOSUMem(AdaptiveOSUMem):
         (the share of a fixed sample of steps with a higher cosine), packed first
         fit; ``k`` grows (×4) while budget is left that an unseen step could use. No
         step is sorted beyond the candidates."""
+        # the lexical score with neighbours, on the steps where it is nonzero only
+        hits, hit_scores = self.fitted_lexical.matches(text, limit)
+        matched, bm = self._neighbours_sparse(hits, hit_scores, limit)
+        return self._pack_fused_heads(q, budget, limit, matched, bm)
+
+    def _pack_fused_heads(
+        self,
+        q: NDArray[np.float32],
+        budget: int,
+        limit: int,
+        matched: IntArray,
+        bm: NDArray[np.float64],
+    ) -> IntArray:
+        """:meth:`_head_fused` from the lexical score: ``bm`` at the steps
+        ``matched`` (ascending), every other step 0."""
         view = self.fitted_view
         costs = view.costs
         rrf_k = self.cfg.rrf_k
         ann = self.step_index.uses_ann(view, limit)
         cos_all = None if ann else self._cosines(q, limit)
-        bm = self._neighbours(self.fitted_lexical.score_all(text, limit), limit, in_place=True)
-        matched = np.flatnonzero(bm)
-        sample = self._rank_sample(limit) @ q
-        sample.sort()
+        samples: list[NDArray[np.float32]] = []
         mean_cost, min_cost, _ = self.step_index.cost_stats(view)
+
+        def sorted_sample() -> NDArray[np.float32]:
+            """The sample's cosines, ascending (computed once, when first needed)."""
+            if not samples:
+                sample = self._rank_sample(limit) @ q
+                sample.sort()
+                samples.append(sample)
+            return samples[0]
 
         def fused_head(k: int) -> IntArray:
             """The candidates of the dense and lexical tops ``k``, by fused rank."""
             head = self.step_index.top(view, q, k) if cos_all is None else top_order(cos_all, k)
-            lex = matched
-            if lex.shape[0] > k:
-                lex = lex[np.argpartition(-bm[lex], k - 1)[:k]]
-            lex = lex[np.lexsort((lex, -bm[lex]))]
+            lex = lexical_head(matched, bm, k)
             cand = np.unique(np.concatenate([head, lex]))
             fused = np.zeros(cand.shape[0])
             dense_rank = np.full(cand.shape[0], limit + 1, dtype=np.float64)
@@ -425,6 +507,7 @@ class HybridOSUMem(AdaptiveOSUMem):
             dense_rank[rows] = np.arange(1, head.shape[0] + 1)
             out = np.flatnonzero(dense_rank > limit)
             if out.shape[0]:
+                sample = sorted_sample()
                 cos_out = view.embeddings[cand[out]] @ q
                 above = sample.shape[0] - np.searchsorted(sample, cos_out, side="right")
                 est = np.maximum(head.shape[0] + 1, np.rint(limit * above / sample.shape[0]))
