@@ -101,3 +101,16 @@ def test_random_messages_never_raise_an_untyped_error(memory, messages, fmt):
             call()
         except OSUMemError as exc:
             assert str(exc) and "\n" not in str(exc)[:200]
+
+
+@pytest.mark.parametrize(
+    "part", [10**4400, [10**4400], {"text": 10**4400}], ids=["int", "list", "text"]
+)
+def test_assistant_content_part_beyond_int_to_text_is_not_an_untyped_error(part):
+    """The empty-assistant check of the reader turned every content part into text; a
+    4,400-digit integer raised Python's ValueError there (hypothesis found it)."""
+    messages = [{"role": "assistant", "content": [part]}]
+    try:
+        normalize_messages(messages, "openai")
+    except OSUMemError as exc:
+        assert "messages[0].content[0]" in str(exc)

@@ -189,9 +189,10 @@ def _audit(
         if role == "assistant" and not msg.get("tool_calls"):
             text = content if isinstance(content, str) else None
             if isinstance(content, list):
-                text = "".join(
-                    p.get("text", "") if isinstance(p, Mapping) else str(p) for p in content
-                )
+                parts = [p.get("text", "") if isinstance(p, Mapping) else p for p in content]
+                # a part that is not text is left to the checks below (a typed error),
+                # never turned into text here (str() of a huge int raises ValueError)
+                text = "".join(parts) if all(isinstance(t, str) for t in parts) else "?"
             if not (text or "").strip():
                 skips.append(Skip(index=i, where=at, reason="empty assistant message"))
                 continue
