@@ -436,6 +436,7 @@ class Memory:
             self._refresh()
             ids = self._write(namespace, rows, emb, embeddings is not None, pending=None)
         self._views.extend(namespace, rows, emb, ids)
+        self._retrievers.prepare(namespace)  # a bulk add builds now, not at the next query
         return ids
 
     def add_messages(
@@ -535,6 +536,7 @@ class Memory:
                 digest=digest if keep else None,
             )
         self._views.extend(namespace, rows, plan.embeddings, ids)
+        self._retrievers.prepare(namespace)  # a bulk add builds now, not at the next query
         return ids
 
     def add(
@@ -748,6 +750,16 @@ class Memory:
         """Run the store's full integrity check; raises only ``StoreError`` subclasses
         (``StoreCorruptError``, alias ``StoreIntegrityError``, listing every problem)."""
         self.store.check()
+
+    def wait_ready(self) -> None:
+        """Wait until the index builds running on background threads are done.
+
+        From ``ann_min_steps`` steps on, a retrieve never waits for an HNSW index: it
+        answers exactly while the index builds (or catches up with a bulk of new steps)
+        on a background thread, so which queries the index answered depends on timing.
+        Call this before retrieves whose answers must not (tests, benchmarks).
+        """
+        self._methods.wait_ready()
 
     def close(self) -> None:
         """Close the store and, if this memory opened it, the encoder's cache. Before

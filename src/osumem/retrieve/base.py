@@ -164,6 +164,12 @@ class Retriever(ABC, Generic[ConfigT]):
     def _build(self, view: MemoryView) -> None:
         """Build the index; the default keeps nothing but the view."""
 
+    def wait_ready(self) -> None:
+        """Wait until the indexes building on background threads are ready (with
+        ``step_index.background`` set, queries never wait for them and scan exactly
+        meanwhile; call this where answers must not depend on timing)."""
+        self.step_index.wait()
+
     # The state protocol -----------------------------------------------------------
 
     def state_key(self) -> Hashable | None:

@@ -34,6 +34,56 @@ ANN_HEAD_MIN = 32
 #: Build beam of the step index (a lighter build than the similarity view's).
 STEP_INDEX_EF_CONSTRUCTION = 64
 
+#: With background builds, at most this many steps added since the index was last
+#: extended are inserted inside a query; a longer run is inserted on a background
+#: thread while queries scan exactly.
+CATCHUP_STEPS = 64
+
+#: Steps in the fixed random sample whose cosines with the query say how far the
+#: index's answer stands above the rest (the recall safeguard).
+SPREAD_SAMPLE = 256
+
+#: The recall safeguard: the index's answer is trusted when its ``k``-th score lies at
+#: least this many standard deviations (of the sampled cosines) above what the
+#: ``k``-th best of ``n`` draws from the sampled distribution would score.
+SAFE_MARGIN_SD = 1.5
+
+
+def ann_unsure(found: NDArray[np.floating], sample: NDArray[np.floating], k: int, n: int) -> bool:
+    """Whether an approximate top-``k`` answer (``found``: the exact scores of what the
+    index returned) may miss much of the true top ``k`` of ``n``.
+
+    HNSW finds the head reliably when it stands out of the score distribution (a
+    cluster of similar steps) and poorly when it does not (unclustered vectors, where
+    the top ``k`` are barely above the rest). The ``k``-th score of ``n`` draws from a
+    normal distribution with the sample's mean and deviation lies near
+    ``mean + z * sd`` with ``z`` the normal quantile of ``1 - k / n``; the answer is
+    unsure unless its ``k``-th score is at least :data:`SAFE_MARGIN_SD` deviations
+    above that.
+    """
+    if sample.shape[0] < 2 or found.shape[0] < min(k, n):
+        return True
+    mean, sd = float(sample.mean()), float(sample.std())
+    if sd <= 0:
+        return False
+    z = float(_normal_quantile(1.0 - min(k, n) / (n + 1)))
+    return float(found.min()) < mean + (z + SAFE_MARGIN_SD) * sd
+
+
+def _normal_quantile(p: float) -> float:
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(min(max(p, 1e-12), 1 - 1e-12))
+
+
+class _Job:
+    """A background insertion into an HNSW index."""
+
+    def __init__(self, index: KnnIndex) -> None:
+        self.index = index
+        self.thread = threading.Thread()
+        self.failed: list[BaseException] = []
+
 
 class StepIndex:
     """The flat ranking of a view's steps: an exact scan, or an HNSW index over the
@@ -55,13 +105,27 @@ class StepIndex:
         #: first. When set, large memories take their ranking's head from it and build
         #: no HNSW index of their own.
         self.source: Callable[[NDArray[np.float32], int, int], IntArray] | None = None
+        #: Build and extend the index on a background thread, never inside a query
+        #: (the agent memory sets it; a retriever used directly builds in place, so
+        #: its answers do not depend on timing).
+        self.background = False
+        #: Queries the recall safeguard answered exactly.
+        self.fallbacks = 0
+        self._job: _Job | None = None
+        self._exact: tuple[NDArray[np.float32], MemoryView, NDArray[np.float32]] | None = None
+        self._sample: IntArray | None = None
+        self._sample_n = 0
         self._cost_view: MemoryView | None = None
         # (sum, count, min, count of the min) of the costs of ``_cost_view``
         self._cost_cache = (0, 0, 0, 0)
 
     def reset(self) -> None:
-        """Forget the HNSW index (a new fit over other steps)."""
+        """Forget the HNSW index (a new fit over other steps); a background job in
+        flight is left to finish and dropped."""
         self.hnsw = None
+        self._job = None
+        self._exact = None
+        self._sample = None
 
     def uses_ann(self, view: MemoryView, limit: int) -> bool:
         """Whether the ranking comes from the HNSW index: a memory of at least
@@ -72,16 +136,105 @@ class StepIndex:
 
     def top(self, view: MemoryView, q: NDArray[np.float32], k: int) -> IntArray:
         """About the ``k`` most similar steps, best first, from the external
-        :attr:`source` or the HNSW index (built now when missing, extended with the
-        steps added since)."""
+        :attr:`source` or the HNSW index (extended with the steps added since), or
+        exactly when the index is unsure of its answer (:func:`ann_unsure`).
+
+        Without :attr:`background` a missing index is built now. With it, no call
+        waits for index work: a missing index, or a long run of steps added since it
+        was built, is inserted on a background thread while this call scans exactly;
+        a short run (at most :data:`CATCHUP_STEPS`) is inserted here.
+        """
         if self.source is not None:
             return self.source(q, k, view.n)
+        index = self._ready(view)
+        if index is None:
+            return self._exact_top(view, q, k)
+        found = index.query(q, k)
+        if found.shape[0] and ann_unsure(
+            view.embeddings[found] @ q, self._sample_scores(view, q), k, view.n
+        ):
+            self.fallbacks += 1
+            return self._exact_top(view, q, k)
+        return found
+
+    def _ready(self, view: MemoryView) -> KnnIndex | None:
+        """The HNSW index, up to date with ``view``; ``None`` while a background
+        thread works on it (the caller scans exactly)."""
+        if self._job is not None:
+            if self._job.thread.is_alive():
+                return None
+            self._finish()
         if self.hnsw is None:
-            self.hnsw = self._new_hnsw(view, view.n)
+            if not self.background:
+                self.hnsw = self._new_hnsw(view, view.n)
+            else:
+                self._start(self._new_hnsw(view, view.n), view, 0)
+                return None
         index = self.hnsw
-        if index.size < view.n:
+        tail = view.n - index.size
+        if tail > 0:
+            if self.background and tail > CATCHUP_STEPS:
+                self.hnsw = None
+                self._start(index, view, index.size)
+                return None
             index.add(view.embeddings[index.size : view.n])
-        return index.query(q, k)
+        return index
+
+    def _start(self, index: KnnIndex, view: MemoryView, start: int) -> None:
+        """Insert the steps ``start..view.n`` into ``index`` on a background thread."""
+        vectors = view.embeddings[start : view.n]
+        job = _Job(index=index)
+
+        def work() -> None:
+            try:
+                index.add(vectors)
+            except BaseException as exc:  # re-raised by the next call that looks
+                job.failed.append(exc)
+
+        job.thread = threading.Thread(target=work, name="osumem-step-index", daemon=True)
+        self._job = job
+        job.thread.start()
+
+    def _finish(self) -> None:
+        """Take the finished background job's index (re-raising what it raised)."""
+        job, self._job = self._job, None
+        if job is None:
+            return
+        job.thread.join()
+        if job.failed:
+            raise job.failed[0]
+        self.hnsw = job.index
+
+    def wait(self) -> None:
+        """Wait for the background index work (a no-op when there is none)."""
+        self._finish()
+
+    @property
+    def building(self) -> bool:
+        """Whether a background thread is inserting steps into the index."""
+        return self._job is not None and self._job.thread.is_alive()
+
+    def _exact_top(self, view: MemoryView, q: NDArray[np.float32], k: int) -> IntArray:
+        """The exact ``k`` best steps, best first (ties by position); the cosines are
+        kept for the next call with the same query and view (a growing head)."""
+        cached = self._exact
+        if cached is not None and cached[1] is view and np.array_equal(cached[0], q):
+            cos = cached[2]
+        else:
+            cos = view.embeddings[: view.n] @ q
+            self._exact = (np.array(q, copy=True), view, cos)
+        return top_order(cos, k)
+
+    def _sample_scores(self, view: MemoryView, q: NDArray[np.float32]) -> NDArray[np.float32]:
+        """Cosines of ``q`` with a fixed random sample of the steps (the background
+        the index's answer is compared with)."""
+        n = view.n
+        if self._sample is None or self._sample_n * 2 < n:
+            rng = np.random.default_rng(self.seed)
+            size = min(n, SPREAD_SAMPLE)
+            self._sample = np.sort(rng.choice(n, size=size, replace=False)).astype(np.int64)
+            self._sample_n = n
+        return view.embeddings[self._sample] @ q
 
     def _new_hnsw(self, view: MemoryView, capacity: int) -> KnnIndex:
         return KnnIndex(
