@@ -88,7 +88,6 @@ class ScaleConfig(FrozenConfig):
         "agent_seconds": Interval(float, 0, None),
         "agent_max": Interval(int, 0, None),
         "memory_max": Interval(int, 0, None),
-        "bulk_sizes": TupleOf(Interval(int, 1, None)),
         "seed": Interval(int, 0, None),
     }
 
@@ -97,6 +96,8 @@ class ScaleConfig(FrozenConfig):
         from osumem.retrieve.registry import available
 
         problems = []
+        if any(not isinstance(n, int) or n < 1 for n in self.bulk_sizes):
+            problems.append(f"bulk_sizes must be sizes >= 1, got {self.bulk_sizes}")
         unknown = [m for m in self.methods if m not in available()]
         if unknown:
             problems.append(f"unknown method(s) {unknown}; known: {available()}")

@@ -213,6 +213,11 @@ class KnnIndex:
             self._index.set_num_threads(threads)
             self._threads = threads
 
+    @property
+    def capacity(self) -> int:
+        """How many rows the index holds before it must grow (a copy of it whole)."""
+        return int(self._index.get_max_elements())
+
     def add(self, vectors: NDArray[np.float32]) -> None:
         """Insert ``vectors`` (unit rows) as the next labels."""
         m = int(vectors.shape[0])

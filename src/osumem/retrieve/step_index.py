@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from osumem.osu.views import KnnIndex, hnsw_available
-from osumem.retrieve.packing import FLAT_HEAD_MIN, flat_pack, pack_ranked_heads, top_order
+from osumem.retrieve.packing import flat_pack, pack_ranked_heads, top_order
 from osumem.types import IntArray, MemoryView
 
 #: From this many steps on, a query over the whole memory takes the flat ranking's
@@ -39,41 +39,42 @@ STEP_INDEX_EF_CONSTRUCTION = 64
 #: thread while queries scan exactly.
 CATCHUP_STEPS = 64
 
+#: A new step index holds room for 1/this more steps than it is built over (hnswlib
+#: grows an index by copying it whole).
+HEADROOM_DIVISOR = 4
+
 #: Steps in the fixed random sample whose cosines with the query say how far the
 #: index's answer stands above the rest (the recall safeguard).
 SPREAD_SAMPLE = 256
 
-#: The recall safeguard: the index's answer is trusted when its ``k``-th score lies at
-#: least this many standard deviations (of the sampled cosines) above what the
-#: ``k``-th best of ``n`` draws from the sampled distribution would score.
-SAFE_MARGIN_SD = 1.5
+#: The recall safeguard: a returned step is "clear" when its relative contrast, the
+#: mean cosine distance of the sampled steps over its own distance, is at least this
+#: (docs/decisions.md) ...
+MIN_CONTRAST = 1.5
+
+#: ... and the index's answer is trusted when at least this share of the ``k`` it
+#: returned are clear (the recall the ANN paths promise).
+CLEAR_SHARE = 0.95
 
 
 def ann_unsure(found: NDArray[np.floating], sample: NDArray[np.floating], k: int, n: int) -> bool:
     """Whether an approximate top-``k`` answer (``found``: the exact scores of what the
-    index returned) may miss much of the true top ``k`` of ``n``.
+    index returned, of ``n`` steps) may miss much of the true top ``k``.
 
-    HNSW finds the head reliably when it stands out of the score distribution (a
-    cluster of similar steps) and poorly when it does not (unclustered vectors, where
-    the top ``k`` are barely above the rest). The ``k``-th score of ``n`` draws from a
-    normal distribution with the sample's mean and deviation lies near
-    ``mean + z * sd`` with ``z`` the normal quantile of ``1 - k / n``; the answer is
-    unsure unless its ``k``-th score is at least :data:`SAFE_MARGIN_SD` deviations
-    above that.
+    HNSW finds near steps reliably when they stand out of the rest (a cluster of
+    similar steps) and poorly when they do not (unclustered vectors in many
+    dimensions, where the nearest steps are barely nearer than a random one). A
+    step's relative contrast ``(1 - mean sampled cosine) / (1 - its cosine)``, a
+    ratio of cosine distances, measures that; the answer is unsure when fewer than
+    :data:`CLEAR_SHARE` of the ``k`` have a contrast of at least
+    :data:`MIN_CONTRAST`, or the index returned fewer than ``k`` steps.
     """
-    if sample.shape[0] < 2 or found.shape[0] < min(k, n):
+    want = min(k, n)
+    if found.shape[0] < want or sample.shape[0] == 0:
         return True
-    mean, sd = float(sample.mean()), float(sample.std())
-    if sd <= 0:
-        return False
-    z = float(_normal_quantile(1.0 - min(k, n) / (n + 1)))
-    return float(found.min()) < mean + (z + SAFE_MARGIN_SD) * sd
-
-
-def _normal_quantile(p: float) -> float:
-    from statistics import NormalDist
-
-    return NormalDist().inv_cdf(min(max(p, 1e-12), 1 - 1e-12))
+    far = 1.0 - float(sample.mean())
+    clear = int(np.count_nonzero(far >= MIN_CONTRAST * (1.0 - found.astype(np.float64))))
+    return clear < CLEAR_SHARE * want
 
 
 class _Job:
@@ -115,6 +116,7 @@ class StepIndex:
         self._exact: tuple[NDArray[np.float32], MemoryView, NDArray[np.float32]] | None = None
         self._sample: IntArray | None = None
         self._sample_n = 0
+        self._last: tuple[NDArray[np.float32], MemoryView, int, IntArray] | None = None
         self._cost_view: MemoryView | None = None
         # (sum, count, min, count of the min) of the costs of ``_cost_view``
         self._cost_cache = (0, 0, 0, 0)
@@ -126,6 +128,7 @@ class StepIndex:
         self._job = None
         self._exact = None
         self._sample = None
+        self._last = None
 
     def uses_ann(self, view: MemoryView, limit: int) -> bool:
         """Whether the ranking comes from the HNSW index: a memory of at least
@@ -146,6 +149,15 @@ class StepIndex:
         """
         if self.source is not None:
             return self.source(q, k, view.n)
+        last = self._last
+        if last is not None and last[1] is view and last[2] >= k and np.array_equal(last[0], q):
+            # a smaller head of the same query: the larger answer's prefix
+            return last[3][:k]
+        found = self._top(view, q, k)
+        self._last = (np.array(q, copy=True), view, k, found)
+        return found
+
+    def _top(self, view: MemoryView, q: NDArray[np.float32], k: int) -> IntArray:
         index = self._ready(view)
         if index is None:
             return self._exact_top(view, q, k)
@@ -173,7 +185,8 @@ class StepIndex:
         index = self.hnsw
         tail = view.n - index.size
         if tail > 0:
-            if self.background and tail > CATCHUP_STEPS:
+            if self.background and (tail > CATCHUP_STEPS or index.size + tail > index.capacity):
+                # a bulk, or a resize of the whole index: off the query path
                 self.hnsw = None
                 self._start(index, view, index.size)
                 return None
@@ -237,11 +250,12 @@ class StepIndex:
         return view.embeddings[self._sample] @ q
 
     def _new_hnsw(self, view: MemoryView, capacity: int) -> KnnIndex:
+        # headroom for the steps an agent adds next: growing the index copies it whole
         return KnnIndex(
             view.dim,
             seed=self.seed,
             ef_construction=STEP_INDEX_EF_CONSTRUCTION,
-            capacity=capacity,
+            capacity=capacity + capacity // HEADROOM_DIVISOR,
         )
 
     def start_build(self, view: MemoryView) -> Callable[[], None] | None:
@@ -288,12 +302,14 @@ class StepIndex:
         fewer), without sorting the rest."""
         if self.uses_ann(view, limit):
             costs = view.costs
-            k = max(FLAT_HEAD_MIN, min_count)
+            mean_cost = self.cost_stats(view)[0]
+            k = max(ANN_HEAD_MIN, min_count, math.ceil(tokens / max(mean_cost, 1.0)))
+            k = min(limit, k)
             while True:
                 head = self.top(view, q, k)
                 if k >= limit or int(costs[head].sum()) >= tokens:
                     return head
-                k = min(limit, 4 * k)
+                k = min(limit, 2 * k)
         cos = view.embeddings[:limit] @ q
         costs = view.costs[:limit]
         k = max(1, min_count, math.ceil(tokens / max(float(costs.mean()), 1.0)))
