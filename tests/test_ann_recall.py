@@ -79,7 +79,7 @@ def test_step_index_recall_at_64(kind, request):
 def test_unclustered_recall_needs_the_safeguard(unclustered, monkeypatch):
     """Without the safeguard the index misses much of the top 64 of random vectors
     (what the safeguard is for)."""
-    monkeypatch.setattr(step_index, "ann_unsure", lambda *a: False)
+    monkeypatch.setattr(step_index, "clear_share", lambda *a: 1.0)
     recall, _ = _recall(*unclustered)
     assert recall < 0.95
 

@@ -53,28 +53,44 @@ SPREAD_SAMPLE = 256
 MIN_CONTRAST = 1.5
 
 #: ... and the index's answer is trusted when at least this share of the ``k`` it
-#: returned are clear (the recall the ANN paths promise).
+#: returned are clear (the recall the ANN paths promise); ...
 CLEAR_SHARE = 0.95
 
+#: ... from this share to :data:`CLEAR_SHARE` (a clear head, then steps past the
+#: cluster) the index is asked again with a beam :data:`RAISED_EF_PER_K` times ``k``;
+#: below it, the steps are scanned exactly.
+RAISE_EF_SHARE = 0.25
 
-def ann_unsure(found: NDArray[np.floating], sample: NDArray[np.floating], k: int, n: int) -> bool:
-    """Whether an approximate top-``k`` answer (``found``: the exact scores of what the
-    index returned, of ``n`` steps) may miss much of the true top ``k``.
+#: The raised search beam, per step asked for (the first query's beam is ``2k``).
+RAISED_EF_PER_K = 4
+
+
+def clear_share(found: NDArray[np.floating], sample: NDArray[np.floating], k: int, n: int) -> float:
+    """The share of an approximate top-``k`` answer (``found``: the exact scores of
+    what the index returned, of ``n`` steps) the index is sure of.
 
     HNSW finds near steps reliably when they stand out of the rest (a cluster of
     similar steps) and poorly when they do not (unclustered vectors in many
     dimensions, where the nearest steps are barely nearer than a random one). A
     step's relative contrast ``(1 - mean sampled cosine) / (1 - its cosine)``, a
-    ratio of cosine distances, measures that; the answer is unsure when fewer than
-    :data:`CLEAR_SHARE` of the ``k`` have a contrast of at least
-    :data:`MIN_CONTRAST`, or the index returned fewer than ``k`` steps.
+    ratio of cosine distances, measures that; a step is clear at a contrast of at
+    least :data:`MIN_CONTRAST`. The share is of ``min(k, n)`` (0 when the index
+    returned fewer).
     """
     want = min(k, n)
+    if want <= 0:
+        return 1.0
     if found.shape[0] < want or sample.shape[0] == 0:
-        return True
+        return 0.0
     far = 1.0 - float(sample.mean())
     clear = int(np.count_nonzero(far >= MIN_CONTRAST * (1.0 - found.astype(np.float64))))
-    return clear < CLEAR_SHARE * want
+    return clear / want
+
+
+def ann_unsure(found: NDArray[np.floating], sample: NDArray[np.floating], k: int, n: int) -> bool:
+    """Whether fewer than :data:`CLEAR_SHARE` of an approximate top-``k`` answer are
+    clear (:func:`clear_share`): the answer may miss much of the true top ``k``."""
+    return clear_share(found, sample, k, n) < CLEAR_SHARE
 
 
 class _Job:
@@ -110,8 +126,10 @@ class StepIndex:
         #: (the agent memory sets it; a retriever used directly builds in place, so
         #: its answers do not depend on timing).
         self.background = False
-        #: Queries the recall safeguard answered exactly.
+        #: Queries the recall safeguard answered exactly ...
         self.fallbacks = 0
+        #: ... and those it asked the index again with a wider beam.
+        self.raised = 0
         self._job: _Job | None = None
         self._exact: tuple[NDArray[np.float32], MemoryView, NDArray[np.float32]] | None = None
         self._sample: IntArray | None = None
@@ -139,8 +157,10 @@ class StepIndex:
 
     def top(self, view: MemoryView, q: NDArray[np.float32], k: int) -> IntArray:
         """About the ``k`` most similar steps, best first, from the external
-        :attr:`source` or the HNSW index (extended with the steps added since), or
-        exactly when the index is unsure of its answer (:func:`ann_unsure`).
+        :attr:`source` or the HNSW index (extended with the steps added since). The
+        recall safeguard (:func:`clear_share`): an answer the index is partly unsure
+        of is asked again with a wider beam, one it is mostly unsure of is scanned
+        exactly.
 
         Without :attr:`background` a missing index is built now. With it, no call
         waits for index work: a missing index, or a long run of steps added since it
@@ -162,12 +182,14 @@ class StepIndex:
         if index is None:
             return self._exact_top(view, q, k)
         found = index.query(q, k)
-        if found.shape[0] and ann_unsure(
-            view.embeddings[found] @ q, self._sample_scores(view, q), k, view.n
-        ):
-            self.fallbacks += 1
-            return self._exact_top(view, q, k)
-        return found
+        share = clear_share(view.embeddings[found] @ q, self._sample_scores(view, q), k, view.n)
+        if share >= CLEAR_SHARE:
+            return found
+        if share >= RAISE_EF_SHARE:
+            self.raised += 1
+            return index.query(q, k, ef=RAISED_EF_PER_K * k)
+        self.fallbacks += 1
+        return self._exact_top(view, q, k)
 
     def _ready(self, view: MemoryView) -> KnnIndex | None:
         """The HNSW index, up to date with ``view``; ``None`` while a background
