@@ -224,8 +224,22 @@ class _PoolRetriever(Retriever[PoolConfigT]):
     def wait_ready(self) -> None:
         """Wait for the background index builds (the step and centroid indexes)."""
         super().wait_ready()
-        if self._centroid_index is not None:
-            self._centroid_index.wait()
+        pool, view = self.pool_, self.view_
+        if pool is None or view is None or not self.step_index.uses_ann(view, pool.n_steps):
+            if self._centroid_index is not None:
+                self._centroid_index.wait()
+            return
+        index = self._centroid_index
+        if index is None or index.pool is not pool:
+            index = self._centroid_index = CentroidIndex(
+                pool, self.seed, background=self.step_index.background
+            )
+        index.wait()
+        background, index.background = index.background, False
+        try:
+            index.sync()  # built or brought up to date here
+        finally:
+            index.background = background
 
     def pool_variant(self) -> Any:
         """What, besides the construction settings (``config.osu_config()``), shapes

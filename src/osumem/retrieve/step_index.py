@@ -240,9 +240,19 @@ class StepIndex:
             raise job.failed[0]
         self.hnsw = job.index
 
-    def wait(self) -> None:
-        """Wait for the background index work (a no-op when there is none)."""
+    def wait(self, view: MemoryView | None = None) -> None:
+        """Wait for the background index work; with ``view``, also build or extend the
+        index over all of it now when queries over it use one (so the next answers do
+        not depend on timing)."""
         self._finish()
+        if view is None or self.source is not None:
+            return
+        if view.n < self.ann_min_steps or not hnsw_available():
+            return
+        if self.hnsw is None:
+            self.hnsw = self._new_hnsw(view, view.n)
+        if self.hnsw.size < view.n:
+            self.hnsw.add(view.embeddings[self.hnsw.size : view.n])
 
     @property
     def building(self) -> bool:
