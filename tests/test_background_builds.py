@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("hnswlib")
 
-from osumem.bench.scale import generate
+from osumem.bench.scale import generate, step_of
 from osumem.memory import Memory
 from osumem.memory.retrievers import PREPARE_MIN_STEPS
 from osumem.osu.views import KnnIndex
@@ -125,19 +125,7 @@ def test_centroid_index_builds_in_the_background(data, monkeypatch):
 
 
 def _steps(data, lo: int, hi: int) -> list[Step]:
-    v = data.view
-    return [
-        Step(
-            role="assistant",
-            text=data.texts[p],
-            tool_action=str(v.tool_actions[p]),
-            tool_signature=str(v.tool_signatures[p]),
-            entities=v.entities[p],
-            subgoal=str(v.subgoals[p]),
-            cost=int(v.costs[p]),
-        )
-        for p in range(lo, hi)
-    ]
+    return [step_of(data, p) for p in range(lo, hi)]
 
 
 def test_a_bulk_add_builds_the_structure_at_add_time(data):

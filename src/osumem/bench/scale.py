@@ -330,23 +330,21 @@ def measure_size(
         if n <= cfg.agent_max:
             agent.build(base)
             agent.query(data.queries[0], data.query_texts[0])
-        steps: list[float] = []
-        adds: list[float] = []
-        gets: list[float] = []
-        for t in range(agent_from, n if n <= cfg.agent_max else agent_from):
+
+        def grow(t: int, timer: _MethodTimer = agent) -> Callable[[], None]:
             grown = view.prefix(t + 1)  # the caller's view of the memory, not timed
-            k = t % cfg.queries
-            t0 = time.process_time()
-            agent.add(grown)
-            t1 = time.process_time()
-            agent.query(data.queries[k], data.query_texts[k])
-            t2 = time.process_time()
-            adds.append(t1 - t0)
-            gets.append(t2 - t1)
-            steps.append(t2 - t0)
-            if sum(steps) > cfg.agent_seconds:
-                break
-        del agent
+            return lambda: timer.add(grown)
+
+        def ask(t: int, timer: _MethodTimer = agent) -> None:
+            timer.query(data.queries[t % cfg.queries], data.query_texts[t % cfg.queries])
+
+        adds, gets, steps = agent_rounds(
+            range(agent_from, n if n <= cfg.agent_max else agent_from),
+            grow,
+            ask,
+            cfg.agent_seconds,
+        )
+        del agent, grow, ask
         row["agent_step"] = {**_percentiles(steps), "rounds": len(steps)}
         row["agent_add"] = _percentiles(adds)
         row["agent_retrieve"] = _percentiles(gets)
@@ -365,7 +363,34 @@ def measure_size(
     return rows
 
 
-def _step(data: ScaleData, p: int) -> Step:
+def agent_rounds(
+    rounds: range,
+    add: Callable[[int], Callable[[], Any]],
+    query: Callable[[int], Any],
+    seconds: float,
+) -> tuple[list[float], list[float], list[float]]:
+    """CPU seconds of the add, the retrieve and both, per agent round ``t`` of
+    ``rounds``: ``add(t)`` prepares the round's add (untimed) and returns it, then it
+    and ``query(t)`` are timed; stops once the rounds spent ``seconds``."""
+    adds: list[float] = []
+    gets: list[float] = []
+    steps: list[float] = []
+    for t in rounds:
+        do_add = add(t)
+        t0 = time.process_time()
+        do_add()
+        t1 = time.process_time()
+        query(t)
+        t2 = time.process_time()
+        adds.append(t1 - t0)
+        gets.append(t2 - t1)
+        steps.append(t2 - t0)
+        if sum(steps) > seconds:
+            break
+    return adds, gets, steps
+
+
+def step_of(data: ScaleData, p: int) -> Step:
     """Step ``p`` of the generated memory as the agent memory stores it."""
     view = data.view
     return Step(
@@ -392,9 +417,6 @@ def _memory_row(
 
     method = cfg.methods[0]
     agent_from = max(1, n - min(cfg.agent_steps, n // 2))
-    adds: list[float] = []
-    gets: list[float] = []
-    steps: list[float] = []
     with tempfile.TemporaryDirectory(prefix="osumem-scale-") as tmp:
         mem = Memory.open(
             Path(tmp) / "memory.db", encoder="hashing", method=method, seed=cfg.seed,
@@ -402,23 +424,22 @@ def _memory_row(
         )  # fmt: skip
         t0 = time.process_time()
         for lo in range(0, agent_from, 5000):
-            mem.add_steps([_step(data, p) for p in range(lo, min(agent_from, lo + 5000))])
+            mem.add_steps([step_of(data, p) for p in range(lo, min(agent_from, lo + 5000))])
         mem.retrieve("topic1 tool2")
         mem.wait_ready()
         prefill_s = time.process_time() - t0
-        for t in range(agent_from, n):
-            step = _step(data, t)
-            query = data.query_texts[t % len(data.query_texts)]
-            t0 = time.process_time()
-            mem.add_steps([step])
-            t1 = time.process_time()
-            mem.retrieve(query)
-            t2 = time.process_time()
-            adds.append(t1 - t0)
-            gets.append(t2 - t1)
-            steps.append(t2 - t0)
-            if sum(steps) > cfg.agent_seconds:
-                break
+        texts = data.query_texts
+
+        def add_one(t: int) -> Callable[[], Any]:
+            step = step_of(data, t)
+            return lambda: mem.add_steps([step])
+
+        adds, gets, steps = agent_rounds(
+            range(agent_from, n),
+            add_one,
+            lambda t: mem.retrieve(texts[t % len(texts)]),
+            cfg.agent_seconds,
+        )
         dim = mem_dim()
         mem.close()
         floor = _sqlite_floor(data, range(agent_from, agent_from + len(steps)), dim, tmp)
@@ -486,7 +507,7 @@ def bulk_steps(cfg: ScaleConfig, n: int) -> list[Step]:
     own source so no two steps are one log)."""
     if not cfg.bulk_file:
         data = generate(n, cfg.dim, cfg.seed, 1)
-        return [_step(data, p) for p in range(n)]
+        return [step_of(data, p) for p in range(n)]
     from dataclasses import replace
 
     from osumem.errors import InvalidInputError
