@@ -53,7 +53,15 @@ class ScaleConfig(FrozenConfig):
         agent_max: the largest n at which the agent pattern is timed (it needs a
             second build).
         memory_max: the largest n at which the agent pattern is also timed through
-            :class:`osumem.memory.Memory` (hashing encoder, in-memory store); 0: never.
+            :class:`osumem.memory.Memory` (hashing encoder, SQLite file store), with a
+            plain ``sqlite3`` insert of the same row (the add "floor") timed in the
+            same run; 0: never.
+        bulk_sizes: memory sizes at which one :meth:`Memory.add_steps
+            <osumem.memory.Memory.add_steps>` call ingests every step, then the first
+            retrieve is timed (per method of ``methods``).
+        bulk_file: a tau-bench results file whose real step texts the bulk ingests
+            use (its trajectories repeated, each copy its own source, up to the size);
+            empty: the generated texts.
         seed: seed of the generated data and the retrievers.
     """
 
@@ -62,10 +70,12 @@ class ScaleConfig(FrozenConfig):
     methods: tuple[str, ...] = ("osumem", "flat")
     budget: int = 256
     queries: int = 100
-    agent_steps: int = 50
-    agent_seconds: float = 30.0
+    agent_steps: int = 1000
+    agent_seconds: float = 60.0
     agent_max: int = 100_000
     memory_max: int = 10_000
+    bulk_sizes: tuple[int, ...] = ()
+    bulk_file: str = ""
     seed: int = 0
 
     config_name = "scale"
@@ -86,6 +96,8 @@ class ScaleConfig(FrozenConfig):
         from osumem.retrieve.registry import available
 
         problems = []
+        if any(not isinstance(n, int) or n < 1 for n in self.bulk_sizes):
+            problems.append(f"bulk_sizes must be sizes >= 1, got {self.bulk_sizes}")
         unknown = [m for m in self.methods if m not in available()]
         if unknown:
             problems.append(f"unknown method(s) {unknown}; known: {available()}")
@@ -226,12 +238,14 @@ class _AnnReference:
 
 
 def _percentiles(values: Sequence[float]) -> dict[str, float]:
+    """p50, p99, max and mean of ``values`` (seconds), in milliseconds."""
     if not values:
-        return {"p50_ms": math.nan, "p99_ms": math.nan, "mean_ms": math.nan}
+        return {"p50_ms": math.nan, "p99_ms": math.nan, "max_ms": math.nan, "mean_ms": math.nan}
     arr = np.asarray(values, dtype=np.float64) * 1000.0
     return {
         "p50_ms": float(np.percentile(arr, 50)),
         "p99_ms": float(np.percentile(arr, 99)),
+        "max_ms": float(arr.max()),
         "mean_ms": float(arr.mean()),
     }
 
@@ -264,15 +278,12 @@ class _MethodTimer:
         else:
             self._retriever.retrieve(q, self.cfg.budget, text=text)
 
-    def add_then_query(
-        self, grown: MemoryView, q: NDArray[np.float32], text: str | None = None
-    ) -> None:
-        """The agent pattern: the last step of ``grown`` arrives, then a retrieve."""
+    def add(self, grown: MemoryView) -> None:
+        """The agent pattern's add: the last step of ``grown`` arrives."""
         if self._ann is not None:
             self._ann.add(grown.embeddings[-1], grown.n - 1)
-            self._ann.query(q)
         else:
-            self._retriever.update(grown).retrieve(q, self.cfg.budget, text=text)
+            self._retriever.update(grown)
 
 
 def measure_size(
@@ -284,7 +295,7 @@ def measure_size(
     raw_bytes = int(view.embeddings.nbytes)
     k_ref = max(1, math.ceil(cfg.budget / float(view.costs.mean())) * 4)
     rows: list[dict[str, Any]] = []
-    agent_from = max(1, n - cfg.agent_steps)
+    agent_from = max(1, n - min(cfg.agent_steps, n // 2))
     base = view.prefix(agent_from)
     for method in (*cfg.methods, ANN_REFERENCE):
         row: dict[str, Any] = {"n": n, "method": method, "dim": cfg.dim, "raw_bytes": raw_bytes}
@@ -319,24 +330,32 @@ def measure_size(
         if n <= cfg.agent_max:
             agent.build(base)
             agent.query(data.queries[0], data.query_texts[0])
-        steps: list[float] = []
-        for t in range(agent_from, n if n <= cfg.agent_max else agent_from):
+
+        def grow(t: int, timer: _MethodTimer = agent) -> Callable[[], None]:
             grown = view.prefix(t + 1)  # the caller's view of the memory, not timed
-            t0 = time.process_time()
-            k = t % cfg.queries
-            agent.add_then_query(grown, data.queries[k], data.query_texts[k])
-            steps.append(time.process_time() - t0)
-            if sum(steps) > cfg.agent_seconds:
-                break
-        del agent
+            return lambda: timer.add(grown)
+
+        def ask(t: int, timer: _MethodTimer = agent) -> None:
+            timer.query(data.queries[t % cfg.queries], data.query_texts[t % cfg.queries])
+
+        adds, gets, steps = agent_rounds(
+            range(agent_from, n if n <= cfg.agent_max else agent_from),
+            grow,
+            ask,
+            cfg.agent_seconds,
+        )
+        del agent, grow, ask
         row["agent_step"] = {**_percentiles(steps), "rounds": len(steps)}
+        row["agent_add"] = _percentiles(adds)
+        row["agent_retrieve"] = _percentiles(gets)
         log(
             f"n={n} {method}: build {build_s:.2f} s CPU / {build_wall:.2f} s wall "
             f"(+{peak.extra / 2**20:.0f} MiB, {row['build_extra_x_raw']:.2f}x raw), "
             f"first query {first_s:.2f} s CPU / {first_wall:.2f} s wall "
             f"({row['total_extra_x_raw']:.2f}x raw in all), retrieve p50 "
-            f"{row['retrieve']['p50_ms']:.2f} ms, add+retrieve p50 "
-            f"{row['agent_step']['p50_ms']:.2f} ms ({len(steps)} rounds)"
+            f"{row['retrieve']['p50_ms']:.2f} ms, add+retrieve p50 / p99 / max "
+            f"{row['agent_step']['p50_ms']:.2f} / {row['agent_step']['p99_ms']:.2f} / "
+            f"{row['agent_step']['max_ms']:.2f} ms ({len(steps)} rounds)"
         )
         rows.append(row)
     if cfg.memory_max and n <= cfg.memory_max:
@@ -344,58 +363,220 @@ def measure_size(
     return rows
 
 
+def agent_rounds(
+    rounds: range,
+    add: Callable[[int], Callable[[], Any]],
+    query: Callable[[int], Any],
+    seconds: float,
+) -> tuple[list[float], list[float], list[float]]:
+    """CPU seconds of the add, the retrieve and both, per agent round ``t`` of
+    ``rounds``: ``add(t)`` prepares the round's add (untimed) and returns it, then it
+    and ``query(t)`` are timed; stops once the rounds spent ``seconds``."""
+    adds: list[float] = []
+    gets: list[float] = []
+    steps: list[float] = []
+    for t in rounds:
+        do_add = add(t)
+        t0 = time.process_time()
+        do_add()
+        t1 = time.process_time()
+        query(t)
+        t2 = time.process_time()
+        adds.append(t1 - t0)
+        gets.append(t2 - t1)
+        steps.append(t2 - t0)
+        if sum(steps) > seconds:
+            break
+    return adds, gets, steps
+
+
+def step_of(data: ScaleData, p: int) -> Step:
+    """Step ``p`` of the generated memory as the agent memory stores it."""
+    view = data.view
+    return Step(
+        role="assistant",
+        text=data.texts[p],
+        tool_action=str(view.tool_actions[p]),
+        tool_signature=str(view.tool_signatures[p]),
+        entities=view.entities[p],
+        subgoal=str(view.subgoals[p]),
+        cost=int(view.costs[p]),
+    )
+
+
 def _memory_row(
     cfg: ScaleConfig, data: ScaleData, n: int, log: Callable[[str], None]
 ) -> dict[str, Any]:
-    """The agent pattern through :class:`osumem.memory.Memory` (hashing encoder,
-    in-memory store): prefill ``n - agent_steps`` steps, then add one step (text) and
-    retrieve (text query) per round."""
+    """The agent pattern through :class:`osumem.memory.Memory` (hashing encoder, a
+    SQLite file store in a temporary directory): prefill ``n - agent_steps`` steps,
+    then add one step (text) and retrieve (text query) per round; and the add
+    "floor", a plain ``sqlite3`` insert of the same row, timed in the same run."""
+    import tempfile
+
     from osumem.memory import Memory
 
-    view = data.view
     method = cfg.methods[0]
-    mem = Memory.open(None, encoder="hashing", method=method, seed=cfg.seed, budget=cfg.budget)
-    agent_from = max(1, n - cfg.agent_steps)
-
-    def step(p: int) -> Step:
-        return Step(
-            role="assistant",
-            text=data.texts[p],
-            tool_action=str(view.tool_actions[p]),
-            tool_signature=str(view.tool_signatures[p]),
-            entities=view.entities[p],
-            subgoal=str(view.subgoals[p]),
-            cost=int(view.costs[p]),
-        )
-
-    prefill_s = 0.0
-    t0 = time.process_time()
-    for lo in range(0, agent_from, 5000):
-        mem.add_steps([step(p) for p in range(lo, min(agent_from, lo + 5000))])
-    mem.retrieve("topic1 tool2")
-    prefill_s = time.process_time() - t0
-    steps: list[float] = []
-    for t in range(agent_from, n):
+    agent_from = max(1, n - min(cfg.agent_steps, n // 2))
+    with tempfile.TemporaryDirectory(prefix="osumem-scale-") as tmp:
+        mem = Memory.open(
+            Path(tmp) / "memory.db", encoder="hashing", method=method, seed=cfg.seed,
+            budget=cfg.budget,
+        )  # fmt: skip
         t0 = time.process_time()
-        mem.add_steps([step(t)])
-        mem.retrieve(data.query_texts[t % len(data.query_texts)])
-        steps.append(time.process_time() - t0)
-        if sum(steps) > cfg.agent_seconds:
-            break
-    mem.close()
+        for lo in range(0, agent_from, 5000):
+            mem.add_steps([step_of(data, p) for p in range(lo, min(agent_from, lo + 5000))])
+        mem.retrieve("topic1 tool2")
+        mem.wait_ready()
+        prefill_s = time.process_time() - t0
+        texts = data.query_texts
+
+        def add_one(t: int) -> Callable[[], Any]:
+            step = step_of(data, t)
+            return lambda: mem.add_steps([step])
+
+        adds, gets, steps = agent_rounds(
+            range(agent_from, n),
+            add_one,
+            lambda t: mem.retrieve(texts[t % len(texts)]),
+            cfg.agent_seconds,
+        )
+        dim = mem_dim()
+        mem.close()
+        floor = _sqlite_floor(data, range(agent_from, agent_from + len(steps)), dim, tmp)
     row: dict[str, Any] = {
         "n": n,
         "method": f"Memory[{method}, hashing]",
-        "dim": mem_dim(),
+        "dim": dim,
         "raw_bytes": 0,
         "build_cpu_s": prefill_s,
         "agent_step": {**_percentiles(steps), "rounds": len(steps)},
+        "agent_add": _percentiles(adds),
+        "agent_retrieve": _percentiles(gets),
+        "sqlite_floor_add": _percentiles(floor),
     }
+    add_p50, floor_p50 = row["agent_add"]["p50_ms"], row["sqlite_floor_add"]["p50_ms"]
+    row["add_p50_over_floor"] = add_p50 / floor_p50 if floor_p50 > 0 else math.nan
     log(
-        f"n={n} {row['method']}: prefill {prefill_s:.2f} s CPU, add+retrieve p50 "
-        f"{row['agent_step']['p50_ms']:.2f} ms ({len(steps)} rounds)"
+        f"n={n} {row['method']}: prefill {prefill_s:.2f} s CPU, add p50 {add_p50:.2f} ms "
+        f"(sqlite3 floor {floor_p50:.2f} ms), add+retrieve p50 / p99 / max "
+        f"{row['agent_step']['p50_ms']:.2f} / {row['agent_step']['p99_ms']:.2f} / "
+        f"{row['agent_step']['max_ms']:.2f} ms ({len(steps)} rounds)"
     )
     return row
+
+
+def _sqlite_floor(data: ScaleData, positions: range, dim: int, tmp: str) -> list[float]:
+    """CPU seconds of a plain ``sqlite3`` insert of each step's row (the columns and
+    settings of the memory's store: WAL, ``synchronous=FULL``, one transaction per
+    add, the embedding as float32 bytes): what an add cannot go below."""
+    import sqlite3
+
+    from osumem.memory.backends.sqlite.schema import TABLES
+
+    view = data.view
+    conn = sqlite3.connect(Path(tmp) / "floor.db", isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute(TABLES["steps"])
+    rng = np.random.default_rng(0)
+    out: list[float] = []
+    for i, p in enumerate(positions):
+        emb = rng.standard_normal(dim).astype(np.float32)
+        ents = json.dumps(sorted(view.entities[p]))
+        t0 = time.process_time()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            "INSERT INTO steps (ns, pos, batch, role, text, tool_action, arguments, "
+            "tool_signature, entities, subgoal, source, cost, embedding) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                "default", i, i, "assistant", data.texts[p], str(view.tool_actions[p]), "",
+                str(view.tool_signatures[p]), ents, str(view.subgoals[p]), "default",
+                int(view.costs[p]), emb.tobytes(),
+            ),
+        )  # fmt: skip
+        conn.execute("COMMIT")
+        out.append(time.process_time() - t0)
+    conn.close()
+    return out
+
+
+def bulk_steps(cfg: ScaleConfig, n: int) -> list[Step]:
+    """``n`` steps for a bulk ingest: the generated memory's, or the real steps of
+    :attr:`ScaleConfig.bulk_file` (tau-bench trajectories, repeated, each copy its
+    own source so no two steps are one log)."""
+    if not cfg.bulk_file:
+        data = generate(n, cfg.dim, cfg.seed, 1)
+        return [step_of(data, p) for p in range(n)]
+    from dataclasses import replace
+
+    from osumem.errors import InvalidInputError
+    from osumem.ingest.taubench import load_taubench
+
+    sources = load_taubench(cfg.bulk_file)
+    if not any(src.steps for src in sources):
+        raise InvalidInputError(f"{cfg.bulk_file}: no steps to ingest")
+    out: list[Step] = []
+    copy = 0
+    while len(out) < n:
+        for src in sources:
+            name = f"c{copy}-{src.source}"
+            out.extend(replace(st, source=name) for st in src.steps)
+            if len(out) >= n:
+                break
+        copy += 1
+    return out[:n]
+
+
+def bulk_rows(cfg: ScaleConfig, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """Per size of ``bulk_sizes`` and method: one ``Memory.add_steps`` call with every
+    step (hashing encoder, SQLite file store), then the first retrieve and 20 more;
+    CPU and wall time."""
+    import tempfile
+
+    from osumem.memory import Memory
+
+    rows: list[dict[str, Any]] = []
+    queries = generate(max(cfg.sizes[0], 100), cfg.dim, cfg.seed, 21).query_texts
+    for n in cfg.bulk_sizes:
+        steps = bulk_steps(cfg, n)
+        for method in cfg.methods:
+            with tempfile.TemporaryDirectory(prefix="osumem-bulk-") as tmp:
+                mem = Memory.open(
+                    Path(tmp) / "memory.db", encoder="hashing", method=method,
+                    seed=cfg.seed, budget=cfg.budget,
+                )  # fmt: skip
+                w0, t0 = time.perf_counter(), time.process_time()
+                mem.add_steps(steps)
+                ingest = (time.process_time() - t0, time.perf_counter() - w0)
+                w0, t0 = time.perf_counter(), time.process_time()
+                mem.retrieve(queries[0])
+                first = (time.process_time() - t0, time.perf_counter() - w0)
+                later: list[float] = []
+                for text in queries[1:]:
+                    t0 = time.process_time()
+                    mem.retrieve(text)
+                    later.append(time.process_time() - t0)
+                mem.close()
+            nxt = _percentiles(later)
+            row: dict[str, Any] = {
+                "n": n,
+                "method": f"bulk Memory[{method}, hashing]",
+                "texts": "tau-bench" if cfg.bulk_file else "generated",
+                "ingest_cpu_s": ingest[0],
+                "ingest_wall_s": ingest[1],
+                "first_retrieve_cpu_s": first[0],
+                "first_retrieve_wall_s": first[1],
+                "next_retrieves": nxt,
+            }
+            log(
+                f"bulk n={n} {method}: ingest {ingest[0]:.2f} s CPU / {ingest[1]:.2f} s "
+                f"wall, first retrieve {first[0] * 1000:.1f} ms CPU / "
+                f"{first[1] * 1000:.1f} ms wall, next p50 "
+                f"{nxt['p50_ms']:.2f} ms"
+            )
+            rows.append(row)
+    return rows
 
 
 def mem_dim() -> int:
@@ -420,6 +601,7 @@ def run_scale(cfg: ScaleConfig, log: Callable[[str], None] = print) -> list[dict
     with threadpool_limits(limits=1):
         for n in cfg.sizes:
             rows.extend(measure_size(cfg, n, log))
+        rows.extend(bulk_rows(cfg, log))
     return rows
 
 
@@ -438,26 +620,37 @@ def ratios(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 "method": r["method"],
                 "retrieve_p50_over_ann": r["retrieve"]["p50_ms"] / base["retrieve"]["p50_ms"],
                 "agent_p50_over_ann": r["agent_step"]["p50_ms"] / base["agent_step"]["p50_ms"],
+                "agent_p99_ms": r["agent_step"]["p99_ms"],
+                "agent_max_ms": r["agent_step"]["max_ms"],
             }
         )
     return out
 
 
 def markdown(rows: Sequence[dict[str, Any]]) -> str:
-    """The rows as a Markdown table (CPU milliseconds and seconds)."""
+    """The rows as Markdown tables (CPU milliseconds and seconds): build and retrieve
+    per size and method, the agent rounds (add, retrieve and add + retrieve p50 / p99
+    / max, the sqlite3 floor of an add) and the bulk ingests."""
     head = (
         "| n | method | build CPU s | build wall s | build extra (× raw f32) | "
         "first query CPU s | first query wall s | extra with first query (× raw) | "
-        "retrieve p50 ms | retrieve p99 ms | add+retrieve p50 ms | add+retrieve mean ms | "
-        "rounds |\n"
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        "retrieve p50 ms | retrieve p99 ms | retrieve max ms | add+retrieve p50 ms | "
+        "add+retrieve mean ms | rounds |\n"
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
     lines = []
 
     def ms(value: float | None) -> str:
         return "" if value is None else f"{value:.2f}"
 
+    def three(part: dict[str, float] | None) -> str:
+        if not part:
+            return " | | "
+        return f"{ms(part.get('p50_ms'))} | {ms(part.get('p99_ms'))} | {ms(part.get('max_ms'))}"
+
     for r in rows:
+        if "agent_step" not in r:
+            continue
         ret = r.get("retrieve") or {}
         ag = r["agent_step"]
         lines.append(
@@ -465,10 +658,42 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
             f"{ms(r.get('build_wall_s'))} | {ms(r.get('build_extra_x_raw'))} | "
             f"{ms(r.get('first_query_cpu_s'))} | {ms(r.get('first_query_wall_s'))} | "
             f"{ms(r.get('total_extra_x_raw'))} | {ms(ret.get('p50_ms'))} | "
-            f"{ms(ret.get('p99_ms'))} | {ag['p50_ms']:.2f} | {ag['mean_ms']:.2f} | "
-            f"{ag['rounds']} |"
+            f"{ms(ret.get('p99_ms'))} | {ms(ret.get('max_ms'))} | {ag['p50_ms']:.2f} | "
+            f"{ag['mean_ms']:.2f} | {ag['rounds']} |"
         )
-    return head + "\n".join(lines) + "\n"
+    out = head + "\n".join(lines) + "\n"
+    agent = [r for r in rows if "agent_add" in r and r["agent_step"]["rounds"]]
+    if agent:
+        out += (
+            "\nAgent rounds (add one step, then retrieve), CPU ms:\n\n"
+            "| n | method | add p50 | add p99 | add max | retrieve p50 | retrieve p99 | "
+            "retrieve max | add+retrieve p50 | add+retrieve p99 | add+retrieve max | "
+            "sqlite3 floor add p50 | add p50 / floor | rounds |\n"
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        )
+        for r in agent:
+            floor = r.get("sqlite_floor_add") or {}
+            out += (
+                f"| {r['n']:,} | {r['method']} | {three(r['agent_add'])} | "
+                f"{three(r['agent_retrieve'])} | {three(r['agent_step'])} | "
+                f"{ms(floor.get('p50_ms'))} | {ms(r.get('add_p50_over_floor'))} | "
+                f"{r['agent_step']['rounds']} |\n"
+            )
+    bulk = [r for r in rows if "ingest_cpu_s" in r]
+    if bulk:
+        out += (
+            "\nBulk ingest (one add of every step), then the first retrieve:\n\n"
+            "| n | method | texts | ingest CPU s | ingest wall s | first retrieve CPU ms | "
+            "first retrieve wall ms | next retrieves p50 ms | p99 ms | max ms |\n"
+            "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|\n"
+        )
+        for r in bulk:
+            out += (
+                f"| {r['n']:,} | {r['method']} | {r['texts']} | {r['ingest_cpu_s']:.2f} | "
+                f"{r['ingest_wall_s']:.2f} | {r['first_retrieve_cpu_s'] * 1000:.1f} | "
+                f"{r['first_retrieve_wall_s'] * 1000:.1f} | {three(r['next_retrieves'])} |\n"
+            )
+    return out
 
 
 def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
@@ -484,6 +709,7 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
         ("retrieve p50 ms", lambda r: r.get("retrieve", {}).get("p50_ms")),
         ("add + retrieve p50 ms", lambda r: r["agent_step"]["p50_ms"]),
     ]
+    rows = [r for r in rows if "agent_step" in r]
     methods = sorted({r["method"] for r in rows})
     colour = {m: f"C{i}" for i, m in enumerate(methods)}  # the same colour in every panel
     for ax, (title, get) in zip(axes, panels, strict=True):

@@ -455,6 +455,7 @@ class Memory:
             self._refresh()
             ids = self._write(namespace, rows, emb, embeddings is not None, pending=None)
         self._views.extend(namespace, rows, emb, ids)
+        self._retrievers.prepare(namespace)  # a bulk add builds now, not at the next query
         return ids
 
     @limited
@@ -559,6 +560,7 @@ class Memory:
                 users=now[1],
             )
         self._views.extend(namespace, rows, plan.embeddings, ids)
+        self._retrievers.prepare(namespace)  # a bulk add builds now, not at the next query
         return ids
 
     def add(
@@ -778,6 +780,17 @@ class Memory:
         """Run the store's full integrity check; raises only ``StoreError`` subclasses
         (``StoreCorruptError``, alias ``StoreIntegrityError``, listing every problem)."""
         self.store.check()
+
+    @limited
+    def wait_ready(self) -> None:
+        """Wait until the index builds running on background threads are done.
+
+        From ``ann_min_steps`` steps on, a retrieve never waits for an HNSW index: it
+        answers exactly while the index builds (or catches up with a bulk of new steps)
+        on a background thread, so which queries the index answered depends on timing.
+        Call this before retrieves whose answers must not (tests, benchmarks).
+        """
+        self._methods.wait_ready()
 
     @limited
     def close(self) -> None:

@@ -15,9 +15,10 @@ DEFAULT_NAMESPACE = "default"
 #: What an add does with a log the namespace already holds (see ``on_duplicate``).
 ON_DUPLICATE = ("append", "skip", "error")
 #: Memory size from which a memory's whole-memory queries use the HNSW indexes
-#: (``MemoryConfig.ann_min_steps``). Below it they scan exactly: answers are exact and
-#: a reopened memory builds no index before its first answer (docs/decisions.md).
-MEMORY_ANN_MIN_STEPS = 100_000
+#: (``MemoryConfig.ann_min_steps``). Below it they scan exactly. The indexes build on
+#: background threads and queries scan exactly until they are ready, so no query waits
+#: for a build (docs/decisions.md).
+MEMORY_ANN_MIN_STEPS = 20_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,7 +45,8 @@ class MemoryConfig(FrozenConfig):
             (identical results to the writing session) rather than in one ``fit``.
         ann_min_steps: from this many steps in a namespace on, queries over all of it
             take their candidates from HNSW indexes (hnswlib, the ``scale`` extra),
-            built when the namespace is loaded; below it they scan exactly.
+            built on background threads (queries scan exactly until an index is
+            ready; :meth:`Memory.wait_ready` waits for it); below it they scan exactly.
         on_duplicate: the default of :meth:`Memory.add_messages`' ``on_duplicate``
             (``"skip"``; ``"append"`` for an agent that repeats messages on purpose and
             gives no ``log_id``).

@@ -279,6 +279,26 @@ def parsed_metadata(data: NamespaceData) -> list[dict[str, Any]]:
     return out
 
 
+def metadata_at(data: NamespaceData, positions: list[int]) -> dict[int, dict[str, Any]]:
+    """The metadata of ``positions`` as dicts (from the parsed namespace state when it
+    is cached, else only these are parsed: a retrieve after an add does not parse
+    every step's metadata again)."""
+    texts = data.metadata
+    hit = _PARSED.get(id(texts))
+    if hit is not None and hit[0] is texts:
+        return {p: hit[1][p] for p in positions}
+    out: dict[int, dict[str, Any]] = {}
+    for p in positions:
+        try:
+            got = json.loads(texts[p])
+        except ValueError:
+            got = None
+        if not isinstance(got, dict):
+            raise StoreCorruptError(f"step at position {p}: metadata is not a JSON object")
+        out[p] = got
+    return out
+
+
 def _lookup(meta: Mapping[str, Any], path: tuple[str, ...]) -> Any:
     value: Any = meta
     for part in path:

@@ -13,7 +13,7 @@ from numpy.typing import NDArray
 
 from osumem.errors import InvalidInputError
 from osumem.memory.explain import Explanation, explainer, remap_positions
-from osumem.memory.filters import parsed_metadata
+from osumem.memory.filters import metadata_at, parsed_metadata
 from osumem.memory.rows import NamespaceData
 from osumem.retrieve.base import Retriever
 
@@ -354,7 +354,7 @@ def retrieved_from(
     units and the explanation."""
     handles = osu_handles(retriever, positions, mapping)
     v = data.view
-    meta = parsed_metadata(data)
+    meta = metadata_at(data, positions.tolist())
     place = (lambda p: p) if mapping is None else (lambda p: int(mapping[p]))
     steps = tuple(
         RetrievedStep(
@@ -397,20 +397,13 @@ def osu_handles(
     pool = None if retriever is None else retriever.osu_pool()
     if pool is None:
         return [() for _ in positions]
-    names = pool.view_names()
     place = (lambda p: p) if mapping is None else (lambda p: int(mapping[p]))
     out = []
     for p in positions:
         out.append(
             tuple(
-                OSUHandle(
-                    view=str(names[j]),
-                    key=str(pool.keys[j]),
-                    first=place(int(pool.spans[j, 0])),
-                    last=place(int(pool.spans[j, 1])),
-                    size=int(pool.sizes[j]),
-                )
-                for j in pool.osus_of(int(p))
+                OSUHandle(view=view, key=str(key), first=place(lo), last=place(hi), size=size)
+                for view, key, lo, hi, size in pool.units_of(int(p))
             )
         )
     return out

@@ -26,6 +26,10 @@ from osumem.retrieve.base import Retriever
 #: Most other methods a memory keeps built for ``retrieve(method=...)`` at once.
 MAX_OTHER_METHODS = 4
 
+#: An add of at least this many steps brings the memory's own retriever up to date at
+#: once (a bulk ingest pays its build, so the first retrieve after it does not).
+PREPARE_MIN_STEPS = 512
+
 
 class RetrieverCache:
     """The retrievers of one method over the namespaces of a :class:`NamespaceCache`.
@@ -89,6 +93,8 @@ class RetrieverCache:
 
         retriever = create(self.method, self.params, seed=self.seed)
         retriever.ann_min_steps = self.ann_min_steps
+        # the memory's queries never wait for an index build (wait_ready() does)
+        retriever.step_index.background = True
         if namespace is not None:
             retriever.step_index.source = self.store.nearest(namespace)
         return retriever
@@ -106,6 +112,23 @@ class RetrieverCache:
         if not self.store.in_transaction:
             self.save_snapshot(namespace, force=False)
         return retriever
+
+    def prepare(self, namespace: str) -> None:
+        """Bring the namespace's retriever up to date now when at least
+        :data:`PREPARE_MIN_STEPS` steps are not in it yet (called after an add, so a
+        bulk ingest builds the structure and the next retrieve does not)."""
+        buf = self.namespaces.cached(namespace)
+        n = self.store.n_steps(namespace) if buf is None else buf.n
+        _, fitted = self._fitted.get(namespace, (None, 0))
+        if n - fitted >= PREPARE_MIN_STEPS:
+            self.sync(namespace)
+
+    def wait_ready(self) -> None:
+        """Wait for every retriever's background index builds."""
+        for retriever, _ in self._fitted.values():
+            retriever.wait_ready()
+        if self._causal is not None:
+            self._causal[1].wait_ready()
 
     def causal(self, namespace: str, before: int) -> Retriever:
         """A retriever built from the steps before ``before`` only (no later step can
@@ -248,3 +271,8 @@ class MethodCaches:
         """Forget every kept causal retriever (another writer committed)."""
         for c in (self.own, *self._others.values()):
             c.drop_causal()
+
+    def wait_ready(self) -> None:
+        """Wait for the background index builds of every cached retriever."""
+        for c in (self.own, *self._others.values()):
+            c.wait_ready()

@@ -300,6 +300,22 @@ class OSUPool:
         ]
         return sorted(slots, key=self.canonical_key)
 
+    def units_of(self, step: int) -> list[tuple[str, str, int, int, int]]:
+        """``(view, key, first, last, size)`` of each OSU step ``step`` belongs to, in
+        the order of :meth:`osus_of`, read from the slot-level state (no public arrays
+        are assembled: an add does not make the next call O(OSUs))."""
+        s = self.slots
+        return [
+            (
+                VIEWS[int(s.view_code.a[g])],
+                s.keys[g],
+                int(s.k_span.a[g, 0]),
+                int(s.k_span.a[g, 1]),
+                int(s.k_size.a[g]),
+            )
+            for g in self.osu_slots_of(step)
+        ]
+
     def members_of(self, osu: int) -> IntArray:
         """Member positions of OSU ``osu``, increasing."""
         m = self.members

@@ -40,6 +40,10 @@ def shared_lists(positions: list[int], members: IntArray, bounds: IntArray) -> l
     return [list(itertools.islice(every, k)) for k in np.diff(bounds).tolist()]
 
 
+#: From this many entries, a bulk resize leaves a quarter of headroom (GrowArray).
+HEADROOM_MIN = 20_000
+
+
 class GrowArray:
     """A numpy array that grows along axis 0 by doubling (amortised O(1) appends).
 
@@ -55,7 +59,13 @@ class GrowArray:
     def resize(self, n: int) -> None:
         """Make the logical length ``n``; new entries hold ``fill``."""
         if n > self.a.shape[0]:
-            bigger = np.empty((max(n, 2 * self.a.shape[0]), *self.a.shape[1:]), self.a.dtype)
+            # a large bulk (a build) gets a quarter of headroom, so the appends that
+            # follow it do not copy the whole array at once (unwritten capacity is not
+            # resident); smaller arrays keep their exact size, which the efficiency
+            # tables count
+            extra = n // 4 if n >= HEADROOM_MIN else 0
+            cap = max(n + extra, 2 * self.a.shape[0])
+            bigger = np.empty((cap, *self.a.shape[1:]), self.a.dtype)
             bigger[: self.n] = self.a[: self.n]
             self.a = bigger
         if n == self.n + 1:

@@ -213,6 +213,11 @@ class KnnIndex:
             self._index.set_num_threads(threads)
             self._threads = threads
 
+    @property
+    def capacity(self) -> int:
+        """How many rows the index holds before it must grow (a copy of it whole)."""
+        return int(self._index.get_max_elements())
+
     def add(self, vectors: NDArray[np.float32]) -> None:
         """Insert ``vectors`` (unit rows) as the next labels."""
         m = int(vectors.shape[0])
@@ -227,13 +232,13 @@ class KnnIndex:
         self._index.add_items(np.ascontiguousarray(vectors, dtype=np.float32), labels)
         self.size = need
 
-    def query(self, q: NDArray[np.float32], k: int) -> IntArray:
+    def query(self, q: NDArray[np.float32], k: int, ef: int | None = None) -> IntArray:
         """Labels of the (approximately) ``k`` nearest indexed rows to ``q``, most
-        similar first."""
+        similar first (search beam ``ef``; default ``max(HNSW_EF_SEARCH, 2k)``)."""
         k = min(k, self.size)
         if k < 1:
             return np.empty(0, dtype=np.int64)
-        self._set(max(HNSW_EF_SEARCH, 2 * k), 1)
+        self._set(max(HNSW_EF_SEARCH, 2 * k) if ef is None else max(int(ef), k), 1)
         labels, _ = self._index.knn_query(q[None, :], k=k)
         return labels[0].astype(np.int64)
 

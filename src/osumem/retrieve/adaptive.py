@@ -189,6 +189,8 @@ class AdaptiveOSUMem(OSUMem[AdaptiveConfig]):
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> AdaptiveStages:
         """The selection in its three parts (what ``_select`` returns, concatenated)."""
+        if self._ann_path(limit):
+            return self._stages_ann(q, budget)
         cos = self._cosines(q, limit)
         flat = np.argsort(-cos, kind="stable").astype(np.int64)
         return self._stages_ranked(q, budget, limit, evidence, flat, cos.astype(np.float64))
@@ -254,6 +256,90 @@ class AdaptiveOSUMem(OSUMem[AdaptiveConfig]):
         left = budget - int(costs[chosen].sum())
         fill = pack_first_fit(flat[~taken[flat]], costs, left) if left > 0 else chosen[:0]
         return AdaptiveStages(decision, flat, first, expand, fill, kept)
+
+    def _ann_path(self, limit: int) -> bool:
+        """Whether a query over the steps before ``limit`` takes the large-memory path
+        (:meth:`_stages_ann`): the whole memory, from the step index's ranking, with
+        the default coarse expansion (other settings scan exactly)."""
+        cfg = self.config
+        return (
+            limit >= self.fitted_pool.n_steps
+            and not self.is_oracle
+            and cfg.expand_from == "coarse"
+            and cfg.coarse_k_rule == "mean_cost"
+            and self.step_index.uses_ann(self.fitted_view, limit)
+        )
+
+    def _binding_slots(self, steps: IntArray) -> list[list[int]]:
+        """Per step, the live slots of a binding view it belongs to (read from the
+        pool's row-ordered state: no membership matrix is assembled)."""
+        slots = self.fitted_pool.slots
+        codes = {VIEWS.index(v) for v in self.config.binding_views}
+        kept, view_code, size = slots.kept.a, slots.view_code.a, slots.k_size.a
+        return [
+            [int(g) for g in kept[int(p)] if g >= 0 and size[g] > 0 and int(view_code[g]) in codes]
+            for p in steps.tolist()
+        ]
+
+    def _stages_ann(self, q: NDArray[np.float32], budget: int) -> AdaptiveStages:
+        """:meth:`_stages` of a large memory queried whole: the same rules over the
+        head of the flat ranking the step index gives (HNSW, with its recall
+        safeguard) instead of a sort of every step. The head holds the
+        ``head_ratio``·B tokens expansion is restricted to; Flat's own selection and
+        the fill are first fits of the index's growing heads (what
+        :meth:`~osumem.retrieve.step_index.StepIndex.pack` does); the coarse stage is
+        OSU-Mem's slot-level one. With an exact ranking the selection is the exact
+        path's (tests/test_ann_recall.py)."""
+        cfg = self.config
+        view = self.fitted_view
+        costs = view.costs
+        n = view.n
+        head = self._flat_head(q, n, max(cfg.head_ratio, 1.0) * budget, cfg.seed_steps)
+        hcos = (view.embeddings[head] @ q).astype(np.float64)
+        order = np.lexsort((head, -hcos))
+        head, hcos = head[order], hcos[order]
+        seeds = head[: cfg.seed_steps]
+        per_step = self._binding_slots(seeds)
+        counts: dict[int, int] = {}
+        for own_slots in per_step:
+            for g in set(own_slots):
+                counts[g] = counts.get(g, 0) + 1
+        shared_slots = sorted(g for g, c in counts.items() if c >= cfg.min_shared)
+        osus = np.asarray(shared_slots, dtype=np.int64)
+        shared = np.asarray([counts[g] for g in shared_slots], dtype=np.int64)
+        covered = np.asarray([bool(x) for x in per_step], dtype=bool)
+        cover_ok = seeds.size > 0 and float(covered.mean()) >= cfg.min_head_coverage
+        binds = {
+            "shared": bool(osus.size),
+            "coverage": cover_ok,
+            "both": bool(osus.size) and cover_ok,
+            "none": True,
+        }[cfg.gate]
+        decision = BindingDecision(seeds, osus, shared, covered, binds)
+        none = np.empty(0, dtype=np.int64)
+        if not binds:
+            return AdaptiveStages(decision, head, none, none, self._flat_pack(q, n, budget))
+        cand = self._coarse_positions(q, budget)
+        if cfg.head_ratio > 0:
+            csum = np.cumsum(costs[head])
+            n_head = int(np.searchsorted(csum, cfg.head_ratio * budget, side="right"))
+            cand = np.intersect1d(cand, head[: max(n_head, 1)]).astype(np.int64)
+        score = view.embeddings[cand] @ q
+        cand = cand[np.argsort(-score, kind="stable")]
+        first_head = head[: cfg.keep_head]
+        if cfg.protect_orphans:
+            own = self._flat_pack(q, n, budget)
+            orphans = own[[not x for x in self._binding_slots(own)]]
+            if own.size and orphans.size >= cfg.orphan_share * own.size:
+                first_head = np.concatenate([first_head, orphans[~np.isin(orphans, first_head)]])
+        first = pack_first_fit(first_head, costs, budget)
+        spent = int(costs[first].sum())
+        expand_budget = min(int(cfg.expand_share * budget), budget - spent)
+        expand = pack_first_fit(cand[~np.isin(cand, first)], costs, expand_budget)
+        chosen = np.concatenate([first, expand]).astype(np.int64)
+        left = budget - int(costs[chosen].sum())
+        fill = self._flat_pack(q, n, left, exclude=chosen) if left > 0 else chosen[:0]
+        return AdaptiveStages(decision, head, first, expand, fill)
 
     def explain_selection(
         self,

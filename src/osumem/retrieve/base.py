@@ -164,6 +164,13 @@ class Retriever(ABC, Generic[ConfigT]):
     def _build(self, view: MemoryView) -> None:
         """Build the index; the default keeps nothing but the view."""
 
+    def wait_ready(self) -> None:
+        """Wait until the indexes building on background threads are ready (with
+        ``step_index.background`` set, queries never wait for them and scan exactly
+        meanwhile; call this where answers must not depend on timing): after it the
+        indexes the next whole-memory query uses are built and up to date."""
+        self.step_index.wait(self.view_)
+
     # The state protocol -----------------------------------------------------------
 
     def state_key(self) -> Hashable | None:

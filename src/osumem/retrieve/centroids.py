@@ -4,6 +4,7 @@ canonical tie order."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -22,39 +23,91 @@ class CentroidIndex:
     labelled by slot and kept in step with the pool's change log: a changed centroid
     is updated in place, a dead OSU marked deleted, a full derivation rebuilds it."""
 
-    def __init__(self, pool: OSUPool, seed: int) -> None:
+    def __init__(self, pool: OSUPool, seed: int, *, background: bool = False) -> None:
         self.pool = pool
         self.seed = seed
+        #: Build the index on a background thread; until it is ready, :meth:`query`
+        #: answers ``None`` (the caller scores every centroid exactly).
+        self.background = background
         self.epoch = -1
         self.position = 0
         self._index: Any = None
         self._deleted: set[int] = set()
         self._known: set[int] = set()
         self._ef = -1
+        self._job: tuple[threading.Thread, list[Any]] | None = None
 
     def _rebuild(self) -> None:
+        """Build the index over the live centroids now (in the background when set:
+        the pool's arrays are read here, the insertion runs on a thread)."""
+        slots, cents = self.pool.live_arrays()
+        epoch, position = self.pool.epoch, self.pool.change_log_position
+        if not self.background:
+            self._install(self._new_index(slots, cents), slots, epoch, position)
+            return
+        slots, cents = slots.copy(), np.array(cents, copy=True)
+        out: list[Any] = []
+
+        def work() -> None:
+            try:
+                out.append(self._new_index(slots, cents))
+            except BaseException as exc:  # re-raised by the next query
+                out.append(exc)
+
+        thread = threading.Thread(target=work, name="osumem-centroid-index", daemon=True)
+        self._job = (thread, [out, slots, epoch, position])
+        self._index = None
+        thread.start()
+
+    def _new_index(self, slots: IntArray, cents: NDArray[np.float32]) -> Any:
         import hnswlib
 
-        slots, cents = self.pool.live_arrays()
-        self._index = hnswlib.Index(space="ip", dim=cents.shape[1])
+        index = hnswlib.Index(space="ip", dim=cents.shape[1])
         # capacity for the live OSUs plus an eighth (grown by doubling in sync): hnswlib
         # keeps a lock and a level per element of capacity, resident even when unused
-        self._index.init_index(
+        index.init_index(
             max_elements=max(1024, slots.size + slots.size // 8),
             M=HNSW_M,
             ef_construction=HNSW_EF_CONSTRUCTION,
             random_seed=self.seed,
         )
-        self._index.set_num_threads(1)
-        self._ef = -1
+        index.set_num_threads(1)
         if slots.size:
-            self._index.add_items(cents, slots)
+            index.add_items(cents, slots)
+        return index
+
+    def _install(self, index: Any, slots: IntArray, epoch: int, position: int) -> None:
+        self._index = index
+        self._ef = -1
         self._known = set(slots.tolist())
         self._deleted = set()
+        self.epoch, self.position = epoch, position
+
+    def wait(self) -> None:
+        """Wait for a background build (a no-op when there is none)."""
+        if self._job is None:
+            return
+        thread, (out, slots, epoch, position) = self._job
+        thread.join()
+        self._job = None
+        if isinstance(out[0], BaseException):
+            raise out[0]
+        self._install(out[0], slots, epoch, position)
+
+    def ready(self) -> bool:
+        """Whether the index can answer now (no background build in flight; one that
+        finished is taken)."""
+        if self._job is not None:
+            if self._job[0].is_alive():
+                return False
+            self.wait()
+        return True
 
     def sync(self) -> None:
         """Apply the pool's changes since the last sync."""
         pool = self.pool
+        if self._job is not None:
+            self.wait()
         if (
             self._index is not None
             and self.epoch == pool.epoch
@@ -64,6 +117,8 @@ class CentroidIndex:
         changes = pool.changes_since(self.epoch, self.position) if self._index else None
         if changes is None:
             self._rebuild()
+            if self._index is None:  # building in the background
+                return
         else:
             rows, _, sizes = pool.slot_arrays()
             _, cents = pool.live_arrays()
@@ -86,8 +141,13 @@ class CentroidIndex:
 
     def query(self, q: NDArray[np.float32], k: int) -> IntArray | None:
         """About the ``k`` best slots by centroid cosine (``None`` when the index
-        cannot answer ``k``; the caller then scans)."""
+        cannot answer ``k`` or is being built in the background; the caller then
+        scans)."""
+        if not self.ready():
+            return None
         self.sync()
+        if self._index is None:
+            return None
         ef = max(HNSW_EF_SEARCH, 2 * k)
         if ef != self._ef:
             self._index.set_ef(ef)

@@ -31,6 +31,7 @@ from osumem.retrieve.base import Retriever, RetrieverConfig, RetrieverState
 from osumem.retrieve.centroids import CentroidIndex, top_slots
 from osumem.retrieve.explain import SelectionParts, best_unit, unit_ranks
 from osumem.retrieve.packing import greedy_pack, novelty_pack, pack_first_fit
+from osumem.retrieve.step_index import SPREAD_SAMPLE, ann_unsure
 from osumem.types import IntArray, MemoryView
 
 if TYPE_CHECKING:
@@ -218,11 +219,32 @@ class _PoolRetriever(Retriever[PoolConfigT]):
             if wait is not None:
                 self._centroid_index = CentroidIndex(self.pool_, self.seed)
                 self._centroid_index.sync()
+                self._centroid_index.background = self.step_index.background
         finally:
             if wait is not None:
                 wait()
         if wait is not None:
             release_free_memory()
+
+    def wait_ready(self) -> None:
+        """Wait for the background index builds (the step and centroid indexes)."""
+        super().wait_ready()
+        pool, view = self.pool_, self.view_
+        if pool is None or view is None or not self.step_index.uses_ann(view, pool.n_steps):
+            if self._centroid_index is not None:
+                self._centroid_index.wait()
+            return
+        index = self._centroid_index
+        if index is None or index.pool is not pool:
+            index = self._centroid_index = CentroidIndex(
+                pool, self.seed, background=self.step_index.background
+            )
+        index.wait()
+        background, index.background = index.background, False
+        try:
+            index.sync()  # built or brought up to date here
+        finally:
+            index.background = background
 
     def pool_variant(self) -> Any:
         """What, besides the construction settings (``config.osu_config()``), shapes
@@ -317,12 +339,22 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
             k + CENTROID_MARGIN < slots.size
         ):
             if self._centroid_index is None or self._centroid_index.pool is not pool:
-                self._centroid_index = CentroidIndex(pool, self.seed)
+                self._centroid_index = CentroidIndex(
+                    pool, self.seed, background=self.step_index.background
+                )
             found = self._centroid_index.query(q, k + CENTROID_MARGIN)
+        scores = None
         if found is not None:
-            # approximate: the index's candidates, re-scored exactly
+            # approximate: the index's candidates, re-scored exactly; answered by a
+            # full scan when their scores do not stand out (the recall safeguard)
             live_row = pool.slot_arrays()[0]
-            best = top_slots(pool, found, cents[live_row[found]] @ q, k)
+            scores = cents[live_row[found]] @ q
+            sample = cents[:: max(1, slots.size // SPREAD_SAMPLE)] @ q
+            head = np.sort(scores)[-k:] if scores.size >= k else scores
+            if ann_unsure(head, sample, k, int(slots.size)):
+                found = None
+        if found is not None and scores is not None:
+            best = top_slots(pool, found, scores, k)
         else:
             best = top_slots(pool, slots, cents @ q, k)
         return pool.kept_union(best)

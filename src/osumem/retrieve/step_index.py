@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from osumem.osu.views import KnnIndex, hnsw_available
-from osumem.retrieve.packing import FLAT_HEAD_MIN, flat_pack, pack_ranked_heads, top_order
+from osumem.retrieve.packing import flat_pack, pack_ranked_heads, top_order
 from osumem.types import IntArray, MemoryView
 
 #: From this many steps on, a query over the whole memory takes the flat ranking's
@@ -33,6 +33,73 @@ ANN_HEAD_MIN = 32
 
 #: Build beam of the step index (a lighter build than the similarity view's).
 STEP_INDEX_EF_CONSTRUCTION = 64
+
+#: With background builds, at most this many steps added since the index was last
+#: extended are inserted inside a query; a longer run is inserted on a background
+#: thread while queries scan exactly.
+CATCHUP_STEPS = 64
+
+#: A new step index holds room for 1/this more steps than it is built over (hnswlib
+#: grows an index by copying it whole).
+HEADROOM_DIVISOR = 4
+
+#: Steps in the fixed random sample whose cosines with the query say how far the
+#: index's answer stands above the rest (the recall safeguard).
+SPREAD_SAMPLE = 256
+
+#: The recall safeguard: a returned step is "clear" when its relative contrast, the
+#: mean cosine distance of the sampled steps over its own distance, is at least this
+#: (docs/decisions.md) ...
+MIN_CONTRAST = 1.5
+
+#: ... and the index's answer is trusted when at least this share of the ``k`` it
+#: returned are clear (the recall the ANN paths promise); ...
+CLEAR_SHARE = 0.95
+
+#: ... from this share to :data:`CLEAR_SHARE` (a clear head, then steps past the
+#: cluster) the index is asked again with a beam :data:`RAISED_EF_PER_K` times ``k``;
+#: below it, the steps are scanned exactly.
+RAISE_EF_SHARE = 0.25
+
+#: The raised search beam, per step asked for (the first query's beam is ``2k``).
+RAISED_EF_PER_K = 4
+
+
+def clear_share(found: NDArray[np.floating], sample: NDArray[np.floating], k: int, n: int) -> float:
+    """The share of an approximate top-``k`` answer (``found``: the exact scores of
+    what the index returned, of ``n`` steps) the index is sure of.
+
+    HNSW finds near steps reliably when they stand out of the rest (a cluster of
+    similar steps) and poorly when they do not (unclustered vectors in many
+    dimensions, where the nearest steps are barely nearer than a random one). A
+    step's relative contrast ``(1 - mean sampled cosine) / (1 - its cosine)``, a
+    ratio of cosine distances, measures that; a step is clear at a contrast of at
+    least :data:`MIN_CONTRAST`. The share is of ``min(k, n)`` (0 when the index
+    returned fewer).
+    """
+    want = min(k, n)
+    if want <= 0:
+        return 1.0
+    if found.shape[0] < want or sample.shape[0] == 0:
+        return 0.0
+    far = 1.0 - float(sample.mean())
+    clear = int(np.count_nonzero(far >= MIN_CONTRAST * (1.0 - found.astype(np.float64))))
+    return clear / want
+
+
+def ann_unsure(found: NDArray[np.floating], sample: NDArray[np.floating], k: int, n: int) -> bool:
+    """Whether fewer than :data:`CLEAR_SHARE` of an approximate top-``k`` answer are
+    clear (:func:`clear_share`): the answer may miss much of the true top ``k``."""
+    return clear_share(found, sample, k, n) < CLEAR_SHARE
+
+
+class _Job:
+    """A background insertion into an HNSW index."""
+
+    def __init__(self, index: KnnIndex) -> None:
+        self.index = index
+        self.thread = threading.Thread()
+        self.failed: list[BaseException] = []
 
 
 class StepIndex:
@@ -55,13 +122,31 @@ class StepIndex:
         #: first. When set, large memories take their ranking's head from it and build
         #: no HNSW index of their own.
         self.source: Callable[[NDArray[np.float32], int, int], IntArray] | None = None
+        #: Build and extend the index on a background thread, never inside a query
+        #: (the agent memory sets it; a retriever used directly builds in place, so
+        #: its answers do not depend on timing).
+        self.background = False
+        #: Queries the recall safeguard answered exactly ...
+        self.fallbacks = 0
+        #: ... and those it asked the index again with a wider beam.
+        self.raised = 0
+        self._job: _Job | None = None
+        self._exact: tuple[NDArray[np.float32], MemoryView, NDArray[np.float32]] | None = None
+        self._sample: IntArray | None = None
+        self._sample_n = 0
+        self._last: tuple[NDArray[np.float32], MemoryView, int, IntArray] | None = None
         self._cost_view: MemoryView | None = None
         # (sum, count, min, count of the min) of the costs of ``_cost_view``
         self._cost_cache = (0, 0, 0, 0)
 
     def reset(self) -> None:
-        """Forget the HNSW index (a new fit over other steps)."""
+        """Forget the HNSW index (a new fit over other steps); a background job in
+        flight is left to finish and dropped."""
         self.hnsw = None
+        self._job = None
+        self._exact = None
+        self._sample = None
+        self._last = None
 
     def uses_ann(self, view: MemoryView, limit: int) -> bool:
         """Whether the ranking comes from the HNSW index: a memory of at least
@@ -72,23 +157,137 @@ class StepIndex:
 
     def top(self, view: MemoryView, q: NDArray[np.float32], k: int) -> IntArray:
         """About the ``k`` most similar steps, best first, from the external
-        :attr:`source` or the HNSW index (built now when missing, extended with the
-        steps added since)."""
+        :attr:`source` or the HNSW index (extended with the steps added since). The
+        recall safeguard (:func:`clear_share`): an answer the index is partly unsure
+        of is asked again with a wider beam, one it is mostly unsure of is scanned
+        exactly.
+
+        Without :attr:`background` a missing index is built now. With it, no call
+        waits for index work: a missing index, or a long run of steps added since it
+        was built, is inserted on a background thread while this call scans exactly;
+        a short run (at most :data:`CATCHUP_STEPS`) is inserted here.
+        """
         if self.source is not None:
             return self.source(q, k, view.n)
+        last = self._last
+        if last is not None and last[1] is view and last[2] >= k and np.array_equal(last[0], q):
+            # a smaller head of the same query: the larger answer's prefix
+            return last[3][:k]
+        found = self._top(view, q, k)
+        self._last = (np.array(q, copy=True), view, k, found)
+        return found
+
+    def _top(self, view: MemoryView, q: NDArray[np.float32], k: int) -> IntArray:
+        index = self._ready(view)
+        if index is None:
+            return self._exact_top(view, q, k)
+        found = index.query(q, k)
+        share = clear_share(view.embeddings[found] @ q, self._sample_scores(view, q), k, view.n)
+        if share >= CLEAR_SHARE:
+            return found
+        if share >= RAISE_EF_SHARE:
+            self.raised += 1
+            return index.query(q, k, ef=RAISED_EF_PER_K * k)
+        self.fallbacks += 1
+        return self._exact_top(view, q, k)
+
+    def _ready(self, view: MemoryView) -> KnnIndex | None:
+        """The HNSW index, up to date with ``view``; ``None`` while a background
+        thread works on it (the caller scans exactly)."""
+        if self._job is not None:
+            if self._job.thread.is_alive():
+                return None
+            self._finish()
+        if self.hnsw is None:
+            if not self.background:
+                self.hnsw = self._new_hnsw(view, view.n)
+            else:
+                self._start(self._new_hnsw(view, view.n), view, 0)
+                return None
+        index = self.hnsw
+        tail = view.n - index.size
+        if tail > 0:
+            if self.background and (tail > CATCHUP_STEPS or index.size + tail > index.capacity):
+                # a bulk, or a resize of the whole index: off the query path
+                self.hnsw = None
+                self._start(index, view, index.size)
+                return None
+            index.add(view.embeddings[index.size : view.n])
+        return index
+
+    def _start(self, index: KnnIndex, view: MemoryView, start: int) -> None:
+        """Insert the steps ``start..view.n`` into ``index`` on a background thread."""
+        vectors = view.embeddings[start : view.n]
+        job = _Job(index=index)
+
+        def work() -> None:
+            try:
+                index.add(vectors)
+            except BaseException as exc:  # re-raised by the next call that looks
+                job.failed.append(exc)
+
+        job.thread = threading.Thread(target=work, name="osumem-step-index", daemon=True)
+        self._job = job
+        job.thread.start()
+
+    def _finish(self) -> None:
+        """Take the finished background job's index (re-raising what it raised)."""
+        job, self._job = self._job, None
+        if job is None:
+            return
+        job.thread.join()
+        if job.failed:
+            raise job.failed[0]
+        self.hnsw = job.index
+
+    def wait(self, view: MemoryView | None = None) -> None:
+        """Wait for the background index work; with ``view``, also build or extend the
+        index over all of it now when queries over it use one (so the next answers do
+        not depend on timing)."""
+        self._finish()
+        if view is None or self.source is not None:
+            return
+        if view.n < self.ann_min_steps or not hnsw_available():
+            return
         if self.hnsw is None:
             self.hnsw = self._new_hnsw(view, view.n)
-        index = self.hnsw
-        if index.size < view.n:
-            index.add(view.embeddings[index.size : view.n])
-        return index.query(q, k)
+        if self.hnsw.size < view.n:
+            self.hnsw.add(view.embeddings[self.hnsw.size : view.n])
+
+    @property
+    def building(self) -> bool:
+        """Whether a background thread is inserting steps into the index."""
+        return self._job is not None and self._job.thread.is_alive()
+
+    def _exact_top(self, view: MemoryView, q: NDArray[np.float32], k: int) -> IntArray:
+        """The exact ``k`` best steps, best first (ties by position); the cosines are
+        kept for the next call with the same query and view (a growing head)."""
+        cached = self._exact
+        if cached is not None and cached[1] is view and np.array_equal(cached[0], q):
+            cos = cached[2]
+        else:
+            cos = view.embeddings[: view.n] @ q
+            self._exact = (np.array(q, copy=True), view, cos)
+        return top_order(cos, k)
+
+    def _sample_scores(self, view: MemoryView, q: NDArray[np.float32]) -> NDArray[np.float32]:
+        """Cosines of ``q`` with a fixed random sample of the steps (the background
+        the index's answer is compared with)."""
+        n = view.n
+        if self._sample is None or self._sample_n * 2 < n:
+            rng = np.random.default_rng(self.seed)
+            size = min(n, SPREAD_SAMPLE)
+            self._sample = np.sort(rng.choice(n, size=size, replace=False)).astype(np.int64)
+            self._sample_n = n
+        return view.embeddings[self._sample] @ q
 
     def _new_hnsw(self, view: MemoryView, capacity: int) -> KnnIndex:
+        # headroom for the steps an agent adds next: growing the index copies it whole
         return KnnIndex(
             view.dim,
             seed=self.seed,
             ef_construction=STEP_INDEX_EF_CONSTRUCTION,
-            capacity=capacity,
+            capacity=capacity + capacity // HEADROOM_DIVISOR,
         )
 
     def start_build(self, view: MemoryView) -> Callable[[], None] | None:
@@ -135,12 +334,14 @@ class StepIndex:
         fewer), without sorting the rest."""
         if self.uses_ann(view, limit):
             costs = view.costs
-            k = max(FLAT_HEAD_MIN, min_count)
+            mean_cost = self.cost_stats(view)[0]
+            k = max(ANN_HEAD_MIN, min_count, math.ceil(tokens / max(mean_cost, 1.0)))
+            k = min(limit, k)
             while True:
                 head = self.top(view, q, k)
                 if k >= limit or int(costs[head].sum()) >= tokens:
                     return head
-                k = min(limit, 4 * k)
+                k = min(limit, 2 * k)
         cos = view.embeddings[:limit] @ q
         costs = view.costs[:limit]
         k = max(1, min_count, math.ceil(tokens / max(float(costs.mean()), 1.0)))

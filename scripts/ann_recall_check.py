@@ -1,0 +1,87 @@
+"""Recall of the step index's answers against the exact top k, by safeguard tier.
+
+Clustered steps (``osumem.bench.scale.generate``) and unit Gaussian vectors; for each
+k, the recall of the answers the index kept, widened or scanned, and the recall with the
+safeguard switched off. The numbers behind the safeguard's settings in
+docs/decisions.md ("No stalls in the agent loop").
+
+    python scripts/ann_recall_check.py --n 25000 --queries 400
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from osumem.bench.scale import generate
+from osumem.retrieve import step_index
+from osumem.retrieve.packing import top_order
+from osumem.types import MemoryView
+
+
+def _gaussian(n: int, dim: int, seed: int) -> tuple[MemoryView, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    emb = rng.standard_normal((n, dim)).astype(np.float32)
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    queries = rng.standard_normal((100, dim)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    view = MemoryView.build(
+        embeddings=emb,
+        costs=np.full(n, 20),
+        tool_actions=[""] * n,
+        tool_signatures=[""] * n,
+        entities=tuple(frozenset() for _ in range(n)),
+        subgoals=[""] * n,
+        texts=[""] * n,
+    )
+    return view, queries
+
+
+def _tiers(view: MemoryView, queries: np.ndarray, k: int) -> dict[str, list[float]]:
+    index = step_index.StepIndex(seed=0, ann_min_steps=1)
+    out: dict[str, list[float]] = {}
+    for q in queries:
+        raised, scanned = index.raised, index.fallbacks
+        found = index.top(view, q, k)
+        tier = (
+            "widened"
+            if index.raised > raised
+            else "scanned"
+            if index.fallbacks > scanned
+            else "kept"
+        )
+        truth = set(top_order(view.embeddings @ q, k).tolist())
+        out.setdefault(tier, []).append(len(truth & set(found.tolist())) / k)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=25_000)
+    ap.add_argument("--dim", type=int, default=384)
+    ap.add_argument("--queries", type=int, default=400)
+    args = ap.parse_args()
+    threadpool_limits(1)
+    data = generate(args.n, args.dim, 0, args.queries)
+    sets = {
+        "clustered": (data.view, data.queries),
+        "gaussian": _gaussian(args.n, args.dim, 1),
+    }
+    real = step_index.clear_share
+    for name, (view, queries) in sets.items():
+        for k in (32, 64, 128, 512):
+            for tier, rec in sorted(_tiers(view, queries, k).items()):
+                print(
+                    f"{name} k={k} {tier}: {len(rec)} answers, recall mean "
+                    f"{np.mean(rec):.4f} min {np.min(rec):.3f}"
+                )
+            step_index.clear_share = lambda *a: 1.0  # the safeguard off
+            off = [r for rec in _tiers(view, queries, k).values() for r in rec]
+            step_index.clear_share = real
+            print(f"{name} k={k} without the safeguard: recall mean {np.mean(off):.4f}")
+
+
+if __name__ == "__main__":
+    main()

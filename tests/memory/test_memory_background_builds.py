@@ -1,0 +1,180 @@
+"""No query waits for an index build: the step and centroid indexes of a memory
+build (and catch up with bulks of new steps) on background threads while queries
+answer exactly; a bulk add builds the memory's structure at add time;
+``Memory.wait_ready`` makes answers independent of timing; the exact path's
+selections are unchanged."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+pytest.importorskip("hnswlib")
+
+from osumem.bench.scale import generate, step_of
+from osumem.memory import Memory
+from osumem.memory.retrievers import PREPARE_MIN_STEPS
+from osumem.osu.views import KnnIndex
+from osumem.retrieve import centroids
+from osumem.retrieve.packing import top_order
+from osumem.retrieve.registry import create
+from osumem.retrieve.step_index import CATCHUP_STEPS, StepIndex
+from osumem.types import Step
+
+N = 1500
+
+
+@pytest.fixture(scope="module")
+def data():
+    return generate(N, 32, 0, 10)
+
+
+class _Gate:
+    """Makes every HNSW insertion wait until :meth:`open` (a build that takes as long
+    as the test wants)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.event = threading.Event()
+        self.threads: set[str] = set()
+        real = KnnIndex.add
+
+        def add(index: KnnIndex, vectors: np.ndarray) -> None:
+            self.threads.add(threading.current_thread().name)
+            assert self.event.wait(30), "the gate was never opened"
+            real(index, vectors)
+
+        monkeypatch.setattr(KnnIndex, "add", add)
+
+    def open(self) -> None:
+        self.event.set()
+
+
+def _in_thread(call):
+    """Run ``call`` on a thread; fail unless it returns within 10 s (a call that
+    waited for a gated build would not)."""
+    out: list = []
+    t = threading.Thread(target=lambda: out.append(call()), daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "the call waited for the index build"
+    return out[0]
+
+
+def test_background_step_index_answers_exactly_while_it_builds(data, monkeypatch):
+    view, q = data.view, data.queries[0]
+    index = StepIndex(seed=0, ann_min_steps=1000)
+    index.background = True
+    gate = _Gate(monkeypatch)
+    found = _in_thread(lambda: index.top(view, q, 20))
+    assert found.tolist() == top_order(view.embeddings @ q, 20).tolist()
+    assert index.building and index.hnsw is None
+    assert gate.threads == {"osumem-step-index"}  # inserted off the query's thread
+    gate.open()
+    index.wait()
+    assert not index.building and index.hnsw is not None and index.hnsw.size == N
+
+
+def test_without_background_the_index_builds_in_the_query(data):
+    view, q = data.view, data.queries[0]
+    index = StepIndex(seed=0, ann_min_steps=1000)
+    index.top(view, q, 20)
+    assert index.hnsw is not None and index.hnsw.size == N and not index.building
+
+
+def test_background_catch_up_of_a_bulk_of_new_steps(data, monkeypatch):
+    view, q = data.view, data.queries[1]
+    start = N - CATCHUP_STEPS - 100
+    index = StepIndex(seed=0, ann_min_steps=1000)
+    index.background = True
+    index.top(view.prefix(start), q, 10)
+    index.wait()
+    assert index.hnsw is not None and index.hnsw.size == start
+    # a few new steps are inserted in the query itself
+    few = view.prefix(start + 5)
+    index.top(few, q, 10)
+    assert index.hnsw.size == start + 5 and not index.building
+    # a bulk goes to a background thread; the query meanwhile scans exactly
+    gate = _Gate(monkeypatch)
+    found = _in_thread(lambda: index.top(view, q, 10))
+    assert found.tolist() == top_order(view.embeddings @ q, 10).tolist()
+    assert index.building
+    gate.open()
+    index.wait()
+    assert index.hnsw is not None and index.hnsw.size == N
+
+
+def test_centroid_index_builds_in_the_background(data, monkeypatch):
+    r = create("osumem", seed=0).fit(data.view)
+    pool = r.fitted_pool
+    gate = threading.Event()
+    real = centroids.CentroidIndex._new_index
+
+    def slow(self, slots, cents):
+        assert gate.wait(30)
+        return real(self, slots, cents)
+
+    monkeypatch.setattr(centroids.CentroidIndex, "_new_index", slow)
+    index = centroids.CentroidIndex(pool, 0, background=True)
+    assert _in_thread(lambda: index.query(data.queries[0], 5)) is None  # caller scans
+    gate.set()
+    index.wait()
+    found = index.query(data.queries[0], 5)
+    assert found is not None and found.shape == (5,)
+
+
+def _steps(data, lo: int, hi: int) -> list[Step]:
+    return [step_of(data, p) for p in range(lo, hi)]
+
+
+def test_a_bulk_add_builds_the_structure_at_add_time(data):
+    mem = Memory.open(None, encoder="hashing", seed=0)
+    mem.add_steps(_steps(data, 0, PREPARE_MIN_STEPS - 1))
+    assert "default" not in mem._retrievers._fitted  # a small add builds nothing yet
+    mem.add_steps(_steps(data, PREPARE_MIN_STEPS - 1, N))
+    retriever, fitted = mem._retrievers._fitted["default"]
+    assert fitted == N and retriever.fitted_pool.n_steps == N
+    mem.close()
+
+
+@pytest.mark.parametrize("method", ["osumem", "osumem_adaptive"])
+def test_background_memory_answers_like_a_built_retriever_after_wait_ready(data, method):
+    """Above its ANN size, a memory whose indexes were built in the background
+    answers, once :meth:`Memory.wait_ready` returns, what a retriever that built
+    them in place answers."""
+    mem = Memory.open(None, encoder="hashing", method=method, seed=0, ann_min_steps=1000)
+    mem.add_steps(_steps(data, 0, N))
+    texts = data.query_texts
+    first = [mem.retrieve(t).positions for t in texts]  # exact or ANN, by timing
+    assert all(len(p) for p in first)
+    mem.wait_ready()
+    got = [mem.retrieve(t).positions for t in texts]
+    own = mem.retriever()
+    assert own is not None and own.step_index.background
+    ref = create(method, seed=0)
+    ref.ann_min_steps = 1000
+    ref.fit(own.fitted_view)
+    for t, g in zip(texts, got, strict=True):
+        q = mem.encoder.encode([t])[0]
+        assert list(g) == ref.retrieve(q, mem.config.budget, text=t).positions.tolist()
+    mem.close()
+
+
+@pytest.mark.parametrize("method", ["osumem", "osumem_adaptive", "flat"])
+def test_exact_path_selections_unchanged(data, method):
+    """Below the memory's ANN size, a memory selects exactly what the retriever's
+    exact scan selects (the evaluated code)."""
+    mem = Memory.open(None, encoder="hashing", method=method, seed=0)
+    assert mem.config.ann_min_steps > N
+    mem.add_steps(_steps(data, 0, N))
+    own = mem.retriever()
+    assert own is not None and not own.step_index.uses_ann(own.fitted_view, N)
+    ref = create(method, seed=0)
+    ref.ann_min_steps = 10**9
+    ref.fit(own.fitted_view)
+    for t in data.query_texts:
+        q = mem.encoder.encode([t])[0]
+        expect = ref.retrieve(q, mem.config.budget, text=t).positions.tolist()
+        assert mem.retrieve(t).positions == expect
+    mem.close()

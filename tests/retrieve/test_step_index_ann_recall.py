@@ -1,0 +1,120 @@
+"""The ANN paths of large memories: recall against the exact path on clustered and
+unclustered vectors (the recall safeguard), and the large-memory path of
+``osumem_adaptive`` selecting exactly what the exact path selects when its ranking
+is exact."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("hnswlib")
+
+from osumem.bench.scale import generate
+from osumem.retrieve import step_index
+from osumem.retrieve.centroids import CentroidIndex
+from osumem.retrieve.packing import top_order
+from osumem.retrieve.registry import create
+from osumem.types import MemoryView
+
+N = 4000
+ANN_FROM = 1000
+DIM = 384
+
+
+def _unit(rows: np.ndarray) -> np.ndarray:
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def clustered() -> tuple[MemoryView, np.ndarray]:
+    data = generate(N, DIM, 0, 30)
+    return data.view, data.queries
+
+
+@pytest.fixture(scope="module")
+def unclustered(clustered: tuple[MemoryView, np.ndarray]) -> tuple[MemoryView, np.ndarray]:
+    """The clustered memory's steps and annotations with random Gaussian vectors."""
+    view, _ = clustered
+    rng = np.random.default_rng(1)
+    emb = _unit(rng.standard_normal((N, DIM)))
+    v = MemoryView.build(
+        embeddings=emb,
+        costs=view.costs,
+        tool_actions=list(view.tool_actions),
+        tool_signatures=list(view.tool_signatures),
+        entities=view.entities,
+        subgoals=list(view.subgoals),
+        texts=list(view.texts),
+    )
+    return v, _unit(rng.standard_normal((30, DIM)))
+
+
+def _fitted(method: str, view: MemoryView, ann: bool):
+    r = create(method, seed=0)
+    r.ann_min_steps = ANN_FROM if ann else 10**9
+    return r.fit(view)
+
+
+def _recall(view: MemoryView, queries: np.ndarray) -> tuple[float, int]:
+    r = _fitted("flat", view, ann=True)
+    assert r.step_index.uses_ann(view, view.n)
+    hits = 0
+    for q in queries:
+        found = r.step_index.top(view, q, 64)
+        hits += len(set(found.tolist()) & set(top_order(view.embeddings @ q, 64).tolist()))
+    return hits / (64 * len(queries)), r.step_index.fallbacks
+
+
+@pytest.mark.parametrize("kind", ["clustered", "unclustered"])
+def test_step_index_recall_at_64(kind, request):
+    view, queries = request.getfixturevalue(kind)
+    recall, fallbacks = _recall(view, queries)
+    assert recall >= 0.95
+    if kind == "clustered":
+        # the index answers clustered queries itself (the safeguard rarely scans)
+        assert fallbacks < len(queries) // 2
+
+
+def test_unclustered_recall_needs_the_safeguard(unclustered, monkeypatch):
+    """Without the safeguard the index misses much of the top 64 of random vectors
+    (what the safeguard is for)."""
+    monkeypatch.setattr(step_index, "clear_share", lambda *a: 1.0)
+    recall, _ = _recall(*unclustered)
+    assert recall < 0.95
+
+
+@pytest.mark.parametrize("kind", ["clustered", "unclustered"])
+@pytest.mark.parametrize("method", ["flat", "osumem", "osumem_adaptive"])
+def test_ann_selection_overlaps_exact(kind, method, request):
+    view, queries = request.getfixturevalue(kind)
+    exact, ann = _fitted(method, view, ann=False), _fitted(method, view, ann=True)
+    overlap = []
+    for q in queries:
+        a = set(exact.retrieve(q, 256).positions.tolist())
+        b = set(ann.retrieve(q, 256).positions.tolist())
+        overlap.append(len(a & b) / max(len(a), 1))
+    assert float(np.mean(overlap)) >= 0.95
+
+
+@pytest.mark.parametrize("budget", [64, 256, 1024])
+def test_adaptive_large_memory_path_equals_exact_path_on_an_exact_ranking(
+    clustered, budget, monkeypatch
+):
+    """With the step index's ranking made exact (an exact ``source``), the
+    large-memory path of osumem_adaptive selects what the exact path selects: the
+    path changes how the ranking is read, not the method."""
+    view, queries = clustered
+    exact = _fitted("osumem_adaptive", view, ann=False)
+    ann = _fitted("osumem_adaptive", view, ann=True)
+    ann.step_index.source = lambda q, k, n: top_order(view.embeddings[:n] @ q, k)
+    # the coarse stage's centroid index made exact too (a full scan)
+    monkeypatch.setattr(CentroidIndex, "query", lambda self, q, k: None)
+    assert ann._ann_path(view.n) and not exact._ann_path(view.n)
+    binds = 0
+    for q in queries:
+        a = exact.retrieve(q, budget).positions
+        b = ann.retrieve(q, budget).positions
+        assert sorted(a.tolist()) == sorted(b.tolist())
+        binds += int(exact.binding(q, view.n).binds)
+    assert binds > 0  # both branches (bound and unbound queries) are exercised
