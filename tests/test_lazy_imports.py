@@ -57,6 +57,29 @@ def test_a_hashing_memory_answers_without_sklearn_or_pandas() -> None:
     assert not {"sklearn", "pandas", "torch"} & set(loaded), loaded
 
 
+def test_a_query_on_a_stored_snapshot_loads_no_scipy(tmp_path) -> None:
+    """What ``osumem query`` does on a warm store: open it, restore the stored pool
+    snapshot (the centroids come from the kept members without a sparse matrix) and
+    answer; neither SciPy's sparse matrices nor igraph are imported."""
+    db = tmp_path / "q.db"
+    build = (
+        "from osumem.memory import Memory\n"
+        f"with Memory.open({str(db)!r}, encoder='hashing') as m:\n"
+        "    for k in range(200):\n"
+        "        m.add_messages([{'role': 'user', 'content': f'book HAT{k % 30:03d} for P{k % 11}'},\n"
+        "                        {'role': 'assistant', 'content': f'Booked, reservation R{k}.'}])\n"
+        "    m.retrieve('which flight?', 256)\n"
+    )
+    _loaded_after(build)
+    query = (
+        "from osumem.memory import Memory\n"
+        f"with Memory.open({str(db)!r}, read_only=True) as m:\n"
+        "    assert m.retrieve('which flight did P3 book?', 256).positions\n"
+    )
+    loaded = _loaded_after(query)
+    assert not {"scipy.sparse", "igraph", "leidenalg"} & set(loaded), loaded
+
+
 def test_a_lazy_module_imports_at_the_first_attribute_read() -> None:
     mod = lazy_module("json")
     assert isinstance(mod, LazyModule) and "json" in repr(mod)

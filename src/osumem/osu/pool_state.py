@@ -17,7 +17,7 @@ from osumem.lazy import lazy_module
 from osumem.osu.config import VIEWS
 from osumem.osu.construct import SimilarityState
 from osumem.osu.slots import SlotTable
-from osumem.osu.sums import member_stats
+from osumem.osu.sums import member_stats, segment_stats
 from osumem.types import MemoryView, segment_bounds
 
 if TYPE_CHECKING:
@@ -147,13 +147,7 @@ def load_pool_arrays(pool: OSUPool, view: MemoryView, state: dict[str, NDArray[A
     slots.live_row.a[live] = np.arange(live.shape[0])
     slots.live_cent.resize(live.shape[0])
     if live.size:
-        kept = slots.kept.v
-        step_idx, col = np.nonzero(kept >= 0)
-        mat = sp.csc_matrix(
-            (np.ones(step_idx.shape[0], dtype=np.float32), (step_idx, kept[step_idx, col])),
-            shape=(n, G),
-        )
-        member_stats(mat, view.embeddings, live, out=slots.live_cent.a[: live.shape[0]])
+        _restore_centroids(slots, view, live, n, G)
     similarity = SimilarityState()
     similarity.upto = sim_upto
     similarity.knn_pending = knn
@@ -162,3 +156,30 @@ def load_pool_arrays(pool: OSUPool, view: MemoryView, state: dict[str, NDArray[A
     pool.slots = slots
     pool.similarity = similarity
     pool.invalidate()
+
+
+def _restore_centroids(
+    slots: SlotTable, view: MemoryView, live: NDArray[np.int64], n: int, g: int
+) -> None:
+    """The live OSUs' centroids from their kept members: by :func:`segment_stats` (no
+    sparse matrix, so a restore does not import SciPy's), the same bits as
+    :func:`member_stats`; an OSU without a kept member (centroid zero) takes the
+    sparse path."""
+    kept = slots.kept.v
+    step_idx, col = np.nonzero(kept >= 0)
+    group = kept[step_idx, col].astype(np.int64)
+    rank = np.full(g, -1, dtype=np.int64)
+    rank[live] = np.arange(live.shape[0])
+    out = slots.live_cent.a[: live.shape[0]]
+    at = rank[group]
+    if group.size and (at >= 0).all():
+        counts = np.bincount(at, minlength=live.shape[0])
+        if (counts > 0).all():
+            order = np.lexsort((step_idx, at))
+            steps = step_idx[order].astype(np.int64)
+            segment_stats(view.embeddings, steps, segment_bounds(counts), out=out)
+            return
+    mat = sp.csc_matrix(
+        (np.ones(step_idx.shape[0], dtype=np.float32), (step_idx, group)), shape=(n, g)
+    )
+    member_stats(mat, view.embeddings, live, out=out)
