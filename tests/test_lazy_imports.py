@@ -46,6 +46,23 @@ def test_importing_the_query_path_loads_no_heavy_library(code: str) -> None:
     assert _loaded_after(code) == []
 
 
+def test_the_command_line_loads_no_asyncio() -> None:
+    """`osumem query` reads the server's option defaults from a module of constants,
+    not from the connection guard (which needs asyncio)."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys\nfrom osumem.cli import main\nprint('asyncio' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": SRC, "PATH": ""},
+        check=True,
+    )
+    assert out.stdout.strip() == "False"
+
+
 def test_a_hashing_memory_answers_without_sklearn_or_pandas() -> None:
     code = (
         "from osumem.memory import Memory\n"

@@ -23,7 +23,7 @@ from osumem.cli._common import (
     shown_store,
     store_option,
 )
-from osumem.serve.connections import (
+from osumem.serve.connection_limits import (
     BODY_TIMEOUT,
     HEADER_TIMEOUT,
     MAX_CONNECTIONS,

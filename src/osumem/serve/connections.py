@@ -27,14 +27,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-#: Seconds a connection may take to send a complete request head.
-HEADER_TIMEOUT = 10.0
-#: Seconds a request body may take to arrive in full, once its head has (then 408).
-BODY_TIMEOUT = 30.0
-#: Open connections in all.
-MAX_CONNECTIONS = 1024
-#: Open connections per client address.
-MAX_PER_CLIENT = 256
+from osumem.serve.connection_limits import (
+    HEADER_TIMEOUT,
+    MAX_CONNECTIONS,
+    MAX_PER_CLIENT,
+)
 
 _REFUSAL = (
     b'{"error": {"type": "ServiceUnavailable", "message": "too many connections, '

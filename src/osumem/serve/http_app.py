@@ -37,7 +37,7 @@ from osumem import __version__
 from osumem.errors import InvalidInputError
 from osumem.serve.auth import Grant, TokenTable
 from osumem.serve.client import MAX_STEPS_PAGE
-from osumem.serve.connections import BODY_TIMEOUT
+from osumem.serve.connection_limits import BODY_TIMEOUT
 from osumem.serve.hosts import HostPolicy
 from osumem.serve.http_errors import document_errors, install_error_handlers
 from osumem.serve.schemas import (

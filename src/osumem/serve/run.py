@@ -10,14 +10,13 @@ from dataclasses import dataclass
 
 from osumem.errors import ConfigError
 from osumem.serve.auth import TokenTable, is_loopback
-from osumem.serve.connections import (
+from osumem.serve.connection_limits import (
     BODY_TIMEOUT,
     HEADER_TIMEOUT,
     MAX_CONNECTIONS,
     MAX_PER_CLIENT,
-    ConnectionGuard,
-    guarded_protocol,
 )
+from osumem.serve.connections import ConnectionGuard, guarded_protocol
 from osumem.serve.service import MemoryService
 
 
