@@ -20,8 +20,10 @@ def test_agent_rounds_time_the_add_and_the_query_apart():
         calls.append(f"prepare {t}")
         return lambda: calls.append(f"add {t}")
 
-    adds, gets, both = agent_rounds(range(3), add, lambda t: calls.append(f"query {t}"), 60.0)
-    assert len(adds) == len(gets) == len(both) == 3
+    wall: list[float] = []
+    adds, gets, both = agent_rounds(range(3), add, lambda t: calls.append(f"query {t}"), 60.0, wall)
+    assert len(adds) == len(gets) == len(both) == len(wall) == 3
+    assert all(w >= 0 for w in wall)
     assert calls[:3] == ["prepare 0", "add 0", "query 0"]
     assert all(a + g == pytest.approx(b) for a, g, b in zip(adds, gets, both, strict=True))
 
@@ -35,7 +37,7 @@ def test_scale_rows_carry_the_tail_the_floor_and_the_bulk_ingest():
     by = {r["method"]: r for r in rows}
     agent = by["osumem"]
     assert agent["agent_step"]["rounds"] == 40
-    for part in ("agent_add", "agent_retrieve", "agent_step", "retrieve"):
+    for part in ("agent_add", "agent_retrieve", "agent_step", "agent_step_wall", "retrieve"):
         p = agent[part]
         assert p["p50_ms"] <= p["p99_ms"] <= p["max_ms"]
     mem = by["Memory[osumem, hashing]"]
@@ -46,3 +48,5 @@ def test_scale_rows_carry_the_tail_the_floor_and_the_bulk_ingest():
     assert bulk["first_retrieve_cpu_s"] >= 0 and bulk["ingest_cpu_s"] > 0
     text = markdown(rows)
     assert "sqlite3 floor add p50" in text and "Bulk ingest" in text
+    assert "add+retrieve wall p50 | wall p99 | wall max" in text
+    assert mem["agent_step_wall"]["p50_ms"] > 0
