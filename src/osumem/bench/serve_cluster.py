@@ -11,7 +11,9 @@ Phases, in one run:
    After every acknowledged add, the client asks *another* server for the steps of its
    turn (they carry a reservation id no other turn has): that server must list all of
    them, with their units, before it answers (``read_after_write_misses`` counts the
-   answers that did not). Meanwhile server 1 is killed with SIGKILL ``kills`` times and
+   answers that did not; an add sent again after a killed server had committed it is
+   answered as a skipped duplicate, with no ids, and its steps must be found all the
+   same). Meanwhile server 1 is killed with SIGKILL ``kills`` times and
    started again; requests that fail because of it are retried on another server and
    are not acknowledged;
 4. once the load ends, the same queries through every server and through a fresh
@@ -207,6 +209,7 @@ def _load(
     lat: dict[str, list[float]] = {"retrieve": [], "add": [], "read_after_write": []}
     counts = {"misses": 0, "failed_requests": 0, "kills": 0}
     errors: list[str] = []
+    missed: list[str] = []
     deadline = time.monotonic() + cfg.time_limit
     done = threading.Event()
     local = threading.local()
@@ -265,8 +268,15 @@ def _load(
                 got = back.json().get("steps", []) if back.status_code == 200 else []
                 with lock:
                     lat["read_after_write"].append(dt)
-                    if len(got) != len(ids):  # each of its steps names the reservation
+                    # each of its steps names the reservation; an add sent again after a
+                    # killed server had committed it is skipped as a duplicate (no ids):
+                    # its steps must still be there
+                    if len(got) != len(ids) if ids else not got:
                         counts["misses"] += 1
+                        missed.append(
+                            f"R{k:05d}: added {len(ids)} steps, read back {len(got)} "
+                            f"(HTTP {back.status_code}: {back.text[:120]})"
+                        )
             else:
                 q = f"which flight and bags are on reservation R{int(rng.integers(9999)):05d}?"
                 _, r, dt = request(
@@ -313,6 +323,7 @@ def _load(
         "add": _percentiles(lat["add"]),
         "read_after_write": _percentiles(lat["read_after_write"]),
         "read_after_write_misses": counts["misses"],
+        "read_after_write_missed": missed[:5],
         "failed_requests_retried": counts["failed_requests"],
         "errors": errors[:5],
         "n_errors": len(errors),
