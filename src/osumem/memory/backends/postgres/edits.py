@@ -1,6 +1,6 @@
-"""Changing stored steps in the Postgres store: delete, replace (a new text or
-embedding), metadata, and the bookkeeping they share (the edit counter, retired ids,
-snapshots past an edited position); the base of :class:`PostgresStore`."""
+"""The base of :class:`PostgresStore` that changes stored steps (delete, a new text or
+embedding, metadata) in one transaction under the namespace's row lock, with the edit
+counter and the snapshots past an edited position kept right."""
 
 from __future__ import annotations
 
@@ -12,18 +12,11 @@ from numpy.typing import NDArray
 
 from osumem.errors import IncompatibleStoreError, StoreError
 from osumem.memory.backends.base import checked_positions
-from osumem.memory.backends.codec import (
-    batch_end_moves,
-)
+from osumem.memory.backends.codec import batch_end_moves
 from osumem.memory.backends.connected import ConnectedStore
 from osumem.memory.backends.postgres import sql
-from osumem.memory.backends.postgres.connection import (
-    guarded,
-)
-from osumem.memory.backends.postgres.rows import (
-    content_params,
-    metadata_params,
-)
+from osumem.memory.backends.postgres.connection import guarded
+from osumem.memory.backends.postgres.rows import content_params, metadata_params
 from osumem.memory.rows import StepRow
 
 

@@ -9,21 +9,13 @@ from typing import Any
 
 import numpy as np
 
-from osumem.errors import (
-    IncompatibleStoreError,
-    StoreError,
-)
+from osumem.errors import IncompatibleStoreError, StoreError
 from osumem.memory.backends.base import checked_positions, position_after_delete
-from osumem.memory.backends.codec import (
-    batch_end_moves,
-)
+from osumem.memory.backends.codec import batch_end_moves
 from osumem.memory.backends.connected import ConnectedStore
 from osumem.memory.backends.sqlite import schema, sql
 from osumem.memory.backends.sqlite.connection import guarded
-from osumem.memory.backends.sqlite.rows import (
-    content_params,
-    metadata_params,
-)
+from osumem.memory.backends.sqlite.rows import content_params, metadata_params
 from osumem.memory.rows import StepRow
 
 
