@@ -265,13 +265,7 @@ def parsed_metadata(data: NamespaceData) -> list[dict[str, Any]]:
     for k, text in enumerate(texts):
         got = cache.get(text)
         if got is None:
-            try:
-                got = json.loads(text)
-            except ValueError:
-                got = None
-            if not isinstance(got, dict):
-                raise StoreCorruptError(f"step at position {k}: metadata is not a JSON object")
-            cache[text] = got
+            got = cache[text] = _parse_metadata(text, k)
         out.append(got)
     if len(_PARSED) > 64:
         _PARSED.clear()
@@ -287,16 +281,18 @@ def metadata_at(data: NamespaceData, positions: list[int]) -> dict[int, dict[str
     hit = _PARSED.get(id(texts))
     if hit is not None and hit[0] is texts:
         return {p: hit[1][p] for p in positions}
-    out: dict[int, dict[str, Any]] = {}
-    for p in positions:
-        try:
-            got = json.loads(texts[p])
-        except ValueError:
-            got = None
-        if not isinstance(got, dict):
-            raise StoreCorruptError(f"step at position {p}: metadata is not a JSON object")
-        out[p] = got
-    return out
+    return {p: _parse_metadata(texts[p], p) for p in positions}
+
+
+def _parse_metadata(text: str, position: int) -> dict[str, Any]:
+    """One step's stored metadata text as a dict (``StoreCorruptError`` otherwise)."""
+    try:
+        got = json.loads(text)
+    except ValueError:
+        got = None
+    if not isinstance(got, dict):
+        raise StoreCorruptError(f"step at position {position}: metadata is not a JSON object")
+    return got
 
 
 def _lookup(meta: Mapping[str, Any], path: tuple[str, ...]) -> Any:

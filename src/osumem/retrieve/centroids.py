@@ -4,7 +4,6 @@ canonical tie order."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import numpy as np
@@ -12,6 +11,7 @@ from numpy.typing import NDArray
 
 from osumem.osu.pool import OSUPool
 from osumem.osu.views import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M
+from osumem.retrieve.background import BackgroundCall
 from osumem.types import IntArray
 
 #: Up to this many candidate OSUs, the top K is taken by one full sort.
@@ -35,7 +35,9 @@ class CentroidIndex:
         self._deleted: set[int] = set()
         self._known: set[int] = set()
         self._ef = -1
-        self._job: tuple[threading.Thread, list[Any]] | None = None
+        #: The background build in flight, with the slots, epoch and change-log
+        #: position it was built at.
+        self._job: tuple[BackgroundCall[Any], IntArray, int, int] | None = None
 
     def _rebuild(self) -> None:
         """Build the index over the live centroids now (in the background when set:
@@ -46,18 +48,9 @@ class CentroidIndex:
             self._install(self._new_index(slots, cents), slots, epoch, position)
             return
         slots, cents = slots.copy(), np.array(cents, copy=True)
-        out: list[Any] = []
-
-        def work() -> None:
-            try:
-                out.append(self._new_index(slots, cents))
-            except BaseException as exc:  # re-raised by the next query
-                out.append(exc)
-
-        thread = threading.Thread(target=work, name="osumem-centroid-index", daemon=True)
-        self._job = (thread, [out, slots, epoch, position])
+        build = BackgroundCall(lambda: self._new_index(slots, cents), "osumem-centroid-index")
+        self._job = (build, slots, epoch, position)
         self._index = None
-        thread.start()
 
     def _new_index(self, slots: IntArray, cents: NDArray[np.float32]) -> Any:
         import hnswlib
@@ -87,18 +80,15 @@ class CentroidIndex:
         """Wait for a background build (a no-op when there is none)."""
         if self._job is None:
             return
-        thread, (out, slots, epoch, position) = self._job
-        thread.join()
+        build, slots, epoch, position = self._job
         self._job = None
-        if isinstance(out[0], BaseException):
-            raise out[0]
-        self._install(out[0], slots, epoch, position)
+        self._install(build.result(), slots, epoch, position)
 
     def ready(self) -> bool:
         """Whether the index can answer now (no background build in flight; one that
         finished is taken)."""
         if self._job is not None:
-            if self._job[0].is_alive():
+            if self._job[0].running:
                 return False
             self.wait()
         return True

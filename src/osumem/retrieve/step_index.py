@@ -13,13 +13,13 @@ the cost statistics the approximate packing reads; the view is passed to every c
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
 
 from osumem.osu.views import KnnIndex, hnsw_available
+from osumem.retrieve.background import BackgroundCall
 from osumem.retrieve.packing import flat_pack, pack_ranked_heads, top_order
 from osumem.types import IntArray, MemoryView
 
@@ -93,15 +93,6 @@ def ann_unsure(found: NDArray[np.floating], sample: NDArray[np.floating], k: int
     return clear_share(found, sample, k, n) < CLEAR_SHARE
 
 
-class _Job:
-    """A background insertion into an HNSW index."""
-
-    def __init__(self, index: KnnIndex) -> None:
-        self.index = index
-        self.thread = threading.Thread()
-        self.failed: list[BaseException] = []
-
-
 class StepIndex:
     """The flat ranking of a view's steps: an exact scan, or an HNSW index over the
     steps for large memories queried whole.
@@ -130,7 +121,8 @@ class StepIndex:
         self.fallbacks = 0
         #: ... and those it asked the index again with a wider beam.
         self.raised = 0
-        self._job: _Job | None = None
+        #: The background insertion in flight: the index it fills, and the call.
+        self._job: tuple[KnnIndex, BackgroundCall[None]] | None = None
         self._exact: tuple[NDArray[np.float32], MemoryView, NDArray[np.float32]] | None = None
         self._sample: IntArray | None = None
         self._sample_n = 0
@@ -195,7 +187,7 @@ class StepIndex:
         """The HNSW index, up to date with ``view``; ``None`` while a background
         thread works on it (the caller scans exactly)."""
         if self._job is not None:
-            if self._job.thread.is_alive():
+            if self._job[1].running:
                 return None
             self._finish()
         if self.hnsw is None:
@@ -218,27 +210,15 @@ class StepIndex:
     def _start(self, index: KnnIndex, view: MemoryView, start: int) -> None:
         """Insert the steps ``start..view.n`` into ``index`` on a background thread."""
         vectors = view.embeddings[start : view.n]
-        job = _Job(index=index)
-
-        def work() -> None:
-            try:
-                index.add(vectors)
-            except BaseException as exc:  # re-raised by the next call that looks
-                job.failed.append(exc)
-
-        job.thread = threading.Thread(target=work, name="osumem-step-index", daemon=True)
-        self._job = job
-        job.thread.start()
+        self._job = (index, BackgroundCall(lambda: index.add(vectors), "osumem-step-index"))
 
     def _finish(self) -> None:
         """Take the finished background job's index (re-raising what it raised)."""
         job, self._job = self._job, None
         if job is None:
             return
-        job.thread.join()
-        if job.failed:
-            raise job.failed[0]
-        self.hnsw = job.index
+        job[1].result()
+        self.hnsw = job[0]
 
     def wait(self, view: MemoryView | None = None) -> None:
         """Wait for the background index work; with ``view``, also build or extend the
@@ -257,7 +237,7 @@ class StepIndex:
     @property
     def building(self) -> bool:
         """Whether a background thread is inserting steps into the index."""
-        return self._job is not None and self._job.thread.is_alive()
+        return self._job is not None and self._job[1].running
 
     def _exact_top(self, view: MemoryView, q: NDArray[np.float32], k: int) -> IntArray:
         """The exact ``k`` best steps, best first (ties by position); the cosines are
@@ -302,21 +282,10 @@ class StepIndex:
         if self.source is not None or not (view.n >= self.ann_min_steps and hnsw_available()):
             return None
         index = self._new_hnsw(view, view.n)
-        failed: list[BaseException] = []
-
-        def work() -> None:
-            try:
-                index.add(view.embeddings)
-            except BaseException as exc:  # re-raised in the caller's thread
-                failed.append(exc)
-
-        thread = threading.Thread(target=work, name="osumem-step-index", daemon=True)
-        thread.start()
+        build = BackgroundCall(lambda: index.add(view.embeddings), "osumem-step-index")
 
         def wait() -> None:
-            thread.join()
-            if failed:
-                raise failed[0]
+            build.result()
             self.hnsw = index
 
         return wait
