@@ -278,6 +278,18 @@ class _MethodTimer:
         else:
             self._retriever.retrieve(q, self.cfg.budget, text=text)
 
+    def safeguard(self) -> dict[str, tuple[int, int]]:
+        """``(widened, scanned)`` counts of the recall safeguards so far: the step
+        index's (``steps``) and the coarse stage's centroid index's (``centroids``)."""
+        out: dict[str, tuple[int, int]] = {}
+        for name, index in (
+            ("steps", getattr(self._retriever, "step_index", None)),
+            ("centroids", getattr(self._retriever, "_centroid_index", None)),
+        ):
+            if index is not None:
+                out[name] = (int(index.raised), int(index.fallbacks))
+        return out
+
     def add(self, grown: MemoryView) -> None:
         """The agent pattern's add: the last step of ``grown`` arrives."""
         if self._ann is not None:
@@ -346,6 +358,7 @@ def measure_size(
             cfg.agent_seconds,
             walls,
         )
+        row["safeguard"] = agent.safeguard()
         del agent, grow, ask
         row["agent_step"] = {**_percentiles(steps), "rounds": len(steps)}
         row["agent_step_wall"] = _percentiles(walls)
@@ -361,6 +374,10 @@ def measure_size(
             f"{row['agent_step']['max_ms']:.2f} ms CPU, "
             f"{row['agent_step_wall']['p50_ms']:.2f} / {row['agent_step_wall']['p99_ms']:.2f} / "
             f"{row['agent_step_wall']['max_ms']:.2f} ms wall ({len(steps)} rounds)"
+            + "".join(
+                f"; {name} safeguard in the rounds: {r} widened, {f} scanned"
+                for name, (r, f) in row["safeguard"].items()
+            )
         )
         rows.append(row)
     if cfg.memory_max and n <= cfg.memory_max:

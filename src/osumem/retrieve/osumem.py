@@ -27,11 +27,12 @@ from osumem.lazy import lazy_module
 from osumem.osu.config import OSUConfig
 from osumem.osu.heap import release_free_memory
 from osumem.osu.pool import OSUPool
+from osumem.osu.views import HNSW_EF_SEARCH
 from osumem.retrieve.base import Retriever, RetrieverConfig, RetrieverState
 from osumem.retrieve.centroids import CentroidIndex, top_slots
 from osumem.retrieve.explain import SelectionParts, best_unit, unit_ranks
 from osumem.retrieve.packing import greedy_pack, novelty_pack, pack_first_fit
-from osumem.retrieve.step_index import SPREAD_SAMPLE, ann_unsure
+from osumem.retrieve.step_index import RAISED_EF_PER_K, SPREAD_SAMPLE, ann_unsure
 from osumem.types import IntArray, MemoryView
 
 if TYPE_CHECKING:
@@ -344,14 +345,27 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
                 )
             found = self._centroid_index.query(q, k + CENTROID_MARGIN)
         scores = None
-        if found is not None:
-            # approximate: the index's candidates, re-scored exactly; answered by a
-            # full scan when their scores do not stand out (the recall safeguard)
+        if found is not None and self._centroid_index is not None:
+            # approximate: the index's candidates, re-scored exactly; asked again with
+            # a wider beam, then answered by a full scan, when their scores do not
+            # stand out (the recall safeguard)
             live_row = pool.slot_arrays()[0]
-            scores = cents[live_row[found]] @ q
             sample = cents[:: max(1, slots.size // SPREAD_SAMPLE)] @ q
-            head = np.sort(scores)[-k:] if scores.size >= k else scores
-            if ann_unsure(head, sample, k, int(slots.size)):
+            index = self._centroid_index
+            wide = RAISED_EF_PER_K * max(HNSW_EF_SEARCH, 2 * (k + CENTROID_MARGIN))
+            for ef in (None, wide):
+                if ef is not None:
+                    found = index.query(q, k + CENTROID_MARGIN, ef=ef)
+                    if found is None:
+                        break
+                scores = cents[live_row[found]] @ q
+                head = np.sort(scores)[-k:] if scores.size >= k else scores
+                if not ann_unsure(head, sample, k, int(slots.size)):
+                    if ef is not None:
+                        index.raised += 1
+                    break
+            else:
+                index.fallbacks += 1
                 found = None
         if found is not None and scores is not None:
             best = top_slots(pool, found, scores, k)

@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 
 from osumem.osu.views import KnnIndex, hnsw_available
 from osumem.retrieve.background import BackgroundCall
-from osumem.retrieve.packing import flat_pack, pack_ranked_heads, top_order
+from osumem.retrieve.packing import flat_pack, pack_first_fit, top_order
 from osumem.types import IntArray, MemoryView
 
 #: From this many steps on, a query over the whole memory takes the flat ranking's
@@ -58,11 +58,17 @@ CLEAR_SHARE = 0.95
 
 #: ... from this share to :data:`CLEAR_SHARE` (a clear head, then steps past the
 #: cluster) the index is asked again with a beam :data:`RAISED_EF_PER_K` times ``k``;
-#: below it, the steps are scanned exactly.
+#: below it too, and that answer stands when it is clear itself (the first beam did
+#: not reach the query's cluster); otherwise the steps are scanned exactly.
 RAISE_EF_SHARE = 0.25
 
 #: The raised search beam, per step asked for (the first query's beam is ``2k``).
 RAISED_EF_PER_K = 4
+
+#: The approximate packing: once only steps of cost at most what is left of the
+#: budget can fit and at most this many steps are that cheap, first fit goes on over
+#: them exactly (by cosine) instead of asking the index for a larger head.
+CHEAP_SCAN_STEPS = 4096
 
 
 def clear_share(found: NDArray[np.floating], sample: NDArray[np.floating], k: int, n: int) -> float:
@@ -119,7 +125,7 @@ class StepIndex:
         self.background = False
         #: Queries the recall safeguard answered exactly ...
         self.fallbacks = 0
-        #: ... and those it asked the index again with a wider beam.
+        #: ... and those answered from the index asked again with a wider beam.
         self.raised = 0
         #: The background insertion in flight: the index it fills, and the call.
         self._job: tuple[KnnIndex, BackgroundCall[None]] | None = None
@@ -150,9 +156,9 @@ class StepIndex:
     def top(self, view: MemoryView, q: NDArray[np.float32], k: int) -> IntArray:
         """About the ``k`` most similar steps, best first, from the external
         :attr:`source` or the HNSW index (extended with the steps added since). The
-        recall safeguard (:func:`clear_share`): an answer the index is partly unsure
-        of is asked again with a wider beam, one it is mostly unsure of is scanned
-        exactly.
+        recall safeguard (:func:`clear_share`): an answer the index is unsure of is
+        asked again with a wider beam; when it was mostly unsure, the wider answer
+        stands only if it is clear, else the steps are scanned exactly.
 
         Without :attr:`background` a missing index is built now. With it, no call
         waits for index work: a missing index, or a long run of steps added since it
@@ -174,12 +180,19 @@ class StepIndex:
         if index is None:
             return self._exact_top(view, q, k)
         found = index.query(q, k)
-        share = clear_share(view.embeddings[found] @ q, self._sample_scores(view, q), k, view.n)
+        sample = self._sample_scores(view, q)
+        share = clear_share(view.embeddings[found] @ q, sample, k, view.n)
         if share >= CLEAR_SHARE:
             return found
+        wide = index.query(q, k, ef=RAISED_EF_PER_K * k)
         if share >= RAISE_EF_SHARE:
             self.raised += 1
-            return index.query(q, k, ef=RAISED_EF_PER_K * k)
+            return wide
+        # mostly unsure: the widened answer stands when it is clear itself (the first
+        # beam did not reach the query's cluster)
+        if clear_share(view.embeddings[wide] @ q, sample, k, view.n) >= CLEAR_SHARE:
+            self.raised += 1
+            return wide
         self.fallbacks += 1
         return self._exact_top(view, q, k)
 
@@ -346,7 +359,9 @@ class StepIndex:
     ) -> IntArray:
         """:meth:`pack` over the whole memory from the HNSW index: heads of the index's
         ranking, minus ``exclude``, packed first fit and grown (×4) while budget is left
-        that an unseen step could use. Reads only the heads' costs."""
+        that an unseen step could use; once at most :data:`CHEAP_SCAN_STEPS` steps are
+        cheap enough for what is left, first fit goes on over those, scored exactly,
+        instead (with an exact ranking both give the exact first fit)."""
         costs = view.costs
         mean_cost, min_cost, n_min = self.cost_stats(view)
         skip: IntArray | None = None
@@ -367,8 +382,23 @@ class StepIndex:
 
         n = view.n
         # ask the index for a few times the steps the budget holds on average
-        first = min(n, max(ANN_HEAD_MIN, 4 * math.ceil(budget / mean_cost)))
-        return pack_ranked_heads(head, costs, budget, n=n, first=first, min_cost=min_cost)
+        k = min(n, max(ANN_HEAD_MIN, 4 * math.ceil(budget / mean_cost)))
+        while True:
+            found = head(k)
+            taken = pack_first_fit(found, costs, budget)
+            left = budget - int(costs[taken].sum())
+            if k >= n or left < min_cost:
+                return taken
+            # only a step of cost <= left fits now: when few are that cheap, first fit
+            # goes on over them exactly, by cosine, instead of over a larger head
+            cheap = np.flatnonzero(costs[:n] <= left)
+            if cheap.shape[0] <= CHEAP_SCAN_STEPS:
+                cheap = cheap[~np.isin(cheap, found)]
+                if skip is not None:
+                    cheap = cheap[~np.isin(cheap, skip)]
+                rest = cheap[top_order(view.embeddings[cheap] @ q, cheap.shape[0])]
+                return np.concatenate([taken, pack_first_fit(rest, costs, left)])
+            k = min(n, 4 * k)
 
     def cost_stats(self, view: MemoryView) -> tuple[float, int, int]:
         """``(mean, min, count of the min)`` of the view's step costs, cached per view
