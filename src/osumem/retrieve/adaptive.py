@@ -294,7 +294,9 @@ class AdaptiveOSUMem(OSUMem[AdaptiveConfig]):
         view = self.fitted_view
         costs = view.costs
         n = view.n
-        head = self._flat_head(q, n, max(cfg.head_ratio, 1.0) * budget, cfg.seed_steps)
+        head = self.step_index.head(
+            view, q, n, max(cfg.head_ratio, 1.0) * budget, cfg.seed_steps, wide=True
+        )
         hcos = (view.embeddings[head] @ q).astype(np.float64)
         order = np.lexsort((head, -hcos))
         head, hcos = head[order], hcos[order]

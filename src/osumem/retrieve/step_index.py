@@ -126,6 +126,8 @@ class StepIndex:
         self._exact: tuple[NDArray[np.float32], MemoryView, NDArray[np.float32]] | None = None
         self._sample: IntArray | None = None
         self._sample_n = 0
+        # the sampled rows of one view, gathered once (a fixed view queried repeatedly)
+        self._sample_rows: tuple[MemoryView, NDArray[np.float32]] | None = None
         self._last: tuple[NDArray[np.float32], MemoryView, int, IntArray] | None = None
         self._cost_view: MemoryView | None = None
         # (sum, count, min, count of the min) of the costs of ``_cost_view``
@@ -138,6 +140,7 @@ class StepIndex:
         self._job = None
         self._exact = None
         self._sample = None
+        self._sample_rows = None
         self._last = None
 
     def uses_ann(self, view: MemoryView, limit: int) -> bool:
@@ -168,6 +171,36 @@ class StepIndex:
         found = self._top(view, q, k)
         self._last = (np.array(q, copy=True), view, k, found)
         return found
+
+    def top_wide(self, view: MemoryView, q: NDArray[np.float32], k: int) -> IntArray:
+        """:meth:`top` from one index query at the raised beam: the index is asked for
+        ``RAISED_EF_PER_K·k`` steps with that beam (hnswlib searches with a beam of
+        ``max(ef, k)``, so the first ``k`` are what ``top`` answers when it raises the
+        beam), the recall safeguard is applied to the first ``k`` (fewer than
+        :data:`RAISE_EF_SHARE` of them clear: an exact scan), and the whole answer is
+        kept: a later :meth:`top` of the same query for at most that many steps (a
+        growing head, the packs) is its prefix, with no further query.
+
+        For a caller that would usually see its first answer raised (a head past the
+        query's cluster): one query instead of two or three."""
+        if self.source is not None:
+            return self.source(q, k, view.n)
+        last = self._last
+        if last is not None and last[1] is view and last[2] >= k and np.array_equal(last[0], q):
+            return last[3][:k]
+        wide = min(view.n, RAISED_EF_PER_K * k)
+        index = self._ready(view)
+        if index is None:
+            found = self._exact_top(view, q, wide)
+        else:
+            found = index.query(q, wide, ef=wide)
+            head = found[:k]
+            share = clear_share(view.embeddings[head] @ q, self._sample_scores(view, q), k, view.n)
+            if share < RAISE_EF_SHARE:
+                self.fallbacks += 1
+                found = self._exact_top(view, q, wide)
+        self._last = (np.array(q, copy=True), view, wide, found)
+        return found[:k]
 
     def _top(self, view: MemoryView, q: NDArray[np.float32], k: int) -> IntArray:
         index = self._ready(view)
@@ -259,7 +292,11 @@ class StepIndex:
             size = min(n, SPREAD_SAMPLE)
             self._sample = np.sort(rng.choice(n, size=size, replace=False)).astype(np.int64)
             self._sample_n = n
-        return view.embeddings[self._sample] @ q
+            self._sample_rows = None
+        rows = self._sample_rows
+        if rows is None or rows[0] is not view:
+            rows = self._sample_rows = (view, view.embeddings[self._sample])
+        return rows[1] @ q
 
     def _new_hnsw(self, view: MemoryView, capacity: int) -> KnnIndex:
         # headroom for the steps an agent adds next: growing the index copies it whole
@@ -297,17 +334,21 @@ class StepIndex:
         limit: int,
         tokens: float,
         min_count: int = 1,
+        wide: bool = False,
     ) -> IntArray:
         """The head of the ranking of the steps before ``limit`` holding at least
         ``tokens`` tokens and at least ``min_count`` steps (all of them when they hold
-        fewer), without sorting the rest."""
+        fewer), without sorting the rest. ``wide``: from the index, the first head
+        comes from :meth:`top_wide` (later heads and packs of the query reuse it)."""
         if self.uses_ann(view, limit):
             costs = view.costs
             mean_cost = self.cost_stats(view)[0]
             k = max(ANN_HEAD_MIN, min_count, math.ceil(tokens / max(mean_cost, 1.0)))
             k = min(limit, k)
+            first = wide
             while True:
-                head = self.top(view, q, k)
+                head = self.top_wide(view, q, k) if first else self.top(view, q, k)
+                first = False
                 if k >= limit or int(costs[head].sum()) >= tokens:
                     return head
                 k = min(limit, 2 * k)
