@@ -45,6 +45,12 @@ from osumem.retrieve.osumem import OSUMem, OSUMemConfig
 from osumem.retrieve.packing import pack_first_fit
 from osumem.types import IntArray
 
+#: The large-memory path's head (``head_ratio``·B tokens, far past the query's cluster)
+#: comes from one step-index query of beam (and width) this many times its steps, kept
+#: unless the recall safeguard scans (docs/decisions.md, "osumem_adaptive at 100,000
+#: steps").
+HEAD_BEAM_PER_K = 2
+
 
 @dataclass(frozen=True, kw_only=True)
 class AdaptiveConfig(OSUMemConfig):
@@ -295,7 +301,7 @@ class AdaptiveOSUMem(OSUMem[AdaptiveConfig]):
         costs = view.costs
         n = view.n
         head = self.step_index.head(
-            view, q, n, max(cfg.head_ratio, 1.0) * budget, cfg.seed_steps, wide=True
+            view, q, n, max(cfg.head_ratio, 1.0) * budget, cfg.seed_steps, HEAD_BEAM_PER_K
         )
         hcos = (view.embeddings[head] @ q).astype(np.float64)
         order = np.lexsort((head, -hcos))

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from osumem.osu.views import KnnIndex, hnsw_available
+from osumem.osu.views import HNSW_EF_SEARCH, KnnIndex, hnsw_available
 from osumem.retrieve.background import BackgroundCall
 from osumem.retrieve.packing import flat_pack, pack_ranked_heads, top_order
 from osumem.types import IntArray, MemoryView
@@ -172,23 +172,24 @@ class StepIndex:
         self._last = (np.array(q, copy=True), view, k, found)
         return found
 
-    def top_wide(self, view: MemoryView, q: NDArray[np.float32], k: int) -> IntArray:
-        """:meth:`top` from one index query at the raised beam: the index is asked for
-        ``RAISED_EF_PER_K·k`` steps with that beam (hnswlib searches with a beam of
-        ``max(ef, k)``, so the first ``k`` are what ``top`` answers when it raises the
-        beam), the recall safeguard is applied to the first ``k`` (fewer than
-        :data:`RAISE_EF_SHARE` of them clear: an exact scan), and the whole answer is
-        kept: a later :meth:`top` of the same query for at most that many steps (a
-        growing head, the packs) is its prefix, with no further query.
-
-        For a caller that would usually see its first answer raised (a head past the
-        query's cluster): one query instead of two or three."""
+    def top_wide(
+        self, view: MemoryView, q: NDArray[np.float32], k: int, beam_per_k: int = RAISED_EF_PER_K
+    ) -> IntArray:
+        """:meth:`top` from one index query whose answer later heads reuse: the index
+        is asked for as many steps as its beam, ``max(HNSW_EF_SEARCH, beam_per_k·k)``
+        (hnswlib searches with a beam of ``max(ef, k)``, so the first ``k`` are what
+        a query for ``k`` with that beam answers: with ``beam_per_k = 2``, :meth:`top`'s
+        first query; with :data:`RAISED_EF_PER_K`, its raised one), the recall safeguard
+        is applied to the first ``k`` (fewer than :data:`RAISE_EF_SHARE` of them clear:
+        an exact scan; no second query), and the whole answer is kept: a later
+        :meth:`top` of the same query for at most that many steps (a growing head, the
+        packs) is its prefix, with no further query."""
         if self.source is not None:
             return self.source(q, k, view.n)
         last = self._last
         if last is not None and last[1] is view and last[2] >= k and np.array_equal(last[0], q):
             return last[3][:k]
-        wide = min(view.n, RAISED_EF_PER_K * k)
+        wide = min(view.n, max(k, HNSW_EF_SEARCH, beam_per_k * k))
         index = self._ready(view)
         if index is None:
             found = self._exact_top(view, q, wide)
@@ -334,21 +335,24 @@ class StepIndex:
         limit: int,
         tokens: float,
         min_count: int = 1,
-        wide: bool = False,
+        beam_per_k: int | None = None,
     ) -> IntArray:
         """The head of the ranking of the steps before ``limit`` holding at least
         ``tokens`` tokens and at least ``min_count`` steps (all of them when they hold
-        fewer), without sorting the rest. ``wide``: from the index, the first head
-        comes from :meth:`top_wide` (later heads and packs of the query reuse it)."""
+        fewer), without sorting the rest. ``beam_per_k``: from the index, the first
+        head comes from :meth:`top_wide` with that beam (later heads and packs of the
+        query reuse its answer); ``None``: from :meth:`top`."""
         if self.uses_ann(view, limit):
             costs = view.costs
             mean_cost = self.cost_stats(view)[0]
             k = max(ANN_HEAD_MIN, min_count, math.ceil(tokens / max(mean_cost, 1.0)))
             k = min(limit, k)
-            first = wide
+            beam = beam_per_k
             while True:
-                head = self.top_wide(view, q, k) if first else self.top(view, q, k)
-                first = False
+                if beam is None:
+                    head = self.top(view, q, k)
+                else:
+                    head, beam = self.top_wide(view, q, k, beam), None
                 if k >= limit or int(costs[head].sum()) >= tokens:
                     return head
                 k = min(limit, 2 * k)
