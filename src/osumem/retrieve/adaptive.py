@@ -291,11 +291,14 @@ class AdaptiveOSUMem(OSUMem[AdaptiveConfig]):
         """:meth:`_stages` of a large memory queried whole: the same rules over the
         head of the flat ranking the step index gives (HNSW, with its recall
         safeguard) instead of a sort of every step. The head holds the
-        ``head_ratio``·B tokens expansion is restricted to; Flat's own selection and
-        the fill are first fits of the index's growing heads (what
-        :meth:`~osumem.retrieve.step_index.StepIndex.pack` does); the coarse stage is
-        OSU-Mem's slot-level one. With an exact ranking the selection is the exact
-        path's (tests/test_ann_recall.py)."""
+        ``head_ratio``·B tokens expansion is restricted to and comes from one index
+        query (:meth:`~osumem.retrieve.step_index.StepIndex.top_wide`, beam
+        :data:`HEAD_BEAM_PER_K` times its steps); Flat's own selection and the fill
+        are first fits of the index's growing heads (what
+        :meth:`~osumem.retrieve.step_index.StepIndex.pack` does), read from that
+        query's answer while they fit in it; the coarse stage is OSU-Mem's slot-level
+        one. With an exact ranking the selection is the exact path's
+        (tests/retrieve/test_step_index_ann_recall.py)."""
         cfg = self.config
         view = self.fitted_view
         costs = view.costs
