@@ -74,6 +74,6 @@ def test_large_pool_live_centroids_have_headroom_and_small_ones_exact_size(monke
         large.add(view.prefix(t))
         small.add(view.prefix(t))
     assert large.slots.live_slot.n > n_live  # new OSUs went live ...
-    if large.slots.live_slot.n <= table.shape[0]:
-        assert large.slots.live_cent.a is table  # ... into the spare rows, no copy
+    assert large.slots.live_slot.n <= table.shape[0]
+    assert large.slots.live_cent.a is table  # ... into the spare rows, no copy
     np.testing.assert_array_equal(large.centroids, small.centroids)
