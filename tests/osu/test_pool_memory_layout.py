@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import osumem.osu.construct as construct_mod
+from osumem.bench.scale import generate as generate_scale
 from osumem.bench.synthetic import SyntheticConfig, generate_episode
 from osumem.osu.config import OSUConfig
 from osumem.osu.heap import release_free_memory
@@ -47,3 +48,32 @@ def test_built_pool_drops_similarity_index_and_later_refresh_matches_kept_index(
     assert (built.members != kept.members).nnz == 0
     np.testing.assert_array_equal(built.centroids, kept.centroids)
     release_free_memory()  # harmless anywhere (a no-op without glibc)
+
+
+def test_grow_headroom_leaves_a_quarter_spare_below_the_size_threshold():
+    g = GrowArray((3,), np.float32)
+    g.resize(100, headroom=True)
+    assert g.n == 100 and g.a.shape[0] == 125
+    exact = GrowArray((3,), np.float32)
+    exact.resize(100)
+    assert exact.a.shape[0] == 100
+
+
+def test_large_pool_live_centroids_have_headroom_and_small_ones_exact_size(monkeypatch):
+    view = generate_scale(2000, 16, 0).view
+    head = view.prefix(view.n - 300)
+    small = OSUPool.build(head, OSUConfig(), 0)
+    n_live = small.slots.live_slot.n
+    assert small.slots.live_cent.a.shape[0] == n_live  # the efficiency tables' size
+    monkeypatch.setattr(construct_mod, "HEADROOM_MIN", head.n)  # "a large pool"
+    large = OSUPool.build(head, OSUConfig(), 0)
+    assert large.slots.live_slot.n == n_live
+    table = large.slots.live_cent.a
+    assert table.shape[0] == n_live + n_live // 4
+    for t in range(head.n + 1, view.n + 1):
+        large.add(view.prefix(t))
+        small.add(view.prefix(t))
+    assert large.slots.live_slot.n > n_live  # new OSUs went live ...
+    assert large.slots.live_slot.n <= table.shape[0]
+    assert large.slots.live_cent.a is table  # ... into the spare rows, no copy
+    np.testing.assert_array_equal(large.centroids, small.centroids)

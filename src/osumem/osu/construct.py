@@ -22,7 +22,7 @@ import numpy as np
 from osumem.errors import DimensionError, InvalidInputError
 from osumem.osu.config import VIEWS
 from osumem.osu.heap import release_free_memory
-from osumem.osu.slots import SlotTable, shared_lists
+from osumem.osu.slots import HEADROOM_MIN, SlotTable, shared_lists
 from osumem.osu.sums import row_norms, row_sum, segment_stats
 from osumem.osu.views import (
     EXACT_KNN_MAX,
@@ -316,15 +316,18 @@ def _derive_slots(pool: OSUPool, view: MemoryView, steps: IntArray, gids: IntArr
         return
     size = kept_sizes[live]
     bounds = segment_bounds(size)
-    # the centroids are written straight into the dense live arrays
-    slots.live_cent.resize(live.shape[0])
+    # the centroids are written straight into the dense live arrays; a large pool's
+    # leave headroom even below HEADROOM_MIN live OSUs (the first new live OSU after a
+    # build would otherwise copy the whole centroid table: 30 MB at 100k steps)
+    large = view.n >= HEADROOM_MIN
+    slots.live_cent.resize(live.shape[0], headroom=large)
     norms = segment_stats(view.embeddings, steps, bounds, out=slots.live_cent.a[: live.shape[0]])
     slots.k_size.a[live] = size
     slots.k_coh.a[live] = (norms / size).astype(np.float32)
     slots.k_cost.a[live] = np.add.reduceat(view.costs[steps].astype(np.int64), bounds[:-1])
     slots.k_span.a[live, 0] = steps[bounds[:-1]]
     slots.k_span.a[live, 1] = steps[bounds[1:] - 1]
-    slots.live_slot.resize(live.shape[0])
+    slots.live_slot.resize(live.shape[0], headroom=large)
     slots.live_slot.a[: live.shape[0]] = live
     slots.live_row.a[live] = np.arange(live.shape[0])
 

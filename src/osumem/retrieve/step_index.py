@@ -18,7 +18,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from osumem.osu.views import KnnIndex, hnsw_available
+from osumem.osu.views import HNSW_EF_SEARCH, KnnIndex, hnsw_available
 from osumem.retrieve.background import BackgroundCall
 from osumem.retrieve.packing import flat_pack, pack_first_fit, top_order
 from osumem.types import IntArray, MemoryView
@@ -132,6 +132,8 @@ class StepIndex:
         self._exact: tuple[NDArray[np.float32], MemoryView, NDArray[np.float32]] | None = None
         self._sample: IntArray | None = None
         self._sample_n = 0
+        # the sampled rows of one view, gathered once (a fixed view queried repeatedly)
+        self._sample_rows: tuple[MemoryView, NDArray[np.float32]] | None = None
         self._last: tuple[NDArray[np.float32], MemoryView, int, IntArray] | None = None
         self._cost_view: MemoryView | None = None
         # (sum, count, min, count of the min) of the costs of ``_cost_view``
@@ -144,6 +146,7 @@ class StepIndex:
         self._job = None
         self._exact = None
         self._sample = None
+        self._sample_rows = None
         self._last = None
 
     def uses_ann(self, view: MemoryView, limit: int) -> bool:
@@ -174,6 +177,49 @@ class StepIndex:
         found = self._top(view, q, k)
         self._last = (np.array(q, copy=True), view, k, found)
         return found
+
+    def top_wide(
+        self, view: MemoryView, q: NDArray[np.float32], k: int, beam_per_k: int = RAISED_EF_PER_K
+    ) -> IntArray:
+        """:meth:`top` from one index query whose answer later heads reuse: the index
+        is asked for as many steps as its beam, ``max(HNSW_EF_SEARCH, beam_per_k·k)``
+        (hnswlib searches with a beam of ``max(ef, k)``, so the first ``k`` are what
+        a query for ``k`` with that beam answers: with ``beam_per_k = 2``, :meth:`top`'s
+        first query; with :data:`RAISED_EF_PER_K`, its raised one), the recall safeguard
+        is applied to the first ``k`` (fewer than :data:`RAISE_EF_SHARE` of them clear:
+        the index is asked again with the raised beam, and that answer stands if it is
+        clear, else the steps are scanned exactly), and the whole answer is kept: a later
+        :meth:`top` of the same query for at most that many steps (a growing head, the
+        packs) is its prefix, with no further query."""
+        if self.source is not None:
+            return self.source(q, k, view.n)
+        last = self._last
+        if last is not None and last[1] is view and last[2] >= k and np.array_equal(last[0], q):
+            return last[3][:k]
+        wide = min(view.n, max(k, HNSW_EF_SEARCH, beam_per_k * k))
+        index = self._ready(view)
+        if index is None:
+            found = self._exact_top(view, q, wide)
+        else:
+            found = index.query(q, wide, ef=wide)
+            sample = self._sample_scores(view, q)
+            share = clear_share(view.embeddings[found[:k]] @ q, sample, k, view.n)
+            if share < RAISE_EF_SHARE:
+                # as in :meth:`top`: a wider beam's answer stands when it is clear
+                # itself (the first beam did not reach the query's cluster)
+                raised = max(wide, RAISED_EF_PER_K * k)
+                found = index.query(q, wide, ef=raised) if raised > wide else found
+                if (
+                    raised > wide
+                    and clear_share(view.embeddings[found[:k]] @ q, sample, k, view.n)
+                    >= CLEAR_SHARE
+                ):
+                    self.raised += 1
+                else:
+                    self.fallbacks += 1
+                    found = self._exact_top(view, q, wide)
+        self._last = (np.array(q, copy=True), view, wide, found)
+        return found[:k]
 
     def _top(self, view: MemoryView, q: NDArray[np.float32], k: int) -> IntArray:
         index = self._ready(view)
@@ -272,7 +318,11 @@ class StepIndex:
             size = min(n, SPREAD_SAMPLE)
             self._sample = np.sort(rng.choice(n, size=size, replace=False)).astype(np.int64)
             self._sample_n = n
-        return view.embeddings[self._sample] @ q
+            self._sample_rows = None
+        rows = self._sample_rows
+        if rows is None or rows[0] is not view:
+            rows = self._sample_rows = (view, view.embeddings[self._sample])
+        return rows[1] @ q
 
     def _new_hnsw(self, view: MemoryView, capacity: int) -> KnnIndex:
         # headroom for the steps an agent adds next: growing the index copies it whole
@@ -310,17 +360,24 @@ class StepIndex:
         limit: int,
         tokens: float,
         min_count: int = 1,
+        beam_per_k: int | None = None,
     ) -> IntArray:
         """The head of the ranking of the steps before ``limit`` holding at least
         ``tokens`` tokens and at least ``min_count`` steps (all of them when they hold
-        fewer), without sorting the rest."""
+        fewer), without sorting the rest. ``beam_per_k``: from the index, the first
+        head comes from :meth:`top_wide` with that beam (later heads and packs of the
+        query reuse its answer); ``None``: from :meth:`top`."""
         if self.uses_ann(view, limit):
             costs = view.costs
             mean_cost = self.cost_stats(view)[0]
             k = max(ANN_HEAD_MIN, min_count, math.ceil(tokens / max(mean_cost, 1.0)))
             k = min(limit, k)
+            beam = beam_per_k
             while True:
-                head = self.top(view, q, k)
+                if beam is None:
+                    head = self.top(view, q, k)
+                else:
+                    head, beam = self.top_wide(view, q, k, beam), None
                 if k >= limit or int(costs[head].sum()) >= tokens:
                     return head
                 k = min(limit, 2 * k)
