@@ -780,6 +780,12 @@ class MemoryService:
             probe = np.zeros(dim, dtype=np.float32)
             probe[0] = 1.0
             mem.retrieve(probe, 1, namespace=namespace)
+            # a restored pool rebuilds its similarity index at its next refresh,
+            # inside an add, holding the write lock: build it now, before readers
+            retriever = mem.retriever(namespace)
+            pool = None if retriever is None else retriever.osu_pool()
+            if pool is not None:
+                pool.prepare_refresh()
         else:
             mem.view(namespace)
 
