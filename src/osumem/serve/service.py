@@ -39,6 +39,7 @@ from typing import Any, ClassVar, TypeVar
 from osumem.errors import BudgetError, InvalidInputError
 from osumem.frozen import Constraints, FrozenConfig, Interval
 from osumem.memory import DEFAULT_NAMESPACE, Memory, MemoryConfig, Retrieved, contents, export
+from osumem.memory.blas import blas_threads
 from osumem.memory.retrieved import StoredStep
 from osumem.memory.validate import text_message
 from osumem.retrieve.budget import validated_budget
@@ -779,7 +780,8 @@ class MemoryService:
         if retriever is None:
             mem.view(namespace)
             return
-        retriever.warm_up()
+        with blas_threads(mem.config.blas_threads):  # as inside the memory's own calls
+            retriever.warm_up()
         # a restored pool rebuilds its similarity index at its next refresh, inside an
         # add, holding the write lock: start building it now
         pool = retriever.osu_pool()
