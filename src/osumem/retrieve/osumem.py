@@ -383,6 +383,30 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
             self._mean_cost_state = state
         return self._mean_cost
 
+    def warm_up(self) -> None:
+        """What a whole-memory query of OSU-Mem builds lazily: the coarse stage's state
+        (the live units' mean cost; above ``ann_min_steps`` the centroid index, built or
+        brought up to date) and the step costs' statistics the fill reads, without the
+        cosine scan of every step that a probe query would pay. A subclass whose
+        selection differs, the oracle, and the ``union_cost`` rule (whose coarse stage
+        assembles the pool) are warmed by a query, as any method."""
+        cls = type(self)
+        if (
+            cls._select is not OSUMem._select
+            or cls._select_query is not Retriever._select_query
+            or self.is_oracle
+            or self.config.coarse_k_rule != "mean_cost"
+        ):
+            super().warm_up()
+            return
+        view = self.fitted_view
+        if view.n == 0:
+            return
+        probe = np.zeros(view.dim, dtype=np.float32)
+        probe[0] = 1.0
+        self._coarse_positions(probe, 1)  # what _select asks of a whole-memory query
+        self.step_index.cost_stats(view)
+
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
     ) -> IntArray:
