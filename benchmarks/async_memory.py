@@ -2,7 +2,7 @@
 
 One process, one store of ``--turns`` agent turns (two steps each). A heartbeat task
 sleeps 1 ms at a time and records how late each wake-up is: the longest delay is the
-longest the event loop was blocked. Three runs, each 100 concurrent retrievals from
+longest the event loop was blocked. Four runs, each 100 concurrent retrievals from
 one loop while another task adds (and deletes and updates) steps in another
 namespace:
 
@@ -13,11 +13,16 @@ namespace:
   milliseconds);
 * ``sync in the loop``: the coroutines call the synchronous ``Memory.retrieve`` (what
   an agent without an async API does): the loop is blocked for every call;
-* ``AsyncMemory``: the coroutines await :class:`osumem.serve.AsyncMemory`.
+* ``AsyncMemory``: the coroutines await :class:`osumem.serve.AsyncMemory` (the
+  memory on threads of this process);
+* ``AsyncMemory_process``: the same with ``AsyncMemory.open(..., process=True)`` (the
+  memory in a child process).
 
 Reported: the longest and the 99th-percentile heartbeat delay, in milliseconds and in
-units of one retrieval, with wall and CPU time of each run. The answers of the
-concurrent run are checked equal to sequential ones. On a shared machine compare the
+units of one retrieval, with wall and CPU time of each run, and the most CPU the loop's
+own thread used between two wake-ups (``loop_cpu_max_ms``: work done in the loop; a
+delay much longer than it was spent waiting, for the interpreter lock or for a core).
+The answers of the concurrent runs are checked equal to sequential ones. On a shared machine compare the
 ratios, not the milliseconds.
 
 Usage: ``python benchmarks/async_memory.py [--turns 2000] [--encoder hashing:d384]``
@@ -64,15 +69,19 @@ class Heartbeat:
     def __init__(self, tick: float = 0.001) -> None:
         self.tick = tick
         self.delays: list[float] = []
+        self.busy: list[float] = []  # the loop thread's own CPU between two wake-ups
         self.collections: list[float] = []  # garbage-collector pauses during the run
         self._stop = False
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
+        cpu = time.thread_time()
         while not self._stop:
             due = loop.time() + self.tick
             await asyncio.sleep(self.tick)
             self.delays.append(max(0.0, loop.time() - due))
+            self.busy.append(time.thread_time() - cpu)
+            cpu = time.thread_time()
 
     def stop(self) -> None:
         self._stop = True
@@ -86,6 +95,7 @@ class Heartbeat:
             "max_in_retrievals": d[-1] / unit,
             "p99_in_retrievals": p99 / unit,
             "beats": len(d),
+            "loop_cpu_max_ms": 1000 * max(self.busy, default=0.0),
             "gc_pauses": len(self.collections),
             "longest_gc_ms": 1000 * max(self.collections, default=0.0),
         }
