@@ -129,7 +129,7 @@ class ListPrefix(Sequence[T]):
 
     __slots__ = ("_items", "_n")
 
-    def __init__(self, items: list[T], n: int) -> None:
+    def __init__(self, items: Sequence[T], n: int) -> None:
         self._items = items
         self._n = n
 
