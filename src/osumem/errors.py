@@ -139,3 +139,9 @@ class UnknownFilterKeyError(InvalidFilterError):
     """A filter names a metadata key that no step of the namespace holds (most often a
     misspelt key; an adapter whose framework treats it as "nothing matches" catches
     this one)."""
+
+
+class MemoryProcessError(OSUMemError):
+    """The process holding a memory (``AsyncMemory.open(..., process=True)``) could not
+    be started, ended, or sent back an error that cannot cross processes; the message
+    says which, with the process's exit code or the original error's type."""

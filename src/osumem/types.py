@@ -14,7 +14,7 @@ import itertools
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 import numpy as np
 from numpy.typing import NDArray
@@ -115,19 +115,21 @@ def _column(values: Sequence[Any] | NDArray[Any] | None, n: int, name: str) -> N
     return arr
 
 
+T = TypeVar("T")
+
 _VIEW_NAMESPACES = "MemoryView.namespaces is deprecated; the steps' origins are MemoryView.sources"
 
 
-class EntityPrefix(Sequence[frozenset[str]]):
-    """The first ``n`` entries of a shared, growing entity list, without copying them:
-    an entity column for a view that extends the last one by a few steps (a tuple
-    per view would cost O(n) each, O(n²) over n adds). The memory replays a reopened
-    namespace's add batches through such views; ``osumem_hybrid`` hands its pool its
-    entity column (text entities filled in) this way."""
+class ListPrefix(Sequence[T]):
+    """The first ``n`` entries of a shared, growing list, without copying them: a
+    column for a view (or a namespace snapshot) that extends the last one by a few
+    steps (a tuple per view would cost O(n) each, O(n²) over n adds). The owner of the
+    list only appends to it (an entry is replaced by copying the list first), so a
+    prefix never changes. Equal to any sequence of the same entries; not hashable."""
 
     __slots__ = ("_items", "_n")
 
-    def __init__(self, items: list[frozenset[str]], n: int) -> None:
+    def __init__(self, items: Sequence[T], n: int) -> None:
         self._items = items
         self._n = n
 
@@ -135,12 +137,12 @@ class EntityPrefix(Sequence[frozenset[str]]):
         return self._n
 
     @overload
-    def __getitem__(self, i: int) -> frozenset[str]: ...
+    def __getitem__(self, i: int) -> T: ...
 
     @overload
-    def __getitem__(self, i: slice) -> tuple[frozenset[str], ...]: ...
+    def __getitem__(self, i: slice) -> tuple[T, ...]: ...
 
-    def __getitem__(self, i: int | slice) -> frozenset[str] | tuple[frozenset[str], ...]:
+    def __getitem__(self, i: int | slice) -> T | tuple[T, ...]:
         if isinstance(i, slice):
             return tuple(map(self._items.__getitem__, range(*i.indices(self._n))))
         k = i + self._n if i < 0 else i
@@ -148,13 +150,22 @@ class EntityPrefix(Sequence[frozenset[str]]):
             raise IndexError(i)
         return self._items[k]
 
-    def __iter__(self) -> Iterator[frozenset[str]]:
+    def __iter__(self) -> Iterator[T]:
         return itertools.islice(self._items, self._n)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and tuple(self) == tuple(other)
 
     __hash__ = None  # type: ignore[assignment]
+
+
+class EntityPrefix(ListPrefix[frozenset[str]]):
+    """An entity column as a :class:`ListPrefix` of the memory's entity list. The
+    memory replays a reopened namespace's add batches through such views;
+    ``osumem_hybrid`` hands its pool its entity column (text entities filled in) this
+    way."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -294,7 +305,7 @@ class MemoryView:
         out: dict[str, Any] = {}
         for c in self.column_names():
             col = getattr(self, c)
-            out[c] = tuple(col[int(i)] for i in idx) if isinstance(col, tuple) else col[idx]
+            out[c] = col[idx] if isinstance(col, np.ndarray) else tuple(col[int(i)] for i in idx)
         return MemoryView(**out)
 
     @classmethod

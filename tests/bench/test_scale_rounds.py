@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 pytest.importorskip("hnswlib")
 
-from osumem.bench.scale import ScaleConfig, agent_rounds, markdown, run_scale
+from osumem.bench.scale import ScaleConfig, agent_rounds, generate, grown_view, markdown, run_scale
 
 
 def test_agent_rounds_time_the_add_and_the_query_apart():
@@ -50,3 +51,26 @@ def test_scale_rows_carry_the_tail_the_floor_and_the_bulk_ingest():
     assert "sqlite3 floor add p50" in text and "Bulk ingest" in text
     assert "add+retrieve wall p50 | wall p99 | wall max" in text
     assert mem["agent_step_wall"]["p50_ms"] > 0
+
+
+def test_grown_view_is_the_prefix_without_copying_tuple_columns():
+    from osumem.retrieve import create
+    from osumem.types import ListPrefix
+
+    view = generate(600, 16, 0, 5).view
+    grown = grown_view(view, 450)
+    plain = view.prefix(450)
+    assert isinstance(grown.entities, ListPrefix) and isinstance(plain.entities, tuple)
+    assert grown.entities == plain.entities and grown.n == plain.n == 450
+    np.testing.assert_array_equal(grown.embeddings, plain.embeddings)
+    for c in plain.column_names():
+        if c != "embeddings":
+            assert list(getattr(grown, c)) == list(getattr(plain, c)), c
+    # a retriever grown through either view answers the same
+    a = create("osumem", seed=0).fit(view.prefix(400))
+    b = create("osumem", seed=0).fit(view.prefix(400))
+    for t in range(401, 451):
+        a.update(view.prefix(t))
+        b.update(grown_view(view, t))
+    q = view.embeddings[7]
+    np.testing.assert_array_equal(a.retrieve(q, 256).positions, b.retrieve(q, 256).positions)

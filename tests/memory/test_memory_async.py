@@ -1,12 +1,15 @@
 """The asyncio face (:class:`osumem.serve.AsyncMemory`): many concurrent retrievals
 from one event loop while another task adds, deletes and updates give exactly the
 answers of sequential calls (and of the synchronous ``Memory`` on the same store);
-every call is the synchronous implementation run off the loop. How long the loop is
-blocked is measured by ``benchmarks/async_memory.py``."""
+every call is the synchronous implementation run off the loop, on threads of this
+process or (``process=True``) in a child process. How long the loop is blocked is
+measured by ``benchmarks/async_memory.py``."""
 
 from __future__ import annotations
 
 import asyncio
+
+import pytest
 
 from osumem.memory import Memory
 from osumem.serve import AsyncMemory
@@ -16,11 +19,15 @@ ENCODER = "hashing:d64"
 QUERIES = [(f"reservation R{k % 30} passenger P{k % 7}", 32 + (k % 5) * 40) for k in range(100)]
 
 
-def test_concurrent_retrievals_while_writing_equal_sequential_ones(tmp_path):
+PROCESS = pytest.mark.parametrize("process", [False, True], ids=["threads", "process"])
+
+
+@PROCESS
+def test_concurrent_retrievals_while_writing_equal_sequential_ones(tmp_path, process):
     path = tmp_path / "mem.db"
 
     async def main():
-        memory = AsyncMemory.open(path, encoder=ENCODER)
+        memory = AsyncMemory.open(path, encoder=ENCODER, process=process)
         async with memory:
             for k in range(30):
                 await memory.add_messages(turn(k), namespace="a", metadata={"k": k})
@@ -60,11 +67,12 @@ def test_concurrent_retrievals_while_writing_equal_sequential_ones(tmp_path):
         assert [mem.retrieve(q, b, namespace="a") for q, b in QUERIES] == sequential
 
 
-def test_errors_come_back_typed_and_the_memory_keeps_working(tmp_path):
+@PROCESS
+def test_errors_come_back_typed_and_the_memory_keeps_working(process):
     from osumem.errors import InvalidFilterError, StepNotFoundError
 
     async def main():
-        async with AsyncMemory.open(None, encoder=ENCODER) as memory:
+        async with AsyncMemory.open(None, encoder=ENCODER, process=process) as memory:
             await memory.add("hello", namespace="x")
             outcomes = await asyncio.gather(
                 memory.delete("x", [5]),

@@ -64,3 +64,26 @@ def test_reopen_fits_a_non_incremental_method_once(tmp_path, monkeypatch):
     with Memory.open(path, encoder=HashingEncoder(16), method="coverage") as again:
         assert again.retrieve("order 3", 32).to_dict() == want
     assert calls == [40]
+
+
+def test_snapshots_share_the_lists_and_keep_what_they_held():
+    """A snapshot's list columns (entities, arguments, metadata) are prefixes of the
+    buffer's lists, not copies; later adds do not show in an earlier snapshot, and a
+    metadata update copies the list first, so the earlier snapshot keeps its values."""
+    from osumem.types import ListPrefix
+
+    with Memory.open(None, encoder=HashingEncoder(16), method="flat") as mem:
+        for k in range(5):
+            mem.add(f"note {k} about order {k}", namespace="n", metadata={"k": k})
+        buf = mem._views.buffer("n")
+        before = buf.data()
+        assert isinstance(before.metadata, ListPrefix) and isinstance(before.arguments, ListPrefix)
+        held = list(before.metadata), list(before.view.entities), list(before.arguments)
+        mem.update("n", 0, metadata={"k": 99})
+        mem.add("one more note", namespace="n")
+        after = buf.data()
+        assert (list(before.metadata), list(before.view.entities), list(before.arguments)) == held
+        assert len(before.metadata) == 5 and len(after.metadata) == 6
+        assert after.metadata[0] == '{"k": 99}' and before.metadata[0] == '{"k": 0}'
+        assert after.metadata[:5][1:] == tuple(held[0][1:])  # slices are tuples
+        assert before.metadata == tuple(held[0]) and after.metadata != before.metadata

@@ -164,3 +164,40 @@ def test_top_slots_take_the_best_k_with_ties_by_canonical_order(m):
                 range(slots.size), key=lambda i: (-scores[i], pool.canonical_key(int(slots[i])))
             )
             assert got == {int(slots[i]) for i in ranked[:k]}
+
+
+@pytest.mark.parametrize("widened_finds_it", [True, False])
+def test_coarse_stage_widens_a_stuck_centroid_beam_then_scans(widened_finds_it, monkeypatch):
+    """A centroid index answer the safeguard is unsure of is asked again with a wider
+    beam, kept when that answer is clear, and replaced by scoring every centroid when
+    it is not: either way the coarse stage keeps the exact scan's OSUs here."""
+    from osumem.bench.scale import generate
+    from osumem.retrieve.centroids import CentroidIndex
+
+    data = generate(1500, 24, 0, n_queries=12)
+    ann = create("osumem", seed=0)
+    ann.ann_min_steps = 1000
+    ann.fit(data.view)
+    exact = create("osumem", seed=0).fit(data.view)
+    pool = ann.fitted_pool
+    slots, cents = pool.live_arrays()
+    asked = []
+
+    def query(self, q, k, ef=None):
+        asked.append(ef)
+        scores = cents @ q
+        if ef is None or not widened_finds_it:
+            scores = -scores  # a beam stuck far from the query
+        return slots[np.argsort(-scores, kind="stable")[:k]]
+
+    monkeypatch.setattr(CentroidIndex, "query", query)
+    for q in data.queries:
+        qn = exact.view_.check_query(q)
+        got = ann._coarse_positions(qn, 256)
+        assert got.tolist() == exact._coarse_positions(qn, 256).tolist()
+    index = ann._centroid_index
+    assert len(asked) == 2 * len(data.queries) and None not in asked[1::2]
+    if widened_finds_it:
+        assert (index.raised, index.fallbacks) == (len(data.queries), 0)
+    else:
+        assert (index.raised, index.fallbacks) == (0, len(data.queries))

@@ -118,3 +118,60 @@ def test_adaptive_large_memory_path_equals_exact_path_on_an_exact_ranking(
         assert sorted(a.tolist()) == sorted(b.tolist())
         binds += int(exact.binding(q, view.n).binds)
     assert binds > 0  # both branches (bound and unbound queries) are exercised
+
+
+@pytest.mark.parametrize("beam", [2, step_index.RAISED_EF_PER_K])
+def test_top_wide_answers_as_one_query_of_its_beam_and_serves_later_heads(clustered, beam):
+    """``top_wide`` is one index query: its first ``k`` are what a query for ``k``
+    with its beam answers (beam 2: ``top``'s first query; the raised beam: ``top``'s
+    second), and later heads of the same query up to the beam's width are its prefix
+    (no further index query)."""
+    view, queries = clustered
+    si = _fitted("flat", view, ann=True).step_index
+    si.wait(view)
+    index = si.hnsw
+    assert index is not None
+    k = 32
+    wide = beam * k
+    answered = 0
+    asked: list[int] = []
+    real_query = index.query
+
+    def counting(q: np.ndarray, k: int, ef: int | None = None) -> np.ndarray:
+        asked.append(k)
+        return real_query(q, k, ef)
+
+    for q in queries:
+        fallbacks = si.fallbacks
+        head = si.top_wide(view, q, k, beam)
+        assert head.shape[0] == k
+        if si.fallbacks == fallbacks:
+            alone = index.query(q, k) if beam == 2 else index.query(q, k, ef=wide)
+            assert head.tolist() == alone.tolist()
+            answered += 1
+        else:
+            assert head.tolist() == top_order(view.embeddings @ q, k).tolist()
+        full = si.top_wide(view, q, wide, beam)  # cached: the same answer
+        before = len(asked)
+        index.query = counting
+        try:
+            grown = si.top(view, q, wide - 1)
+        finally:
+            del index.query
+        assert len(asked) == before
+        assert grown.tolist() == full[: wide - 1].tolist()
+        assert full[:k].tolist() == head.tolist()
+    assert answered > len(queries) // 2
+
+
+@pytest.mark.parametrize("beam", [2, step_index.RAISED_EF_PER_K])
+@pytest.mark.parametrize("kind", ["clustered", "unclustered"])
+def test_top_wide_recall_at_64(kind, beam, request):
+    """The recall safeguard holds for ``top_wide`` too (unclustered vectors scan)."""
+    view, queries = request.getfixturevalue(kind)
+    si = _fitted("flat", view, ann=True).step_index
+    hits = 0
+    for q in queries:
+        found = si.top_wide(view, q, 64, beam)
+        hits += len(set(found.tolist()) & set(top_order(view.embeddings @ q, 64).tolist()))
+    assert hits / (64 * len(queries)) >= 0.95

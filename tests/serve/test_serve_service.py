@@ -196,3 +196,32 @@ def test_encoder_calls_never_overlap(tmp_path):
         t.join()
     assert len(overlaps) == 50 and max(overlaps) == 1
     assert enc.encoder_id == inner.encoder_id and enc.dim == 16
+
+
+def test_warm_up_after_a_write_runs_under_the_memorys_blas_limit(tmp_path, monkeypatch):
+    """The retriever's warm-up is called by the service, not through a memory call:
+    it still runs with the memory's BLAS thread count, not the process's."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from osumem.retrieve.osumem import OSUMem
+
+    def counts():
+        return {int(i["num_threads"]) for i in threadpool_info() if i["user_api"] == "blas"}
+
+    if not counts():
+        pytest.skip("no BLAS library loaded")
+    seen = []
+    real = OSUMem.warm_up
+
+    def recording(self):
+        seen.append(counts())
+        real(self)
+
+    monkeypatch.setattr(OSUMem, "warm_up", recording)
+    with (
+        threadpool_limits(limits=3, user_api="blas"),
+        MemoryService(tmp_path / "b.db", encoder="hashing:d64") as svc,
+    ):
+        svc.add("book the aisle seat on flight HAT001", namespace="a")
+        svc.retrieve("which seat?", 64, namespace="a")
+    assert seen and all(s == {1} for s in seen)

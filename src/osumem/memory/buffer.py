@@ -11,7 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from osumem.memory.rows import NamespaceData
-from osumem.types import EntityPrefix, MemoryView
+from osumem.types import EntityPrefix, ListPrefix, MemoryView
 
 _OBJECT_COLUMNS = ("tool_actions", "tool_signatures", "subgoals", "sources", "roles", "texts")
 
@@ -108,18 +108,20 @@ class NamespaceBuffer:
         """The buffered steps as a :class:`NamespaceData` (slices of the buffers)."""
         if self._snapshot is None or self._snapshot.view.n != self.n:
             n = self.n
+            # the list columns as prefixes of the lists, not tuple copies: O(1) per
+            # snapshot where copies cost O(n) (2.8 ms per add at 100k steps)
             view = MemoryView(
                 embeddings=self._emb[:n],
                 costs=self._costs[:n],
-                entities=tuple(self._entities),
+                entities=cast(tuple[frozenset[str], ...], EntityPrefix(self._entities, n)),
                 **{name: a[:n] for name, a in self._obj.items()},
             )
             self._snapshot = NamespaceData(
                 view=view,
                 step_ids=self._ids[:n],
-                arguments=tuple(self._arguments),
+                arguments=cast(tuple[str, ...], ListPrefix(self._arguments, n)),
                 batch_ends=tuple(self.batch_ends),
-                metadata=tuple(self._metadata),
+                metadata=cast(tuple[str, ...], ListPrefix(self._metadata, n)),
                 times=self._times[:n],
                 updated=self._updated[:n],
             )
@@ -128,8 +130,10 @@ class NamespaceBuffer:
     def set_metadata(
         self, positions: Sequence[int], metadata: Sequence[str], updated: float
     ) -> None:
-        """Replace the metadata of the steps at ``positions`` (already stored) in place:
-        nothing a retriever reads changes."""
+        """Replace the metadata of the steps at ``positions`` (already stored): nothing a
+        retriever reads changes. The list is copied first, so earlier snapshots (their
+        :class:`ListPrefix` columns) keep what they held."""
+        self._metadata = list(self._metadata)
         for p, m in zip(positions, metadata, strict=True):
             self._metadata[p] = m
             self._updated[p] = updated

@@ -286,6 +286,8 @@ def metadata_at(data: NamespaceData, positions: list[int]) -> dict[int, dict[str
 
 def _parse_metadata(text: str, position: int) -> dict[str, Any]:
     """One step's stored metadata text as a dict (``StoreCorruptError`` otherwise)."""
+    if text == "{}":
+        return {}  # most steps carry none: no JSON parse
     try:
         got = json.loads(text)
     except ValueError:

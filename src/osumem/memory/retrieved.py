@@ -398,12 +398,18 @@ def osu_handles(
     if pool is None:
         return [() for _ in positions]
     place = (lambda p: p) if mapping is None else (lambda p: int(mapping[p]))
+    made: dict[tuple[str, str, int, int, int], OSUHandle] = {}  # steps share units
     out = []
-    for p in positions:
-        out.append(
-            tuple(
-                OSUHandle(view=view, key=str(key), first=place(lo), last=place(hi), size=size)
-                for view, key, lo, hi, size in pool.units_of(int(p))
-            )
-        )
+    for units in pool.units_at(np.asarray(positions, dtype=np.int64).tolist()):
+        handles = []
+        for unit in units:
+            handle = made.get(unit)
+            if handle is None:
+                view, key, lo, hi, size = unit
+                handle = OSUHandle(
+                    view=view, key=str(key), first=place(lo), last=place(hi), size=size
+                )
+                made[unit] = handle
+            handles.append(handle)
+        out.append(tuple(handles))
     return out

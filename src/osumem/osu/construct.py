@@ -15,6 +15,7 @@ vectorised (:func:`rebuild`).
 from __future__ import annotations
 
 import itertools
+import threading
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -22,7 +23,7 @@ import numpy as np
 from osumem.errors import DimensionError, InvalidInputError
 from osumem.osu.config import VIEWS
 from osumem.osu.heap import release_free_memory
-from osumem.osu.slots import SlotTable, shared_lists
+from osumem.osu.slots import HEADROOM_MIN, SlotTable, shared_lists
 from osumem.osu.sums import row_norms, row_sum, segment_stats
 from osumem.osu.views import (
     EXACT_KNN_MAX,
@@ -35,10 +36,13 @@ from osumem.osu.views import (
     similarity_group_arrays,
     similarity_scope,
     step_keys,
+    warm_community_imports,
 )
 from osumem.types import IntArray, MemoryView, segment_bounds
 
 if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
     from osumem.osu.pool import OSUPool
 
 ANNOTATION_VIEWS: tuple[str, ...] = ("entity", "tool", "subgoal")
@@ -59,7 +63,8 @@ class SimilarityState:
     A built or restored pool does not hold the index (``knn``): it keeps the number of
     scope steps it covered (``knn_pending``) and the next refresh rebuilds it in one
     insertion run, which gives the same graph as the batches that built it (insertion
-    is single-threaded and in label order).
+    is single-threaded and in label order), or takes the same index that
+    :func:`prepare_similarity` started building ahead (``prebuild``).
     """
 
     def __init__(self) -> None:
@@ -67,11 +72,42 @@ class SimilarityState:
         self.knn: KnnIndex | None = None
         self.knn_pending = 0
         self.partition: IntArray | None = None
+        self.prebuild: KnnPrebuild | None = None  # the dropped index, rebuilding
 
     @property
     def knn_size(self) -> int:
         """Scope steps the HNSW index covers (held or pending)."""
         return self.knn.size if self.knn is not None else self.knn_pending
+
+
+class KnnPrebuild:
+    """The similarity view's HNSW index over ``rows`` (the first ``size`` scope steps,
+    copied by the caller), built on a daemon thread: hnswlib releases the GIL while it
+    inserts, so the caller's thread keeps running. Single-threaded insertion in label
+    order, as the refresh itself inserts: the same index."""
+
+    def __init__(self, rows: NDArray[np.float32], dim: int, seed: int) -> None:
+        self.size = int(rows.shape[0])
+        self._out: list[KnnIndex] = []
+        self._failed: list[BaseException] = []
+
+        def work() -> None:
+            try:
+                knn = KnnIndex(dim, seed=seed)
+                knn.add(rows)
+                self._out.append(knn)
+            except BaseException as exc:  # re-raised by result(), in the refresh
+                self._failed.append(exc)
+
+        self._thread = threading.Thread(target=work, name="osumem-similarity-index", daemon=True)
+        self._thread.start()
+
+    def result(self) -> KnnIndex:
+        """Wait for the build; the index, or raise what it raised."""
+        self._thread.join()
+        if self._failed:
+            raise self._failed[0]
+        return self._out[0]
 
 
 def build(pool: OSUPool, view: MemoryView, *, similarity: bool = True) -> None:
@@ -188,7 +224,11 @@ def refresh_similarity(pool: OSUPool, view: MemoryView) -> GroupArrays:
         state.knn = None
         state.knn_pending = 0
         state.partition = None
+        state.prebuild = None
         return similarity_group_arrays(view, cfg, pool.seed)
+    pre, state.prebuild = state.prebuild, None
+    if state.knn is None and pre is not None and pre.size == state.knn_pending:
+        state.knn, state.knn_pending = pre.result(), 0  # prepare_similarity's build
     if state.knn is None:
         state.knn = KnnIndex(view.dim, seed=pool.seed)
         if state.knn_pending:
@@ -207,6 +247,31 @@ def refresh_similarity(pool: OSUPool, view: MemoryView) -> GroupArrays:
         partition[members] = c
     state.partition = partition
     return community_group_arrays(scope, comms, cfg)
+
+
+def prepare_similarity(pool: OSUPool, view: MemoryView) -> bool:
+    """Start rebuilding, on a daemon thread (:class:`KnnPrebuild`), the similarity
+    view's HNSW index that a built or restored pool dropped (``knn_pending``), as the
+    next refresh would at its start: the same insertion run of the same scope steps,
+    so the same index; the refresh then waits for it if it has not finished and
+    inserts only the steps added since. Also imports the community detection the
+    refresh runs. Returns whether a build was started (not when the index is held or
+    being built, or when the refresh would not use one)."""
+    state = pool.similarity
+    cfg = pool.config
+    if state.knn is not None or not state.knn_pending or "similarity" not in cfg.views:
+        return False
+    if cfg.community != "leiden" or not hnsw_available():
+        return False
+    scope = similarity_scope(view, cfg)
+    if scope.size <= EXACT_KNN_MAX:
+        return False
+    if state.prebuild is not None and state.prebuild.size == state.knn_pending:
+        return False  # already under way
+    rows = np.ascontiguousarray(view.embeddings[scope[: state.knn_pending]], dtype=np.float32)
+    state.prebuild = KnnPrebuild(rows, view.dim, pool.seed)
+    warm_community_imports()
+    return True
 
 
 def rebuild(
@@ -316,15 +381,18 @@ def _derive_slots(pool: OSUPool, view: MemoryView, steps: IntArray, gids: IntArr
         return
     size = kept_sizes[live]
     bounds = segment_bounds(size)
-    # the centroids are written straight into the dense live arrays
-    slots.live_cent.resize(live.shape[0])
+    # the centroids are written straight into the dense live arrays; a large pool's
+    # leave headroom even below HEADROOM_MIN live OSUs (the first new live OSU after a
+    # build would otherwise copy the whole centroid table: 30 MB at 100k steps)
+    large = view.n >= HEADROOM_MIN
+    slots.live_cent.resize(live.shape[0], headroom=large)
     norms = segment_stats(view.embeddings, steps, bounds, out=slots.live_cent.a[: live.shape[0]])
     slots.k_size.a[live] = size
     slots.k_coh.a[live] = (norms / size).astype(np.float32)
     slots.k_cost.a[live] = np.add.reduceat(view.costs[steps].astype(np.int64), bounds[:-1])
     slots.k_span.a[live, 0] = steps[bounds[:-1]]
     slots.k_span.a[live, 1] = steps[bounds[1:] - 1]
-    slots.live_slot.resize(live.shape[0])
+    slots.live_slot.resize(live.shape[0], headroom=large)
     slots.live_slot.a[: live.shape[0]] = live
     slots.live_row.a[live] = np.arange(live.shape[0])
 

@@ -12,6 +12,7 @@ priority, first member, key) and are assembled on first read after an add.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -87,6 +88,15 @@ class OSUPool:
         arrived since its last refresh. Returns ``self``."""
         construct.add(self, view)
         return self
+
+    def prepare_refresh(self) -> bool:
+        """Rebuild the similarity view's HNSW index now when this pool was built or
+        restored without it, so the next refresh does not (the same index it would
+        build; see :func:`~osumem.osu.construct.prepare_similarity`). Returns whether
+        anything was built."""
+        if self.view_ is None:
+            return False
+        return construct.prepare_similarity(self, self.view_)
 
     def state(self) -> dict[str, NDArray[Any]]:
         """Everything this pool derived incrementally, as plain arrays (for
@@ -315,6 +325,42 @@ class OSUPool:
             )
             for g in self.osu_slots_of(step)
         ]
+
+    def units_at(self, steps: Sequence[int]) -> list[list[tuple[str, str, int, int, int]]]:
+        """:meth:`units_of` of each of ``steps`` (the same lists), read in one pass: the
+        steps' rows of the slot-level state at once, and each distinct slot's unit and
+        canonical key computed once (the steps a retrieval selects share most units)."""
+        s = self.slots
+        if len(steps) == 0:
+            return []
+        rows = s.kept.a[np.asarray(steps, dtype=np.int64)].tolist()
+        size, view_code, span = s.k_size.a, s.view_code.a, s.k_span.a
+        rank, first, keys = s.rank.a, s.first.a, s.keys
+        unit: dict[int, tuple[str, str, int, int, int]] = {}
+        order: dict[int, tuple[int, int, str]] = {}
+        out = []
+        for row in rows:
+            live = []
+            for g in row:
+                if g < 0:
+                    continue
+                if g not in unit:
+                    n_kept = int(size[g])
+                    if n_kept <= 0:
+                        continue
+                    unit[g] = (
+                        VIEWS[int(view_code[g])],
+                        keys[g],
+                        int(span[g, 0]),
+                        int(span[g, 1]),
+                        n_kept,
+                    )
+                    order[g] = (int(rank[g]), int(first[g]), keys[g])
+                live.append(g)
+            if len(live) > 1:
+                live.sort(key=order.__getitem__)
+            out.append([unit[g] for g in live])
+        return out
 
     def members_of(self, osu: int) -> IntArray:
         """Member positions of OSU ``osu``, increasing."""

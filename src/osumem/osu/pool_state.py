@@ -16,7 +16,7 @@ from numpy.typing import NDArray
 from osumem.lazy import lazy_module
 from osumem.osu.config import VIEWS
 from osumem.osu.construct import SimilarityState
-from osumem.osu.slots import SlotTable
+from osumem.osu.slots import HEADROOM_MIN, SlotTable
 from osumem.osu.sums import member_stats, segment_stats
 from osumem.types import MemoryView, segment_bounds
 
@@ -142,10 +142,11 @@ def load_pool_arrays(pool: OSUPool, view: MemoryView, state: dict[str, NDArray[A
         grow.resize(shape[0])
         grow.a[: shape[0]] = a
     live = live_slot.astype(np.int64)
-    slots.live_slot.resize(live.shape[0])
+    large = n >= HEADROOM_MIN  # headroom as the build leaves it
+    slots.live_slot.resize(live.shape[0], headroom=large)
     slots.live_slot.a[: live.shape[0]] = live
     slots.live_row.a[live] = np.arange(live.shape[0])
-    slots.live_cent.resize(live.shape[0])
+    slots.live_cent.resize(live.shape[0], headroom=large)
     if live.size:
         _restore_centroids(slots, view, live, n, G)
     similarity = SimilarityState()

@@ -56,14 +56,16 @@ class GrowArray:
         self.a = np.empty((16, *tail), dtype=dtype)
         self.n = 0
 
-    def resize(self, n: int) -> None:
-        """Make the logical length ``n``; new entries hold ``fill``."""
+    def resize(self, n: int, headroom: bool = False) -> None:
+        """Make the logical length ``n``; new entries hold ``fill``. ``headroom``: a
+        growth leaves a quarter of headroom however short the array (a per-OSU array
+        of a pool of at least :data:`HEADROOM_MIN` steps)."""
         if n > self.a.shape[0]:
             # a large bulk (a build) gets a quarter of headroom, so the appends that
             # follow it do not copy the whole array at once (unwritten capacity is not
             # resident); smaller arrays keep their exact size, which the efficiency
             # tables count
-            extra = n // 4 if n >= HEADROOM_MIN else 0
+            extra = n // 4 if headroom or n >= HEADROOM_MIN else 0
             cap = max(n + extra, 2 * self.a.shape[0])
             bigger = np.empty((cap, *self.a.shape[1:]), self.a.dtype)
             bigger[: self.n] = self.a[: self.n]

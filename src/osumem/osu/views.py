@@ -392,6 +392,13 @@ def _communities(
     return sorted((np.sort(np.fromiter(c, dtype=np.int64)) for c in comms), key=lambda a: a[0])
 
 
+def warm_community_imports() -> None:
+    """Import igraph and leidenalg now (what the first Leiden run would import: about
+    70 ms), e.g. before a server answers, so no refresh pays for it."""
+    _igraph()
+    import leidenalg  # noqa: F401
+
+
 def similarity_scope(view: MemoryView, config: OSUConfig) -> IntArray:
     """Positions the similarity view covers (``similarity_scope``): every step, or the
     steps without an entity or tool annotation of the enabled views."""

@@ -45,6 +45,12 @@ from osumem.retrieve.osumem import OSUMem, OSUMemConfig
 from osumem.retrieve.packing import pack_first_fit
 from osumem.types import IntArray
 
+#: The large-memory path's head (``head_ratio``·B tokens, far past the query's cluster)
+#: comes from one step-index query of beam (and width) this many times its steps, kept
+#: unless the recall safeguard scans (docs/decisions.md, "osumem_adaptive at 100,000
+#: steps").
+HEAD_BEAM_PER_K = 2
+
 
 @dataclass(frozen=True, kw_only=True)
 class AdaptiveConfig(OSUMemConfig):
@@ -285,16 +291,21 @@ class AdaptiveOSUMem(OSUMem[AdaptiveConfig]):
         """:meth:`_stages` of a large memory queried whole: the same rules over the
         head of the flat ranking the step index gives (HNSW, with its recall
         safeguard) instead of a sort of every step. The head holds the
-        ``head_ratio``·B tokens expansion is restricted to; Flat's own selection and
-        the fill are first fits of the index's growing heads (what
-        :meth:`~osumem.retrieve.step_index.StepIndex.pack` does); the coarse stage is
-        OSU-Mem's slot-level one. With an exact ranking the selection is the exact
-        path's (tests/test_ann_recall.py)."""
+        ``head_ratio``·B tokens expansion is restricted to and comes from one index
+        query (:meth:`~osumem.retrieve.step_index.StepIndex.top_wide`, beam
+        :data:`HEAD_BEAM_PER_K` times its steps); Flat's own selection and the fill
+        are first fits of the index's growing heads (what
+        :meth:`~osumem.retrieve.step_index.StepIndex.pack` does), read from that
+        query's answer while they fit in it; the coarse stage is OSU-Mem's slot-level
+        one. With an exact ranking the selection is the exact path's
+        (tests/retrieve/test_step_index_ann_recall.py)."""
         cfg = self.config
         view = self.fitted_view
         costs = view.costs
         n = view.n
-        head = self._flat_head(q, n, max(cfg.head_ratio, 1.0) * budget, cfg.seed_steps)
+        head = self.step_index.head(
+            view, q, n, max(cfg.head_ratio, 1.0) * budget, cfg.seed_steps, HEAD_BEAM_PER_K
+        )
         hcos = (view.embeddings[head] @ q).astype(np.float64)
         order = np.lexsort((head, -hcos))
         head, hcos = head[order], hcos[order]

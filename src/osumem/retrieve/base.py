@@ -212,6 +212,20 @@ class Retriever(ABC, Generic[ConfigT]):
 
     # Retrieval --------------------------------------------------------------------
 
+    def warm_up(self) -> None:
+        """Build now what a query would otherwise build lazily (index catch-ups,
+        cached statistics), so that the next queries only read: a server runs its
+        queries on several threads at once and warms each retriever after every write.
+        The default asks one query (a unit vector, a budget of one token), which does
+        that work and more; a method that knows which of its structures are lazy does
+        only that (see :meth:`OSUMem.warm_up <osumem.retrieve.osumem.OSUMem.warm_up>`)."""
+        view = self.fitted_view
+        if view.n == 0:
+            return
+        probe = np.zeros(view.dim, dtype=np.float32)
+        probe[0] = 1.0
+        self.retrieve(probe, 1)
+
     def retrieve(
         self,
         query: NDArray[Any],

@@ -35,6 +35,11 @@ class CentroidIndex:
         self._deleted: set[int] = set()
         self._known: set[int] = set()
         self._ef = -1
+        #: Queries the coarse stage's recall safeguard answered by scoring every
+        #: centroid ...
+        self.fallbacks = 0
+        #: ... and those it kept from the index asked again with a wider beam.
+        self.raised = 0
         #: The background build in flight, with the slots, epoch and change-log
         #: position it was built at.
         self._job: tuple[BackgroundCall[Any], IntArray, int, int] | None = None
@@ -129,16 +134,16 @@ class CentroidIndex:
                     self._deleted.add(g)
         self.epoch, self.position = pool.epoch, pool.change_log_position
 
-    def query(self, q: NDArray[np.float32], k: int) -> IntArray | None:
-        """About the ``k`` best slots by centroid cosine (``None`` when the index
-        cannot answer ``k`` or is being built in the background; the caller then
-        scans)."""
+    def query(self, q: NDArray[np.float32], k: int, ef: int | None = None) -> IntArray | None:
+        """About the ``k`` best slots by centroid cosine, search beam ``ef`` (default
+        ``max(HNSW_EF_SEARCH, 2k)``); ``None`` when the index cannot answer ``k`` or
+        is being built in the background (the caller then scans)."""
         if not self.ready():
             return None
         self.sync()
         if self._index is None:
             return None
-        ef = max(HNSW_EF_SEARCH, 2 * k)
+        ef = max(HNSW_EF_SEARCH, 2 * k) if ef is None else max(int(ef), k)
         if ef != self._ef:
             self._index.set_ef(ef)
             self._ef = ef

@@ -27,11 +27,12 @@ from osumem.lazy import lazy_module
 from osumem.osu.config import OSUConfig
 from osumem.osu.heap import release_free_memory
 from osumem.osu.pool import OSUPool
+from osumem.osu.views import HNSW_EF_SEARCH
 from osumem.retrieve.base import Retriever, RetrieverConfig, RetrieverState
 from osumem.retrieve.centroids import CentroidIndex, top_slots
 from osumem.retrieve.explain import SelectionParts, best_unit, unit_ranks
 from osumem.retrieve.packing import greedy_pack, novelty_pack, pack_first_fit
-from osumem.retrieve.step_index import SPREAD_SAMPLE, ann_unsure
+from osumem.retrieve.step_index import RAISED_EF_PER_K, SPREAD_SAMPLE, ann_unsure
 from osumem.types import IntArray, MemoryView
 
 if TYPE_CHECKING:
@@ -344,14 +345,27 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
                 )
             found = self._centroid_index.query(q, k + CENTROID_MARGIN)
         scores = None
-        if found is not None:
-            # approximate: the index's candidates, re-scored exactly; answered by a
-            # full scan when their scores do not stand out (the recall safeguard)
+        if found is not None and self._centroid_index is not None:
+            # approximate: the index's candidates, re-scored exactly; asked again with
+            # a wider beam, then answered by a full scan, when their scores do not
+            # stand out (the recall safeguard)
             live_row = pool.slot_arrays()[0]
-            scores = cents[live_row[found]] @ q
             sample = cents[:: max(1, slots.size // SPREAD_SAMPLE)] @ q
-            head = np.sort(scores)[-k:] if scores.size >= k else scores
-            if ann_unsure(head, sample, k, int(slots.size)):
+            index = self._centroid_index
+            wide = RAISED_EF_PER_K * max(HNSW_EF_SEARCH, 2 * (k + CENTROID_MARGIN))
+            for ef in (None, wide):
+                if ef is not None:
+                    found = index.query(q, k + CENTROID_MARGIN, ef=ef)
+                    if found is None:
+                        break
+                scores = cents[live_row[found]] @ q
+                head = np.sort(scores)[-k:] if scores.size >= k else scores
+                if not ann_unsure(head, sample, k, int(slots.size)):
+                    if ef is not None:
+                        index.raised += 1
+                    break
+            else:
+                index.fallbacks += 1
                 found = None
         if found is not None and scores is not None:
             best = top_slots(pool, found, scores, k)
@@ -368,6 +382,30 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
             self._mean_cost = float(pool.slot_arrays()[1][slots].sum()) / slots.size
             self._mean_cost_state = state
         return self._mean_cost
+
+    def warm_up(self) -> None:
+        """What a whole-memory query of OSU-Mem builds lazily: the coarse stage's state
+        (the live units' mean cost; above ``ann_min_steps`` the centroid index, built or
+        brought up to date) and the step costs' statistics the fill reads, without the
+        cosine scan of every step that a probe query would pay. A subclass whose
+        selection differs, the oracle, and the ``union_cost`` rule (whose coarse stage
+        assembles the pool) are warmed by a query, as any method."""
+        cls = type(self)
+        if (
+            cls._select is not OSUMem._select
+            or cls._select_query is not Retriever._select_query
+            or self.is_oracle
+            or self.config.coarse_k_rule != "mean_cost"
+        ):
+            super().warm_up()
+            return
+        view = self.fitted_view
+        if view.n == 0:
+            return
+        probe = np.zeros(view.dim, dtype=np.float32)
+        probe[0] = 1.0
+        self._coarse_positions(probe, 1)  # what _select asks of a whole-memory query
+        self.step_index.cost_stats(view)
 
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None

@@ -18,9 +18,9 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from osumem.osu.views import KnnIndex, hnsw_available
+from osumem.osu.views import HNSW_EF_SEARCH, KnnIndex, hnsw_available
 from osumem.retrieve.background import BackgroundCall
-from osumem.retrieve.packing import flat_pack, pack_ranked_heads, top_order
+from osumem.retrieve.packing import flat_pack, pack_first_fit, top_order
 from osumem.types import IntArray, MemoryView
 
 #: From this many steps on, a query over the whole memory takes the flat ranking's
@@ -58,11 +58,17 @@ CLEAR_SHARE = 0.95
 
 #: ... from this share to :data:`CLEAR_SHARE` (a clear head, then steps past the
 #: cluster) the index is asked again with a beam :data:`RAISED_EF_PER_K` times ``k``;
-#: below it, the steps are scanned exactly.
+#: below it too, and that answer stands when it is clear itself (the first beam did
+#: not reach the query's cluster); otherwise the steps are scanned exactly.
 RAISE_EF_SHARE = 0.25
 
 #: The raised search beam, per step asked for (the first query's beam is ``2k``).
 RAISED_EF_PER_K = 4
+
+#: The approximate packing: once only steps of cost at most what is left of the
+#: budget can fit and at most this many steps are that cheap, first fit goes on over
+#: them exactly (by cosine) instead of asking the index for a larger head.
+CHEAP_SCAN_STEPS = 4096
 
 
 def clear_share(found: NDArray[np.floating], sample: NDArray[np.floating], k: int, n: int) -> float:
@@ -119,13 +125,15 @@ class StepIndex:
         self.background = False
         #: Queries the recall safeguard answered exactly ...
         self.fallbacks = 0
-        #: ... and those it asked the index again with a wider beam.
+        #: ... and those answered from the index asked again with a wider beam.
         self.raised = 0
         #: The background insertion in flight: the index it fills, and the call.
         self._job: tuple[KnnIndex, BackgroundCall[None]] | None = None
         self._exact: tuple[NDArray[np.float32], MemoryView, NDArray[np.float32]] | None = None
         self._sample: IntArray | None = None
         self._sample_n = 0
+        # the sampled rows of one view, gathered once (a fixed view queried repeatedly)
+        self._sample_rows: tuple[MemoryView, NDArray[np.float32]] | None = None
         self._last: tuple[NDArray[np.float32], MemoryView, int, IntArray] | None = None
         self._cost_view: MemoryView | None = None
         # (sum, count, min, count of the min) of the costs of ``_cost_view``
@@ -138,6 +146,7 @@ class StepIndex:
         self._job = None
         self._exact = None
         self._sample = None
+        self._sample_rows = None
         self._last = None
 
     def uses_ann(self, view: MemoryView, limit: int) -> bool:
@@ -150,9 +159,9 @@ class StepIndex:
     def top(self, view: MemoryView, q: NDArray[np.float32], k: int) -> IntArray:
         """About the ``k`` most similar steps, best first, from the external
         :attr:`source` or the HNSW index (extended with the steps added since). The
-        recall safeguard (:func:`clear_share`): an answer the index is partly unsure
-        of is asked again with a wider beam, one it is mostly unsure of is scanned
-        exactly.
+        recall safeguard (:func:`clear_share`): an answer the index is unsure of is
+        asked again with a wider beam; when it was mostly unsure, the wider answer
+        stands only if it is clear, else the steps are scanned exactly.
 
         Without :attr:`background` a missing index is built now. With it, no call
         waits for index work: a missing index, or a long run of steps added since it
@@ -169,17 +178,67 @@ class StepIndex:
         self._last = (np.array(q, copy=True), view, k, found)
         return found
 
+    def top_wide(
+        self, view: MemoryView, q: NDArray[np.float32], k: int, beam_per_k: int = RAISED_EF_PER_K
+    ) -> IntArray:
+        """:meth:`top` from one index query whose answer later heads reuse: the index
+        is asked for as many steps as its beam, ``max(HNSW_EF_SEARCH, beam_per_k·k)``
+        (hnswlib searches with a beam of ``max(ef, k)``, so the first ``k`` are what
+        a query for ``k`` with that beam answers: with ``beam_per_k = 2``, :meth:`top`'s
+        first query; with :data:`RAISED_EF_PER_K`, its raised one), the recall safeguard
+        is applied to the first ``k`` (fewer than :data:`RAISE_EF_SHARE` of them clear:
+        the index is asked again with the raised beam, and that answer stands if it is
+        clear, else the steps are scanned exactly), and the whole answer is kept: a later
+        :meth:`top` of the same query for at most that many steps (a growing head, the
+        packs) is its prefix, with no further query."""
+        if self.source is not None:
+            return self.source(q, k, view.n)
+        last = self._last
+        if last is not None and last[1] is view and last[2] >= k and np.array_equal(last[0], q):
+            return last[3][:k]
+        wide = min(view.n, max(k, HNSW_EF_SEARCH, beam_per_k * k))
+        index = self._ready(view)
+        if index is None:
+            found = self._exact_top(view, q, wide)
+        else:
+            found = index.query(q, wide, ef=wide)
+            sample = self._sample_scores(view, q)
+            share = clear_share(view.embeddings[found[:k]] @ q, sample, k, view.n)
+            if share < RAISE_EF_SHARE:
+                # as in :meth:`top`: a wider beam's answer stands when it is clear
+                # itself (the first beam did not reach the query's cluster)
+                raised = max(wide, RAISED_EF_PER_K * k)
+                found = index.query(q, wide, ef=raised) if raised > wide else found
+                if (
+                    raised > wide
+                    and clear_share(view.embeddings[found[:k]] @ q, sample, k, view.n)
+                    >= CLEAR_SHARE
+                ):
+                    self.raised += 1
+                else:
+                    self.fallbacks += 1
+                    found = self._exact_top(view, q, wide)
+        self._last = (np.array(q, copy=True), view, wide, found)
+        return found[:k]
+
     def _top(self, view: MemoryView, q: NDArray[np.float32], k: int) -> IntArray:
         index = self._ready(view)
         if index is None:
             return self._exact_top(view, q, k)
         found = index.query(q, k)
-        share = clear_share(view.embeddings[found] @ q, self._sample_scores(view, q), k, view.n)
+        sample = self._sample_scores(view, q)
+        share = clear_share(view.embeddings[found] @ q, sample, k, view.n)
         if share >= CLEAR_SHARE:
             return found
+        wide = index.query(q, k, ef=RAISED_EF_PER_K * k)
         if share >= RAISE_EF_SHARE:
             self.raised += 1
-            return index.query(q, k, ef=RAISED_EF_PER_K * k)
+            return wide
+        # mostly unsure: the widened answer stands when it is clear itself (the first
+        # beam did not reach the query's cluster)
+        if clear_share(view.embeddings[wide] @ q, sample, k, view.n) >= CLEAR_SHARE:
+            self.raised += 1
+            return wide
         self.fallbacks += 1
         return self._exact_top(view, q, k)
 
@@ -259,7 +318,11 @@ class StepIndex:
             size = min(n, SPREAD_SAMPLE)
             self._sample = np.sort(rng.choice(n, size=size, replace=False)).astype(np.int64)
             self._sample_n = n
-        return view.embeddings[self._sample] @ q
+            self._sample_rows = None
+        rows = self._sample_rows
+        if rows is None or rows[0] is not view:
+            rows = self._sample_rows = (view, view.embeddings[self._sample])
+        return rows[1] @ q
 
     def _new_hnsw(self, view: MemoryView, capacity: int) -> KnnIndex:
         # headroom for the steps an agent adds next: growing the index copies it whole
@@ -297,17 +360,24 @@ class StepIndex:
         limit: int,
         tokens: float,
         min_count: int = 1,
+        beam_per_k: int | None = None,
     ) -> IntArray:
         """The head of the ranking of the steps before ``limit`` holding at least
         ``tokens`` tokens and at least ``min_count`` steps (all of them when they hold
-        fewer), without sorting the rest."""
+        fewer), without sorting the rest. ``beam_per_k``: from the index, the first
+        head comes from :meth:`top_wide` with that beam (later heads and packs of the
+        query reuse its answer); ``None``: from :meth:`top`."""
         if self.uses_ann(view, limit):
             costs = view.costs
             mean_cost = self.cost_stats(view)[0]
             k = max(ANN_HEAD_MIN, min_count, math.ceil(tokens / max(mean_cost, 1.0)))
             k = min(limit, k)
+            beam = beam_per_k
             while True:
-                head = self.top(view, q, k)
+                if beam is None:
+                    head = self.top(view, q, k)
+                else:
+                    head, beam = self.top_wide(view, q, k, beam), None
                 if k >= limit or int(costs[head].sum()) >= tokens:
                     return head
                 k = min(limit, 2 * k)
@@ -346,7 +416,9 @@ class StepIndex:
     ) -> IntArray:
         """:meth:`pack` over the whole memory from the HNSW index: heads of the index's
         ranking, minus ``exclude``, packed first fit and grown (×4) while budget is left
-        that an unseen step could use. Reads only the heads' costs."""
+        that an unseen step could use; once at most :data:`CHEAP_SCAN_STEPS` steps are
+        cheap enough for what is left, first fit goes on over those, scored exactly,
+        instead (with an exact ranking both give the exact first fit)."""
         costs = view.costs
         mean_cost, min_cost, n_min = self.cost_stats(view)
         skip: IntArray | None = None
@@ -367,8 +439,23 @@ class StepIndex:
 
         n = view.n
         # ask the index for a few times the steps the budget holds on average
-        first = min(n, max(ANN_HEAD_MIN, 4 * math.ceil(budget / mean_cost)))
-        return pack_ranked_heads(head, costs, budget, n=n, first=first, min_cost=min_cost)
+        k = min(n, max(ANN_HEAD_MIN, 4 * math.ceil(budget / mean_cost)))
+        while True:
+            found = head(k)
+            taken = pack_first_fit(found, costs, budget)
+            left = budget - int(costs[taken].sum())
+            if k >= n or left < min_cost:
+                return taken
+            # only a step of cost <= left fits now: when few are that cheap, first fit
+            # goes on over them exactly, by cosine, instead of over a larger head
+            cheap = np.flatnonzero(costs[:n] <= left)
+            if cheap.shape[0] <= CHEAP_SCAN_STEPS:
+                cheap = cheap[~np.isin(cheap, found)]
+                if skip is not None:
+                    cheap = cheap[~np.isin(cheap, skip)]
+                rest = cheap[top_order(view.embeddings[cheap] @ q, cheap.shape[0])]
+                return np.concatenate([taken, pack_first_fit(rest, costs, left)])
+            k = min(n, 4 * k)
 
     def cost_stats(self, view: MemoryView) -> tuple[float, int, int]:
         """``(mean, min, count of the min)`` of the view's step costs, cached per view

@@ -5,7 +5,9 @@ ranking, packing) or on an add (a store transaction, updating the index).
 :class:`AsyncMemory` gives :class:`~osumem.memory.Memory`'s calls as coroutines that
 run on the threads of a :class:`~osumem.serve.service.MemoryService`: retrievals on a
 pool of reader threads, side by side; writes (adds, deletes, updates) on the one store
-thread, each acknowledged once committed and indexed. It is one implementation with
+thread, each acknowledged once committed and indexed; with ``process=True`` those
+threads run in a child process (:mod:`osumem.serve.worker`), so they never hold the
+event loop's interpreter lock. It is one implementation with
 the synchronous faces: every call goes to the same service methods the HTTP and MCP
 servers use, which call the same :class:`~osumem.memory.Memory`; nothing is written
 twice. Any number of tasks may call one ``AsyncMemory`` at once.
@@ -20,11 +22,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from osumem.memory import DEFAULT_NAMESPACE, Retrieved
 from osumem.memory.retrieved import StoredStep
 from osumem.serve.service import MemoryService, ServiceLimits
+
+if TYPE_CHECKING:
+    from osumem.serve.worker import ProcessService
 
 
 class AsyncMemory:
@@ -35,7 +40,7 @@ class AsyncMemory:
     (:class:`~osumem.serve.service.ServiceLimits`: a budget of at most 32,768 tokens
     by default)."""
 
-    def __init__(self, service: MemoryService) -> None:
+    def __init__(self, service: MemoryService | ProcessService) -> None:
         self.service = service
 
     @classmethod
@@ -47,6 +52,7 @@ class AsyncMemory:
         method: str = "osumem",
         readers: int = 4,
         limits: ServiceLimits | None = None,
+        process: bool = False,
         **settings: Any,
     ) -> AsyncMemory:
         """Open (or create) the memory at ``path`` (``None``: in RAM) as
@@ -54,11 +60,25 @@ class AsyncMemory:
         (this blocks while the encoder loads: open it before the event loop's busy
         time, or with ``await asyncio.to_thread(AsyncMemory.open, ...)``).
         ``readers``: threads retrieving side by side; ``settings``: the other
-        :class:`~osumem.memory.MemoryConfig` fields."""
-        service = MemoryService(
-            path, encoder=encoder, method=method, readers=readers, limits=limits, **settings
-        )
-        return cls(service)
+        :class:`~osumem.memory.MemoryConfig` fields.
+
+        ``process=True`` keeps the memory in a child process of its own
+        (:class:`~osumem.serve.worker.ProcessService`): the same answers, and the
+        event loop never waits while the memory works (its threads would otherwise
+        take the interpreter lock from the loop now and then); it costs a second
+        Python process (its start: about 0.2 s plus loading the encoder there), and
+        a result explains itself only when retrieved with ``explain=True``."""
+        kwargs: dict[str, Any] = {
+            "encoder": encoder,
+            "method": method,
+            "readers": readers,
+            "limits": limits,
+        }
+        if process:
+            from osumem.serve.worker import ProcessService
+
+            return cls(ProcessService(path, **kwargs, **settings))
+        return cls(MemoryService(path, **kwargs, **settings))
 
     # --- writing ------------------------------------------------------------------
 

@@ -36,11 +36,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-import numpy as np
-
 from osumem.errors import BudgetError, InvalidInputError
 from osumem.frozen import Constraints, FrozenConfig, Interval
 from osumem.memory import DEFAULT_NAMESPACE, Memory, MemoryConfig, Retrieved, contents, export
+from osumem.memory.blas import blas_threads
 from osumem.memory.retrieved import StoredStep
 from osumem.memory.validate import text_message
 from osumem.retrieve.budget import validated_budget
@@ -773,15 +772,21 @@ class MemoryService:
     @staticmethod
     def _warm_up(mem: Memory, namespace: str) -> None:
         """Load ``namespace`` and bring every lazily built structure of its retriever up
-        to date, so later retrievals only read: one retrieval with a unit vector does
-        the work the next real retrieval would otherwise do."""
-        dim = mem.store.dim
-        if dim and mem.n_steps(namespace):
-            probe = np.zeros(dim, dtype=np.float32)
-            probe[0] = 1.0
-            mem.retrieve(probe, 1, namespace=namespace)
-        else:
+        to date, so later retrievals only read: the retriever brought up to date, then
+        its own warm-up (:meth:`Retriever.warm_up
+        <osumem.retrieve.base.Retriever.warm_up>`: the work the next real retrieval
+        would otherwise do)."""
+        retriever = mem.retriever(namespace) if mem.store.dim else None
+        if retriever is None:
             mem.view(namespace)
+            return
+        with blas_threads(mem.config.blas_threads):  # as inside the memory's own calls
+            retriever.warm_up()
+        # a restored pool rebuilds its similarity index at its next refresh, inside an
+        # add, holding the write lock: start building it now
+        pool = retriever.osu_pool()
+        if pool is not None:
+            pool.prepare_refresh()
 
     def _delete(self, namespace: str) -> int:
         """Delete a namespace (one transaction) and drop every cache of it."""

@@ -1,0 +1,375 @@
+"""A memory in a process of its own: :class:`ProcessService`.
+
+:class:`~osumem.serve.aio.AsyncMemory` runs the memory's work on threads of the
+agent's own process. Those threads hold the interpreter lock while they rank, pack
+and index (in 5 ms slices for Python code, and for the whole of a C call that does
+not release it), so an event loop sharing the process waits for them now and then:
+a few retrievals' worth at most (see ``benchmarks/async_memory.py``).
+``AsyncMemory.open(..., process=True)`` moves the memory (store, encoder, indexes,
+the service's reader and store threads) into a child Python process; the agent's
+process keeps only two small threads that move pickled calls and answers over a
+socket pair, so its loop is never left waiting for memory work.
+
+The child is ``python -m osumem.serve.worker FD``, started with the same interpreter
+and the same ``osumem`` package (no ``multiprocessing`` spawn, so a script without an
+``if __name__ == "__main__"`` guard is not run twice). It ignores SIGINT (the agent's
+process decides when it ends) and closes its store cleanly when told to, or when the
+socket closes because the agent's process ended. Calls are answered in the child by
+the same :class:`~osumem.serve.service.MemoryService` methods the in-process face
+uses; an error raised there is raised here, of the same type (an error that cannot
+cross a process boundary becomes a :class:`~osumem.errors.MemoryProcessError` with
+its type and message). A child that dies fails every waiting call and every later
+one with :class:`~osumem.errors.MemoryProcessError`.
+
+A result crosses the boundary without its lazy explainer: pass ``explain=True`` to
+``retrieve`` for :meth:`Retrieved.explain <osumem.memory.Retrieved.explain>`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import os
+import pickle
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import weakref
+from concurrent.futures import Future
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from osumem.errors import MemoryProcessError
+
+#: The service coroutines a child answers (the names :class:`AsyncMemory` calls).
+CALLS = frozenset(
+    {
+        "aadd",
+        "aadd_messages",
+        "adelete",
+        "aupdate",
+        "adelete_namespace",
+        "aretrieve",
+        "asteps_of",
+        "anamespaces",
+        "acall",
+    }
+)
+
+_CLOSE = None  # the message that tells a child to finish and exit
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """``exc`` if it survives pickling, else a :class:`MemoryProcessError` naming it."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:  # any failure means: send a description instead
+        return MemoryProcessError(f"{type(exc).__name__}: {exc}")
+    return exc
+
+
+def _sendable(result: Any) -> Any:
+    """A result without what cannot leave the process (a retrieval's lazy explainer)."""
+    if dataclasses.is_dataclass(result) and hasattr(result, "_explainer"):
+        return dataclasses.replace(result, _explainer=None)  # type: ignore[type-var]
+    return result
+
+
+class _Link:
+    """The agent side of one child: the socket, the calls waiting for answers, the
+    sender and reader threads. Threads and the finalizer hold this, never the
+    :class:`ProcessService`, so a service nobody holds is collected (and its child
+    closed)."""
+
+    def __init__(self, conn: Connection, proc: subprocess.Popen[bytes]) -> None:
+        self.conn = conn
+        self.proc = proc
+        self.pending: dict[int, Future[Any]] = {}
+        self.outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.lock = threading.Lock()
+        self.ids = itertools.count()
+        self.dead: str | None = None  # why calls fail now
+        self.closed = False
+        self.sender = threading.Thread(target=self._send, name="osumem-process-send", daemon=True)
+        self.reader = threading.Thread(target=self._read, name="osumem-process-read", daemon=True)
+        self.sender.start()
+        self.reader.start()
+
+    def submit(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future[Any]:
+        fut: Future[Any] = Future()
+        with self.lock:
+            if self.closed:
+                raise RuntimeError("the memory service is closed")
+            if self.dead is not None:
+                raise MemoryProcessError(self.dead)
+            call_id = next(self.ids)
+            self.pending[call_id] = fut
+        self.outbox.put((call_id, name, args, kwargs))
+        return fut
+
+    def _fail(self, call_id: int, exc: BaseException) -> None:
+        with self.lock:
+            fut = self.pending.pop(call_id, None)
+        if fut is not None:
+            fut.set_exception(exc)
+
+    def _send(self) -> None:
+        while True:
+            msg = self.outbox.get()
+            if msg is _CLOSE:
+                with contextlib.suppress(OSError):  # the child may have gone already
+                    self.conn.send(_CLOSE)
+                return
+            try:
+                self.conn.send(msg)  # pickles first: a pickling error leaves the socket intact
+            except OSError as exc:
+                self._fail(msg[0], MemoryProcessError(f"the memory process is gone ({exc})"))
+            except Exception as exc:  # an argument pickle cannot carry
+                self._fail(
+                    msg[0],
+                    TypeError(
+                        f"{msg[1]}: its arguments cannot be sent to the memory's process "
+                        f"({type(exc).__name__}: {exc})"
+                    ),
+                )
+
+    def _read(self) -> None:
+        while True:
+            try:
+                call_id, ok, payload = self.conn.recv()
+            except (EOFError, OSError):
+                break
+            with self.lock:
+                fut = self.pending.pop(call_id, None)
+            if fut is None:
+                continue
+            if ok:
+                fut.set_result(payload)
+            else:
+                fut.set_exception(payload)
+        code = self.proc.wait()
+        with self.lock:
+            self.dead = (
+                "the memory process was closed"
+                if self.closed
+                else f"the memory process (pid {self.proc.pid}) ended with exit code {code}"
+            )
+            waiting, self.pending = self.pending, {}
+        for fut in waiting.values():
+            fut.set_exception(MemoryProcessError(self.dead))
+
+    def close(self, timeout: float) -> None:
+        """Let the child finish the calls sent, close its store and exit (killed after
+        ``timeout`` seconds); then close the socket. Idempotent."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+        self.outbox.put(_CLOSE)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.reader.join(timeout=timeout)
+        self.sender.join(timeout=timeout)
+        self.conn.close()
+
+
+def _child_env() -> dict[str, str]:
+    """The agent's environment, with this ``osumem`` package first on the path."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    rest = env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = root + (os.pathsep + rest if rest else "")
+    return env
+
+
+class ProcessService:
+    """The service calls :class:`~osumem.serve.aio.AsyncMemory` makes, answered by a
+    :class:`~osumem.serve.service.MemoryService` in a child process (see the module
+    doc). Opening blocks until the child has opened the store and loaded the encoder.
+
+    Args:
+        path, encoder, method, readers, limits, settings: as
+            :class:`~osumem.serve.service.MemoryService` takes them (the settings must
+            pickle: plain values).
+        start_timeout: seconds to wait for the child to open the memory.
+        close_timeout: seconds :meth:`close` waits for running calls before it kills
+            the child.
+
+    Raises:
+        MemoryProcessError: the child could not be started or ended while opening.
+        OSUMemError: what opening the memory raised in the child (a missing store
+            directory, an unknown encoder, ...), of the same type.
+    """
+
+    def __init__(
+        self,
+        path: str | Path | None,
+        *,
+        encoder: str | None = None,
+        method: str = "osumem",
+        readers: int = 4,
+        limits: Any = None,
+        start_timeout: float = 600.0,
+        close_timeout: float = 60.0,
+        **settings: Any,
+    ) -> None:
+        self.close_timeout = close_timeout
+        ours, theirs = socket.socketpair()
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "osumem.serve.worker", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                env=_child_env(),
+                stdin=subprocess.DEVNULL,
+            )
+        except OSError as exc:
+            ours.close()
+            raise MemoryProcessError(f"could not start the memory's process: {exc}") from exc
+        finally:
+            theirs.close()
+        conn = Connection(ours.detach())
+        options = {"encoder": encoder, "method": method, "readers": readers, "limits": limits}
+        try:
+            conn.send((path, {**options, **settings}))
+            if not conn.poll(start_timeout):
+                raise MemoryProcessError(
+                    f"the memory's process did not open {path!r} in {start_timeout:g} s"
+                )
+            kind, *info = conn.recv()
+        except MemoryProcessError:
+            proc.kill()
+            proc.wait()
+            conn.close()
+            raise
+        except (EOFError, OSError) as exc:
+            code = proc.wait()
+            conn.close()
+            raise MemoryProcessError(
+                f"the memory's process ended while opening {path!r} (exit code {code})"
+            ) from exc
+        if kind != "ready":
+            proc.wait()
+            conn.close()
+            raise info[0]
+        self.encoder_id: str = info[0]
+        self.method: str = info[1]
+        self.pid = proc.pid
+        self._link = _Link(conn, proc)
+        self._finalizer = weakref.finalize(self, self._link.close, close_timeout)
+
+    def _call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Future[Any]:
+        return self._link.submit(name, args, kwargs)
+
+    async def _await(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.wrap_future(self._call(name, args, kwargs))
+
+    async def aadd(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._await("aadd", *args, **kwargs)
+
+    async def aadd_messages(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._await("aadd_messages", *args, **kwargs)
+
+    async def adelete(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._await("adelete", *args, **kwargs)
+
+    async def aupdate(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._await("aupdate", *args, **kwargs)
+
+    async def adelete_namespace(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._await("adelete_namespace", *args, **kwargs)
+
+    async def aretrieve(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._await("aretrieve", *args, **kwargs)
+
+    async def asteps_of(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._await("asteps_of", *args, **kwargs)
+
+    async def anamespaces(self) -> Any:
+        return await self._await("anamespaces")
+
+    async def acall(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return await self._await("acall", name, *args, **kwargs)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the child still answers (not closed, not ended)."""
+        return not self._link.closed and self._link.dead is None
+
+    def close(self) -> None:
+        """Finish the calls sent, close the store in the child and end it (idempotent)."""
+        self._finalizer()
+
+    def __enter__(self) -> ProcessService:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+# --- the child ----------------------------------------------------------------------
+
+
+async def _answer(conn: Connection, service: Any, call: tuple[Any, ...]) -> None:
+    call_id, name, args, kwargs = call
+    try:
+        if name not in CALLS:
+            raise AttributeError(f"the memory's process answers no call named {name!r}")
+        reply = (call_id, True, _sendable(await getattr(service, name)(*args, **kwargs)))
+    except Exception as exc:  # every error goes back to the caller
+        reply = (call_id, False, _portable(exc))
+    try:
+        conn.send(reply)
+    except Exception as exc:  # an answer pickle cannot carry
+        conn.send((call_id, False, MemoryProcessError(f"{name}: its answer cannot be sent: {exc}")))
+
+
+async def _serve(conn: Connection, service: Any) -> None:
+    loop = asyncio.get_running_loop()
+    running: set[asyncio.Task[None]] = set()
+    while True:
+        try:
+            call = await loop.run_in_executor(None, conn.recv)
+        except (EOFError, OSError):
+            break  # the agent's process has ended
+        if call is _CLOSE:
+            break
+        task = loop.create_task(_answer(conn, service, call))
+        running.add(task)
+        task.add_done_callback(running.discard)
+    if running:
+        await asyncio.gather(*running, return_exceptions=True)
+
+
+def main(argv: list[str]) -> int:
+    """The child: open the memory the first message names, answer calls until told
+    to stop (or the socket closes), close the memory."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    conn = Connection(int(argv[0]))
+    path, options = conn.recv()
+    from osumem.serve.service import MemoryService
+
+    try:
+        service = MemoryService(path, **options)
+    except Exception as exc:  # the agent's process raises it
+        conn.send(("failed", _portable(exc)))
+        return 1
+    try:
+        conn.send(("ready", service.encoder_id, service.method))
+        asyncio.run(_serve(conn, service))
+    finally:
+        service.close()
+        conn.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
