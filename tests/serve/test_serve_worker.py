@@ -94,3 +94,18 @@ def test_the_child_answers_only_the_service_calls():
         with pytest.raises(AttributeError, match="no call named 'close'"):
             asyncio.run(service._await("close"))
         assert asyncio.run(service.anamespaces()) == []
+
+
+def test_the_child_leaves_one_cpu_to_the_agent(monkeypatch):
+    import osumem.serve.worker as worker
+
+    mine = sorted(os.sched_getaffinity(0))
+    with ProcessService(None, encoder=ENCODER) as service:
+        expected = mine[1:] if len(mine) > 1 else mine
+        assert sorted(os.sched_getaffinity(service.pid)) == expected
+    with ProcessService(None, encoder=ENCODER, spare_cpu=False) as service:
+        assert service.cpus is None and sorted(os.sched_getaffinity(service.pid)) == mine
+    monkeypatch.setattr(worker.os, "sched_getaffinity", lambda pid: {3, 5, 7})
+    assert worker._child_cpus(True) == [5, 7] and worker._child_cpus(False) is None
+    monkeypatch.setattr(worker.os, "sched_getaffinity", lambda pid: {2})
+    assert worker._child_cpus(True) is None

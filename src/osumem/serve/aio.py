@@ -67,7 +67,8 @@ class AsyncMemory:
         event loop never waits while the memory works (its threads would otherwise
         take the interpreter lock from the loop now and then); it costs a second
         Python process (its start: about 0.2 s plus loading the encoder there), and
-        a result explains itself only when retrieved with ``explain=True``."""
+        a result explains itself only when retrieved with ``explain=True``. The child
+        leaves one CPU to this process (``spare_cpu=False`` lets it use all)."""
         kwargs: dict[str, Any] = {
             "encoder": encoder,
             "method": method,

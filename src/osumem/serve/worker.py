@@ -182,6 +182,17 @@ class _Link:
         self.conn.close()
 
 
+def _child_cpus(spare_cpu: bool) -> list[int] | None:
+    """The CPUs the child may run on: with ``spare_cpu``, all but one of those this
+    process may use (the lowest stays free for the agent's own threads), so the event
+    loop never waits for a core the memory's threads hold; ``None``: no restriction
+    (``spare_cpu`` off, one CPU only, or a platform without CPU affinity)."""
+    if not spare_cpu or not hasattr(os, "sched_getaffinity"):
+        return None
+    mine = sorted(os.sched_getaffinity(0))
+    return mine[1:] if len(mine) > 1 else None
+
+
 def _child_env() -> dict[str, str]:
     """The agent's environment, with this ``osumem`` package first on the path."""
     env = dict(os.environ)
@@ -200,6 +211,11 @@ class ProcessService:
         path, encoder, method, readers, limits, settings: as
             :class:`~osumem.serve.service.MemoryService` takes them (the settings must
             pickle: plain values).
+        spare_cpu: run the child on all but one of the CPUs this process may use
+            (``cpus`` holds them; nothing changes on a single CPU), so the agent's
+            event loop always finds a core free of the memory's threads. Off: the
+            child may use every CPU (the memory's throughput under load matters
+            more than the loop's wake-up latency).
         start_timeout: seconds to wait for the child to open the memory.
         close_timeout: seconds :meth:`close` waits for running calls before it kills
             the child.
@@ -218,11 +234,13 @@ class ProcessService:
         method: str = "osumem",
         readers: int = 4,
         limits: Any = None,
+        spare_cpu: bool = True,
         start_timeout: float = 600.0,
         close_timeout: float = 60.0,
         **settings: Any,
     ) -> None:
         self.close_timeout = close_timeout
+        self.cpus = _child_cpus(spare_cpu)
         ours, theirs = socket.socketpair()
         try:
             proc = subprocess.Popen(
@@ -239,7 +257,7 @@ class ProcessService:
         conn = Connection(ours.detach())
         options = {"encoder": encoder, "method": method, "readers": readers, "limits": limits}
         try:
-            conn.send((path, {**options, **settings}))
+            conn.send((path, self.cpus, {**options, **settings}))
             if not conn.poll(start_timeout):
                 raise MemoryProcessError(
                     f"the memory's process did not open {path!r} in {start_timeout:g} s"
@@ -354,7 +372,9 @@ def main(argv: list[str]) -> int:
     to stop (or the socket closes), close the memory."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     conn = Connection(int(argv[0]))
-    path, options = conn.recv()
+    path, cpus, options = conn.recv()
+    if cpus is not None:  # before any thread starts: every thread inherits it
+        os.sched_setaffinity(0, cpus)
     from osumem.serve.service import MemoryService
 
     try:
