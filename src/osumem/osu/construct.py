@@ -15,12 +15,12 @@ vectorised (:func:`rebuild`).
 from __future__ import annotations
 
 import itertools
-import threading
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from osumem.errors import DimensionError, InvalidInputError
+from osumem.osu.background import BackgroundCall
 from osumem.osu.config import VIEWS
 from osumem.osu.heap import release_free_memory
 from osumem.osu.slots import HEADROOM_MIN, SlotTable, shared_lists
@@ -82,32 +82,23 @@ class SimilarityState:
 
 class KnnPrebuild:
     """The similarity view's HNSW index over ``rows`` (the first ``size`` scope steps,
-    copied by the caller), built on a daemon thread: hnswlib releases the GIL while it
-    inserts, so the caller's thread keeps running. Single-threaded insertion in label
-    order, as the refresh itself inserts: the same index."""
+    copied by the caller), built on a daemon thread (:class:`BackgroundCall`):
+    single-threaded insertion in label order, as the refresh itself inserts, so the
+    same index."""
 
     def __init__(self, rows: NDArray[np.float32], dim: int, seed: int) -> None:
         self.size = int(rows.shape[0])
-        self._out: list[KnnIndex] = []
-        self._failed: list[BaseException] = []
 
-        def work() -> None:
-            try:
-                knn = KnnIndex(dim, seed=seed)
-                knn.add(rows)
-                self._out.append(knn)
-            except BaseException as exc:  # re-raised by result(), in the refresh
-                self._failed.append(exc)
+        def work() -> KnnIndex:
+            knn = KnnIndex(dim, seed=seed)
+            knn.add(rows)
+            return knn
 
-        self._thread = threading.Thread(target=work, name="osumem-similarity-index", daemon=True)
-        self._thread.start()
+        self._call = BackgroundCall(work, "osumem-similarity-index")
 
     def result(self) -> KnnIndex:
         """Wait for the build; the index, or raise what it raised."""
-        self._thread.join()
-        if self._failed:
-            raise self._failed[0]
-        return self._out[0]
+        return self._call.result()
 
 
 def build(pool: OSUPool, view: MemoryView, *, similarity: bool = True) -> None:

@@ -98,6 +98,13 @@ class RetrieverState:
         return self.structure.state()
 
 
+def unit_probe(dim: int) -> NDArray[np.float32]:
+    """A unit query vector (the first axis): the probe a warm-up retrieves with."""
+    probe = np.zeros(dim, dtype=np.float32)
+    probe[0] = 1.0
+    return probe
+
+
 class Retriever(ABC, Generic[ConfigT]):
     """A retrieval method. Subclasses set ``name`` and ``Config`` (and name the config
     type, ``class FlatMMR(Retriever[MMRConfig])``, so ``self.config`` is typed) and
@@ -220,11 +227,8 @@ class Retriever(ABC, Generic[ConfigT]):
         that work and more; a method that knows which of its structures are lazy does
         only that (see :meth:`OSUMem.warm_up <osumem.retrieve.osumem.OSUMem.warm_up>`)."""
         view = self.fitted_view
-        if view.n == 0:
-            return
-        probe = np.zeros(view.dim, dtype=np.float32)
-        probe[0] = 1.0
-        self.retrieve(probe, 1)
+        if view.n:
+            self.retrieve(unit_probe(view.dim), 1)
 
     def retrieve(
         self,

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from osumem.osu.background import BackgroundCall
 from osumem.osu.pool import OSUPool
 from osumem.osu.views import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M
-from osumem.retrieve.background import BackgroundCall
 from osumem.types import IntArray
 
 #: Up to this many candidate OSUs, the top K is taken by one full sort.

@@ -28,7 +28,7 @@ from osumem.osu.config import OSUConfig
 from osumem.osu.heap import release_free_memory
 from osumem.osu.pool import OSUPool
 from osumem.osu.views import HNSW_EF_SEARCH
-from osumem.retrieve.base import Retriever, RetrieverConfig, RetrieverState
+from osumem.retrieve.base import Retriever, RetrieverConfig, RetrieverState, unit_probe
 from osumem.retrieve.centroids import CentroidIndex, top_slots
 from osumem.retrieve.explain import SelectionParts, best_unit, unit_ranks
 from osumem.retrieve.packing import greedy_pack, novelty_pack, pack_first_fit
@@ -400,12 +400,9 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
             super().warm_up()
             return
         view = self.fitted_view
-        if view.n == 0:
-            return
-        probe = np.zeros(view.dim, dtype=np.float32)
-        probe[0] = 1.0
-        self._coarse_positions(probe, 1)  # what _select asks of a whole-memory query
-        self.step_index.cost_stats(view)
+        if view.n:
+            self._coarse_positions(unit_probe(view.dim), 1)  # what _select asks of the whole
+            self.step_index.cost_stats(view)
 
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None

@@ -18,8 +18,8 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
+from osumem.osu.background import BackgroundCall
 from osumem.osu.views import HNSW_EF_SEARCH, KnnIndex, hnsw_available
-from osumem.retrieve.background import BackgroundCall
 from osumem.retrieve.packing import flat_pack, pack_first_fit, top_order
 from osumem.types import IntArray, MemoryView
 
@@ -205,19 +205,7 @@ class StepIndex:
             sample = self._sample_scores(view, q)
             share = clear_share(view.embeddings[found[:k]] @ q, sample, k, view.n)
             if share < RAISE_EF_SHARE:
-                # as in :meth:`top`: a wider beam's answer stands when it is clear
-                # itself (the first beam did not reach the query's cluster)
-                raised = max(wide, RAISED_EF_PER_K * k)
-                found = index.query(q, wide, ef=raised) if raised > wide else found
-                if (
-                    raised > wide
-                    and clear_share(view.embeddings[found[:k]] @ q, sample, k, view.n)
-                    >= CLEAR_SHARE
-                ):
-                    self.raised += 1
-                else:
-                    self.fallbacks += 1
-                    found = self._exact_top(view, q, wide)
+                found = self._widened(index, view, q, k, wide, RAISED_EF_PER_K * k, sample)
         self._last = (np.array(q, copy=True), view, wide, found)
         return found[:k]
 
@@ -230,17 +218,33 @@ class StepIndex:
         share = clear_share(view.embeddings[found] @ q, sample, k, view.n)
         if share >= CLEAR_SHARE:
             return found
-        wide = index.query(q, k, ef=RAISED_EF_PER_K * k)
         if share >= RAISE_EF_SHARE:
             self.raised += 1
-            return wide
-        # mostly unsure: the widened answer stands when it is clear itself (the first
-        # beam did not reach the query's cluster)
-        if clear_share(view.embeddings[wide] @ q, sample, k, view.n) >= CLEAR_SHARE:
-            self.raised += 1
-            return wide
+            return index.query(q, k, ef=RAISED_EF_PER_K * k)
+        return self._widened(index, view, q, k, k, RAISED_EF_PER_K * k, sample)
+
+    def _widened(
+        self,
+        index: KnnIndex,
+        view: MemoryView,
+        q: NDArray[np.float32],
+        k: int,
+        width: int,
+        ef: int,
+        sample: NDArray[np.float32],
+    ) -> IntArray:
+        """The answer to a query the index was mostly unsure of (fewer than
+        :data:`RAISE_EF_SHARE` of its first ``k`` clear): the ``width`` steps the index
+        finds with the wider beam ``ef``, when their first ``k`` are clear (the first
+        beam did not reach the query's cluster); else the ``width`` best, scanned
+        exactly (also when ``ef`` is no wider than ``width``, the beam already used)."""
+        if ef > width:
+            wide = index.query(q, width, ef=ef)
+            if clear_share(view.embeddings[wide[:k]] @ q, sample, k, view.n) >= CLEAR_SHARE:
+                self.raised += 1
+                return wide
         self.fallbacks += 1
-        return self._exact_top(view, q, k)
+        return self._exact_top(view, q, width)
 
     def _ready(self, view: MemoryView) -> KnnIndex | None:
         """The HNSW index, up to date with ``view``; ``None`` while a background

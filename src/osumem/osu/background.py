@@ -1,6 +1,7 @@
 """One call run on a daemon thread, its result (or what it raised) taken later in the
-caller's thread: how the step and centroid HNSW indexes build off the query path
-(hnswlib releases the GIL while it inserts, so the build runs on a second core)."""
+caller's thread: how the step, centroid and similarity-view HNSW indexes build off
+the query path (hnswlib releases the GIL while it inserts, so the build runs on a
+second core)."""
 
 from __future__ import annotations
 
