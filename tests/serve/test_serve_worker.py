@@ -109,3 +109,20 @@ def test_the_child_leaves_one_cpu_to_the_agent(monkeypatch):
     assert worker._child_cpus(True) == [5, 7] and worker._child_cpus(False) is None
     monkeypatch.setattr(worker.os, "sched_getaffinity", lambda pid: {2})
     assert worker._child_cpus(True) is None
+
+
+def test_a_setting_that_cannot_cross_is_refused_and_no_child_is_left():
+    import subprocess
+
+    started = []
+    real = subprocess.Popen
+
+    def popen(*args, **kwargs):
+        started.append(real(*args, **kwargs))
+        return started[-1]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(subprocess, "Popen", popen)
+        with pytest.raises(TypeError, match="settings cannot be sent"):
+            ProcessService(None, encoder=ENCODER, ann_min_steps=threading.Lock())
+    assert len(started) == 1 and started[0].poll() is not None  # the child was ended

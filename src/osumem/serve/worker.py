@@ -256,8 +256,19 @@ class ProcessService:
             theirs.close()
         conn = Connection(ours.detach())
         options = {"encoder": encoder, "method": method, "readers": readers, "limits": limits}
+        opening = (path, self.cpus, {**options, **settings})
         try:
-            conn.send((path, self.cpus, {**options, **settings}))
+            pickle.dumps(opening)
+        except Exception as exc:  # a setting that cannot cross: nothing opened, no child left
+            proc.kill()
+            proc.wait()
+            conn.close()
+            raise TypeError(
+                "ProcessService: the settings cannot be sent to the memory's process "
+                f"({type(exc).__name__}: {exc})"
+            ) from exc
+        try:
+            conn.send(opening)
             if not conn.poll(start_timeout):
                 raise MemoryProcessError(
                     f"the memory's process did not open {path!r} in {start_timeout:g} s"
