@@ -18,10 +18,13 @@ namespace:
 * ``AsyncMemory_process``: the same with ``AsyncMemory.open(..., process=True)`` (the
   memory in a child process).
 
-Reported: the longest and the 99th-percentile heartbeat delay, in milliseconds and in
-units of one retrieval, with wall and CPU time of each run, and the most CPU the loop's
-own thread used between two wake-ups (``loop_cpu_max_ms``: work done in the loop; a
-delay much longer than it was spent waiting, for the interpreter lock or for a core).
+Reported: the longest stretch the loop was held, between two polls of its selector
+(``loop_busy_max_ms``, and in units of one retrieval: nothing else in the loop could
+run meanwhile; see :class:`LoopBusy`); the longest and the 99th-percentile heartbeat
+delay, in milliseconds and in units of one retrieval, which add the time the loop
+waited to be woken (``wake_late_max_ms``: how late a timed-out selector wait came
+back); wall and CPU time of each run; the most CPU the loop's own thread used between
+two wake-ups (``loop_cpu_max_ms``); and the garbage collector's pauses.
 The answers of the concurrent runs are checked equal to sequential ones. On a shared machine compare the
 ratios, not the milliseconds.
 
@@ -71,6 +74,8 @@ class Heartbeat:
         self.delays: list[float] = []
         self.busy: list[float] = []  # the loop thread's own CPU between two wake-ups
         self.collections: list[float] = []  # garbage-collector pauses during the run
+        self.spans: list[float] = []  # the loop's occupied stretches (LoopBusy)
+        self.overshoots: list[float] = []  # how late timed-out selector waits returned
         self._stop = False
 
     async def run(self) -> None:
@@ -88,6 +93,7 @@ class Heartbeat:
 
     def summary(self, unit: float) -> dict[str, float]:
         d = sorted(self.delays) or [0.0]
+        busy = sorted(self.spans) or [0.0]
         p99 = d[min(len(d) - 1, int(0.99 * len(d)))]
         return {
             "max_ms": 1000 * d[-1],
@@ -96,9 +102,54 @@ class Heartbeat:
             "p99_in_retrievals": p99 / unit,
             "beats": len(d),
             "loop_cpu_max_ms": 1000 * max(self.busy, default=0.0),
+            "loop_busy_max_ms": 1000 * busy[-1],
+            "loop_busy_p99_ms": 1000 * busy[min(len(busy) - 1, int(0.99 * len(busy)))],
+            "loop_busy_max_in_retrievals": busy[-1] / unit,
+            "wake_late_max_ms": 1000 * max(self.overshoots, default=0.0),
             "gc_pauses": len(self.collections),
             "longest_gc_ms": 1000 * max(self.collections, default=0.0),
         }
+
+
+class LoopBusy:
+    """What the event loop itself did between two polls of its selector.
+
+    The loop alternates between waiting in ``selector.select(timeout)`` and running the
+    callbacks that became ready. ``spans``: the wall time from one ``select`` returning to
+    the next one being called, the time the loop was occupied and nothing else in it could
+    run (what asyncio's debug mode compares with ``slow_callback_duration``).
+    ``overshoots``: how much longer than its timeout a ``select`` that timed out took, the
+    time the loop waited to be woken (for a core, or for the interpreter lock after the
+    wait) rather than ran. A heartbeat delay is one overshoot plus the spans before the
+    heartbeat's turn. Wraps the loop's selector (a private attribute of asyncio's
+    selector loops), so it is a measurement, not something to use in an agent.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.selector = loop._selector  # type: ignore[attr-defined]
+        self.spans: list[float] = []
+        self.overshoots: list[float] = []
+        self._back: float | None = None
+        self._select = self.selector.select
+
+    def select(self, timeout: float | None = None) -> Any:
+        start = time.perf_counter()
+        if self._back is not None:
+            self.spans.append(start - self._back)
+        try:
+            events = self._select(timeout)
+        finally:
+            self._back = time.perf_counter()
+        if not events and timeout is not None and timeout > 0:
+            self.overshoots.append(max(0.0, self._back - start - timeout))
+        return events
+
+    def __enter__(self) -> LoopBusy:
+        self.selector.select = self.select
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        del self.selector.select
 
 
 class Collections:
@@ -132,7 +183,7 @@ async def measured(work: Any) -> tuple[Any, Heartbeat, float, float]:
     beat = Heartbeat()
     task = asyncio.create_task(beat.run())
     await asyncio.sleep(0.01)
-    with Collections() as collections:
+    with Collections() as collections, LoopBusy(asyncio.get_running_loop()) as loop:
         wall, cpu = time.perf_counter(), time.process_time()
         out = await work
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -140,6 +191,7 @@ async def measured(work: Any) -> tuple[Any, Heartbeat, float, float]:
     beat.stop()
     await task
     beat.collections = collections.pauses
+    beat.spans, beat.overshoots = loop.spans, loop.overshoots
     return out, beat, wall, cpu
 
 
@@ -227,12 +279,13 @@ def main() -> None:
     a, p = report["AsyncMemory"], report["AsyncMemory_process"]
     s, i = report["sync_in_the_loop"], report["idle"]
     print(
-        f"one retrieval {report['single_retrieve_ms']:.1f} ms; loop blocked at most "
-        f"{p['max_ms']:.1f} ms with AsyncMemory(process=True) ({p['max_in_retrievals']:.2f} "
-        f"retrievals, p99 {p['p99_in_retrievals']:.2f}), {a['max_ms']:.1f} ms with AsyncMemory "
-        f"on threads ({a['max_in_retrievals']:.2f}, p99 {a['p99_in_retrievals']:.2f}), "
-        f"{s['max_ms']:.1f} ms calling Memory in the loop ({s['max_in_retrievals']:.1f}); "
-        f"idle loop woken late by up to {i['max_ms']:.1f} ms"
+        f"one retrieval {report['single_retrieve_ms']:.1f} ms; the loop occupied at most "
+        f"{p['loop_busy_max_ms']:.2f} ms at a time with AsyncMemory(process=True) "
+        f"({p['loop_busy_max_in_retrievals']:.2f} retrievals), {a['loop_busy_max_ms']:.2f} ms "
+        f"on threads ({a['loop_busy_max_in_retrievals']:.2f}), {s['loop_busy_max_ms']:.1f} ms "
+        f"calling Memory in the loop ({s['loop_busy_max_in_retrievals']:.1f}); "
+        f"heartbeat woken late by up to {p['max_ms']:.1f} ms (process), {a['max_ms']:.1f} ms "
+        f"(threads), {s['max_ms']:.1f} ms (in the loop), {i['max_ms']:.1f} ms idle"
     )
 
 

@@ -39,6 +39,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import weakref
 from concurrent.futures import Future
 from multiprocessing.connection import Connection
@@ -63,6 +64,7 @@ CALLS = frozenset(
 )
 
 _CLOSE = None  # the message that tells a child to finish and exit
+_YIELD = 5e-5  # seconds the reader sleeps between the answers of a burst
 
 
 def _portable(exc: BaseException) -> BaseException:
@@ -153,6 +155,8 @@ class _Link:
                 fut.set_result(payload)
             else:
                 fut.set_exception(payload)
+            if self.conn.poll(0):  # a burst: let a waiting event loop take the lock first
+                time.sleep(_YIELD)
         code = self.proc.wait()
         with self.lock:
             self.dead = (
