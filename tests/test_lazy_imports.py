@@ -1,7 +1,8 @@
 """The query path imports no heavy library it does not use: ``import osumem.memory``,
 the command line and the server's modules leave SciPy's sparse matrices, igraph,
 leidenalg, scikit-learn and pandas unimported until a call needs them
-(:mod:`osumem.lazy`)."""
+(:mod:`osumem.lazy`); a query on a stored snapshot does not load ``numpy.ma``
+either (:func:`osumem.types.distinct` stands in for ``np.unique``)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,12 @@ from osumem.lazy import LazyModule, lazy_module
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 HEAVY = ("scipy.sparse", "scipy", "igraph", "leidenalg", "sklearn", "pandas", "hnswlib", "torch")
+# what a query must not load either (np.unique imports it at its first call)
+QUERY_PATH_LEAN = ("numpy.ma",)
 
 
 def _loaded_after(code: str) -> list[str]:
-    probe = (
-        f"{code}\nimport json, sys\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
-    )
+    probe = f"{code}\nimport json, sys\nprint(json.dumps([m for m in {HEAVY + QUERY_PATH_LEAN!r} if m in sys.modules]))"
     out = subprocess.run(
         [sys.executable, "-c", probe],
         capture_output=True,
@@ -94,7 +95,7 @@ def test_a_query_on_a_stored_snapshot_loads_no_scipy(tmp_path) -> None:
         "    assert m.retrieve('which flight did P3 book?', 256).positions\n"
     )
     loaded = _loaded_after(query)
-    assert not {"scipy.sparse", "igraph", "leidenalg"} & set(loaded), loaded
+    assert not {"scipy.sparse", "igraph", "leidenalg", "numpy.ma"} & set(loaded), loaded
 
 
 def test_a_lazy_module_imports_at_the_first_attribute_read() -> None:

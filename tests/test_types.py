@@ -1,11 +1,11 @@
-"""Boundary validation of the memory view and queries."""
+"""Boundary validation of the memory view and queries, and the array helpers."""
 
 import numpy as np
 import pytest
 
 from conftest import make_view
 from osumem.errors import DimensionError, InvalidInputError, NonFiniteError
-from osumem.types import MemoryView
+from osumem.types import MemoryView, distinct
 
 
 def test_rows_are_normalised_and_costs_int():
@@ -90,3 +90,18 @@ def test_take_and_concat_reject_bad_input() -> None:
     moved = v.with_embeddings(np.ones((3, 4)))
     assert np.allclose(np.linalg.norm(moved.embeddings, axis=1), 1.0)
     assert moved.costs is v.costs
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.array([], dtype=np.int64),
+        np.array([7], dtype=np.int32),
+        np.array([3, 1, 3, 2, 1, 3], dtype=np.int64),
+        np.array([[5, 5], [0, 9]], dtype=np.int64),
+        np.random.default_rng(0).integers(0, 50, 500),
+    ],
+)
+def test_distinct_is_what_np_unique_returns(values):
+    got, want = distinct(values), np.unique(values)
+    assert got.dtype == want.dtype and got.tolist() == want.tolist()

@@ -18,7 +18,7 @@ from osumem.osu.config import VIEWS
 from osumem.osu.construct import SimilarityState
 from osumem.osu.slots import HEADROOM_MIN, SlotTable
 from osumem.osu.sums import member_stats, segment_stats
-from osumem.types import MemoryView, segment_bounds
+from osumem.types import MemoryView, distinct, segment_bounds
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -104,9 +104,9 @@ def load_pool_arrays(pool: OSUPool, view: MemoryView, state: dict[str, NDArray[A
     if np.any(np.diff(row_ptr) < 0) or int(row_ptr[0]) != 0:
         raise ValueError("pool state: row pointers are not increasing")
     live_slot = arr("live_slot", (int(state["live_slot"].shape[0]),), 0, G)
-    if np.unique(live_slot).shape[0] != live_slot.shape[0]:
+    if distinct(live_slot).shape[0] != live_slot.shape[0]:
         raise ValueError("pool state: a live slot is listed twice")
-    names = [VIEWS[int(v)] for v in np.unique(g_view).tolist()]
+    names = [VIEWS[int(v)] for v in distinct(g_view).tolist()]
     missing = [v for v in names if v not in config.view_priority]
     if missing:
         raise ValueError(f"pool state: views {missing} are not configured")

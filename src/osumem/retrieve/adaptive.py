@@ -43,7 +43,7 @@ from osumem.osu.config import VIEWS
 from osumem.retrieve.explain import Part, SelectionParts, best_unit, unit_ranks
 from osumem.retrieve.osumem import OSUMem, OSUMemConfig
 from osumem.retrieve.packing import pack_first_fit
-from osumem.types import IntArray
+from osumem.types import IntArray, distinct
 
 #: The large-memory path's head (``head_ratio``·B tokens, far past the query's cluster)
 #: comes from one step-index query of beam (and width) this many times its steps, kept
@@ -226,7 +226,7 @@ class AdaptiveOSUMem(OSUMem[AdaptiveConfig]):
         if cfg.expand_from == "coarse":
             coarse = self.coarse(q, budget, limit, evidence)
             kept = coarse.kept
-            cand = np.unique(coarse.members[:, coarse.kept].indices).astype(np.int64)
+            cand = distinct(coarse.members[:, coarse.kept].indices).astype(np.int64)
             score = cos[cand]
         else:
             members, _, _ = self._visible(limit)
@@ -235,7 +235,7 @@ class AdaptiveOSUMem(OSUMem[AdaptiveConfig]):
             col_of = np.repeat(np.arange(sub.shape[1]), np.diff(sub.indptr))
             extra = (decision.shared - (cfg.min_shared - 1)).astype(np.float64)
             np.maximum.at(bonus, sub.indices, extra[col_of])
-            cand = np.unique(sub.indices).astype(np.int64)
+            cand = distinct(sub.indices).astype(np.int64)
             score = cos[cand] + cfg.shared_bonus * bonus[cand]
         if cfg.head_ratio > 0:
             csum = np.cumsum(costs[flat])

@@ -33,7 +33,7 @@ from osumem.retrieve.centroids import CentroidIndex, top_slots
 from osumem.retrieve.explain import SelectionParts, best_unit, unit_ranks
 from osumem.retrieve.packing import greedy_pack, novelty_pack, pack_first_fit
 from osumem.retrieve.step_index import RAISED_EF_PER_K, SPREAD_SAMPLE, ann_unsure
-from osumem.types import IntArray, MemoryView
+from osumem.types import IntArray, MemoryView, distinct
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -414,7 +414,7 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
             cand = self._coarse_positions(q, budget)
         else:
             coarse = self.coarse(q, budget, limit, evidence)
-            cand = np.unique(coarse.members[:, coarse.kept].indices).astype(np.int64)
+            cand = distinct(coarse.members[:, coarse.kept].indices).astype(np.int64)
         if self.step_index.uses_ann(view, limit):
             cos_cand = view.embeddings[cand] @ q
         else:
@@ -452,7 +452,7 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
         ranks = unit_ranks(coarse.scores, sizes > 0)
         kept = np.zeros(coarse.members.shape[1], dtype=bool)
         kept[coarse.kept] = True
-        cand = np.unique(coarse.members[:, coarse.kept].indices).astype(np.int64)
+        cand = distinct(coarse.members[:, coarse.kept].indices).astype(np.int64)
         cos = self._cosines(q, limit)
         cand = cand[np.argsort(-cos[cand], kind="stable")]
         rows = coarse.members.tocsr()

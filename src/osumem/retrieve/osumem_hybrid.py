@@ -52,7 +52,7 @@ from osumem.retrieve.hybrid import LEXICAL_KEY
 from osumem.retrieve.lexical import LexicalIndex, fitted_index
 from osumem.retrieve.packing import pack_first_fit, pack_ranked_heads, top_order
 from osumem.retrieve.step_index import ANN_HEAD_MIN
-from osumem.types import EntityPrefix, IntArray, MemoryView
+from osumem.types import EntityPrefix, IntArray, MemoryView, distinct
 
 #: Up to this many visible steps the fused ranking is computed over every step (full
 #: reciprocal-rank fusion); above, over the heads of both rankings (``_head_fused``).
@@ -499,7 +499,7 @@ class HybridOSUMem(AdaptiveOSUMem):
             """The candidates of the dense and lexical tops ``k``, by fused rank."""
             head = self.step_index.top(view, q, k) if cos_all is None else top_order(cos_all, k)
             lex = lexical_head(matched, bm, k)
-            cand = np.unique(np.concatenate([head, lex]))
+            cand = distinct(np.concatenate([head, lex]))
             fused = np.zeros(cand.shape[0])
             dense_rank = np.full(cand.shape[0], limit + 1, dtype=np.float64)
             rows = np.searchsorted(cand, head)
