@@ -155,8 +155,11 @@ class _Link:
                 fut.set_result(payload)
             else:
                 fut.set_exception(payload)
-            if self.conn.poll(0):  # a burst: let a waiting event loop take the lock first
-                time.sleep(_YIELD)
+            # a burst: let a waiting event loop take the lock first (a socket closed
+            # meanwhile ends the loop at the next read)
+            with contextlib.suppress(OSError):
+                if self.conn.poll(0):
+                    time.sleep(_YIELD)
         code = self.proc.wait()
         with self.lock:
             self.dead = (
