@@ -131,7 +131,10 @@ class _Link:
             try:
                 self.conn.send(msg)  # pickles first: a pickling error leaves the socket intact
             except OSError as exc:
-                self._fail(msg[0], MemoryProcessError(f"the memory process is gone ({exc})"))
+                # the child is gone: the reader, at the socket's end, fails every waiting
+                # call naming the child's exit code; only without a reader fail it here
+                if not self.reader.is_alive():
+                    self._fail(msg[0], MemoryProcessError(f"the memory process is gone ({exc})"))
             except Exception as exc:  # an argument pickle cannot carry
                 self._fail(
                     msg[0],
