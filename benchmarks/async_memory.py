@@ -93,7 +93,7 @@ class Heartbeat:
 
     def summary(self, unit: float) -> dict[str, float]:
         d = sorted(self.delays) or [0.0]
-        busy = sorted(self.spans) or [0.0]
+        held = sorted(self.spans) or [0.0]
         p99 = d[min(len(d) - 1, int(0.99 * len(d)))]
         return {
             "max_ms": 1000 * d[-1],
@@ -102,9 +102,9 @@ class Heartbeat:
             "p99_in_retrievals": p99 / unit,
             "beats": len(d),
             "loop_cpu_max_ms": 1000 * max(self.busy, default=0.0),
-            "loop_busy_max_ms": 1000 * busy[-1],
-            "loop_busy_p99_ms": 1000 * busy[min(len(busy) - 1, int(0.99 * len(busy)))],
-            "loop_busy_max_in_retrievals": busy[-1] / unit,
+            "loop_busy_max_ms": 1000 * held[-1],
+            "loop_busy_p99_ms": 1000 * held[min(len(held) - 1, int(0.99 * len(held)))],
+            "loop_busy_max_in_retrievals": held[-1] / unit,
             "wake_late_max_ms": 1000 * max(self.overshoots, default=0.0),
             "gc_pauses": len(self.collections),
             "longest_gc_ms": 1000 * max(self.collections, default=0.0),
@@ -279,7 +279,7 @@ def main() -> None:
     a, p = report["AsyncMemory"], report["AsyncMemory_process"]
     s, i = report["sync_in_the_loop"], report["idle"]
     print(
-        f"one retrieval {report['single_retrieve_ms']:.1f} ms; the loop occupied at most "
+        f"one retrieval {report['single_retrieve_ms']:.1f} ms; the loop held at most "
         f"{p['loop_busy_max_ms']:.2f} ms at a time with AsyncMemory(process=True) "
         f"({p['loop_busy_max_in_retrievals']:.2f} retrievals), {a['loop_busy_max_ms']:.2f} ms "
         f"on threads ({a['loop_busy_max_in_retrievals']:.2f}), {s['loop_busy_max_ms']:.1f} ms "

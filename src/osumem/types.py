@@ -90,7 +90,7 @@ def segment_bounds(sizes: NDArray[Any]) -> IntArray:
 def distinct(values: NDArray[Any]) -> NDArray[Any]:
     """The sorted distinct values of an integer array, flattened: what ``np.unique``
     returns, without the import of ``numpy.ma`` that ``np.unique`` makes at its first
-    call in a process (about 9 ms, paid by the first retrieve of every new process, a
+    call in a process (about 8 ms, paid by the first retrieve of every new process, a
     cold ``osumem query`` among them)."""
     a = np.sort(np.asarray(values).reshape(-1))
     if a.shape[0] < 2:
