@@ -20,13 +20,15 @@ namespace:
 
 Reported: the longest stretch the loop was held, between two polls of its selector
 (``loop_busy_max_ms``, and in units of one retrieval: nothing else in the loop could
-run meanwhile; see :class:`LoopBusy`); the longest and the 99th-percentile heartbeat
+run meanwhile; see :class:`LoopBusy`), and the most CPU time this process used within
+one such stretch (``loop_busy_cpu_max_ms``: the part of a stretch in which anything of
+the agent's process ran at all); the longest and the 99th-percentile heartbeat
 delay, in milliseconds and in units of one retrieval, which add the time the loop
 waited to be woken (``wake_late_max_ms``: how late a timed-out selector wait came
 back); wall and CPU time of each run; the most CPU the loop's own thread used between
 two wake-ups (``loop_cpu_max_ms``); and the garbage collector's pauses.
-The answers of the concurrent runs are checked equal to sequential ones. On a shared machine compare the
-ratios, not the milliseconds.
+The answers of the concurrent runs are checked equal to sequential ones. On a shared
+machine compare the ratios, not the milliseconds.
 
 Usage: ``python benchmarks/async_memory.py [--turns 2000] [--encoder hashing:d384]``
 """
@@ -76,6 +78,7 @@ class Heartbeat:
         self.collections: list[float] = []  # garbage-collector pauses during the run
         self.spans: list[float] = []  # the loop's occupied stretches (LoopBusy)
         self.overshoots: list[float] = []  # how late timed-out selector waits returned
+        self.span_cpu: list[float] = []  # the process's CPU within each stretch (LoopBusy)
         self._stop = False
 
     async def run(self) -> None:
@@ -105,6 +108,8 @@ class Heartbeat:
             "loop_busy_max_ms": 1000 * held[-1],
             "loop_busy_p99_ms": 1000 * held[min(len(held) - 1, int(0.99 * len(held)))],
             "loop_busy_max_in_retrievals": held[-1] / unit,
+            "loop_busy_cpu_max_ms": 1000 * max(self.span_cpu, default=0.0),
+            "loop_busy_cpu_max_in_retrievals": max(self.span_cpu, default=0.0) / unit,
             "wake_late_max_ms": 1000 * max(self.overshoots, default=0.0),
             "gc_pauses": len(self.collections),
             "longest_gc_ms": 1000 * max(self.collections, default=0.0),
@@ -120,7 +125,12 @@ class LoopBusy:
     run (what asyncio's debug mode compares with ``slow_callback_duration``).
     ``overshoots``: how much longer than its timeout a ``select`` that timed out took, the
     time the loop waited to be woken (for a core, or for the interpreter lock after the
-    wait) rather than ran. A heartbeat delay is one overshoot plus the spans before the
+    wait) rather than ran. ``cpu``: for each span, the CPU time this whole process (every
+    thread of it) used meanwhile, capped at the span: the part of a stretch in which
+    something in the agent's process ran (the loop, the memory's link threads, the
+    garbage collector); the rest is the machine not running the process at all (another
+    process on the core, or the hypervisor: on a shared virtual machine even the idle
+    loop has such stretches). A heartbeat delay is one overshoot plus the spans before the
     heartbeat's turn. Wraps the loop's selector (a private attribute of asyncio's
     selector loops), so it is a measurement, not something to use in an agent.
     """
@@ -129,17 +139,20 @@ class LoopBusy:
         self.selector = loop._selector  # type: ignore[attr-defined]
         self.spans: list[float] = []
         self.overshoots: list[float] = []
+        self.cpu: list[float] = []
         self._back: float | None = None
+        self._back_cpu = 0.0
         self._select = self.selector.select
 
     def select(self, timeout: float | None = None) -> Any:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         if self._back is not None:
             self.spans.append(start - self._back)
+            self.cpu.append(min(start - self._back, cpu - self._back_cpu))
         try:
             events = self._select(timeout)
         finally:
-            self._back = time.perf_counter()
+            self._back, self._back_cpu = time.perf_counter(), time.process_time()
         if not events and timeout is not None and timeout > 0:
             self.overshoots.append(max(0.0, self._back - start - timeout))
         return events
@@ -191,7 +204,7 @@ async def measured(work: Any) -> tuple[Any, Heartbeat, float, float]:
     beat.stop()
     await task
     beat.collections = collections.pauses
-    beat.spans, beat.overshoots = loop.spans, loop.overshoots
+    beat.spans, beat.overshoots, beat.span_cpu = loop.spans, loop.overshoots, loop.cpu
     return out, beat, wall, cpu
 
 
@@ -284,6 +297,9 @@ def main() -> None:
         f"({p['loop_busy_max_in_retrievals']:.2f} retrievals), {a['loop_busy_max_ms']:.2f} ms "
         f"on threads ({a['loop_busy_max_in_retrievals']:.2f}), {s['loop_busy_max_ms']:.1f} ms "
         f"calling Memory in the loop ({s['loop_busy_max_in_retrievals']:.1f}); "
+        f"the process ran for at most {p['loop_busy_cpu_max_ms']:.2f} ms of one such stretch "
+        f"with process=True ({p['loop_busy_cpu_max_in_retrievals']:.2f} retrievals), "
+        f"{i['loop_busy_cpu_max_ms']:.2f} ms idle; "
         f"heartbeat woken late by up to {p['max_ms']:.1f} ms (process), {a['max_ms']:.1f} ms "
         f"(threads), {s['max_ms']:.1f} ms (in the loop), {i['max_ms']:.1f} ms idle"
     )

@@ -57,9 +57,10 @@ def _common(step: Any) -> dict[str, Any]:
     return {name: getattr(step, name) for name in _COMMON}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RetrievedStep:
-    """One selected step.
+    """One selected step (slotted: one object per step for the garbage collector,
+    where a ``__dict__`` would make two).
 
     Attributes:
         position: position inside its namespace (0 = first step added).
@@ -334,6 +335,84 @@ class Retrieved:
         return self._old_answer("Retrieved.get(...)").get(key, default)
 
 
+#: A retrieval as it crosses a process boundary (:func:`to_wire`): plain tuples.
+Wire = tuple[Any, ...]
+
+
+def to_wire(result: Retrieved) -> Wire:
+    """``result`` as tuples of plain values, for :func:`from_wire` in another process:
+    each distinct OSU once, each step a row naming its OSUs by index. It pickles to
+    about two thirds of the bytes of the objects themselves, and unpickles into
+    short-lived tuples the garbage collector frees at once. The lazy explainer stays
+    behind (an ``explanation`` already computed goes along)."""
+    units: dict[OSUHandle, int] = {}
+    rows = tuple(
+        (
+            s.position,
+            s.step_id,
+            s.namespace,
+            s.source,
+            s.role,
+            s.text,
+            s.tool_action,
+            s.cost,
+            tuple([units.setdefault(h, len(units)) for h in s.osus]),
+            s.rank,
+            s.metadata,
+            s.time,
+        )
+        for s in result.steps
+    )
+    handles = tuple((h.view, h.key, h.first, h.last, h.size) for h in units)
+    return (
+        result.namespace,
+        result.method,
+        result.budget,
+        result.query,
+        result.explanation,
+        handles,
+        rows,
+    )
+
+
+#: How many OSU handles a :func:`from_wire` cache keeps before it starts afresh.
+WIRE_CACHE_LIMIT = 4096
+
+
+def from_wire(wire: Wire, cache: dict[Any, Any] | None = None) -> Retrieved:
+    """The :class:`Retrieved` :func:`to_wire` wrote (equal to the original, without its
+    lazy explainer).
+
+    ``cache``: a dict the caller keeps between calls (emptied past
+    :data:`WIRE_CACHE_LIMIT` entries), through which results share their
+    :class:`OSUHandle` objects and ``osus`` tuples: successive retrievals of one
+    namespace name the same units, so a result then adds one object per step to the
+    receiving process's heap (what its garbage collector walks) instead of four."""
+    namespace, method, budget, query, explanation, handles, rows = wire
+    if cache is None:
+        cache = {}
+    elif len(cache) > WIRE_CACHE_LIMIT:
+        cache.clear()
+    made = []
+    for unit in handles:
+        handle = cache.get(unit)
+        if handle is None:
+            handle = cache[unit] = OSUHandle(*unit)
+        made.append(handle)
+    steps = []
+    for position, step_id, ns, source, role, text, tool, cost, at, rank, meta, when in rows:
+        key = tuple([handles[i] for i in at])  # plain tuples: hashed in C
+        osus = cache.get(key)
+        if osus is None:
+            osus = cache[key] = tuple([made[i] for i in at])
+        steps.append(
+            RetrievedStep(
+                position, step_id, ns, source, role, text, tool, cost, osus, rank, meta, when
+            )
+        )
+    return Retrieved(namespace, method, budget, tuple(steps), query, explanation)
+
+
 def retrieved_from(
     retriever: Retriever,
     query: NDArray[np.float32],
@@ -358,18 +437,18 @@ def retrieved_from(
     place = (lambda p: p) if mapping is None else (lambda p: int(mapping[p]))
     steps = tuple(
         RetrievedStep(
-            position=place(int(p)),
-            step_id=int(data.step_ids[p]),
-            namespace=namespace,
-            source=str(v.sources[p]),
-            role=str(v.roles[p]),
-            text=str(v.texts[p]),
-            tool_action=str(v.tool_actions[p]),
-            cost=int(v.costs[p]),
-            osus=handles[rank],
-            rank=rank,
-            metadata=meta[p],
-            time=_finite(data.times[p]),
+            place(int(p)),
+            int(data.step_ids[p]),
+            namespace,
+            str(v.sources[p]),
+            str(v.roles[p]),
+            str(v.texts[p]),
+            str(v.tool_actions[p]),
+            int(v.costs[p]),
+            handles[rank],
+            rank,
+            meta[p],
+            _finite(data.times[p]),
         )
         for rank, p in enumerate(positions.tolist())
     )

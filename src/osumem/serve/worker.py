@@ -21,15 +21,18 @@ cross a process boundary becomes a :class:`~osumem.errors.MemoryProcessError` wi
 its type and message). A child that dies fails every waiting call and every later
 one with :class:`~osumem.errors.MemoryProcessError`.
 
-A result crosses the boundary without its lazy explainer: pass ``explain=True`` to
-``retrieve`` for :meth:`Retrieved.explain <osumem.memory.Retrieved.explain>`.
+A retrieval crosses the boundary in its wire form (plain tuples, see
+:func:`~osumem.memory.retrieved.to_wire`), and the reader rebuilds it sharing the OSU
+handles of earlier answers, so each answer leaves about one object per step for the
+agent's garbage collector to walk. It comes without its lazy explainer: pass
+``explain=True`` to ``retrieve`` for :meth:`Retrieved.explain
+<osumem.memory.Retrieved.explain>`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import itertools
 import os
 import pickle
@@ -47,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from osumem.errors import MemoryProcessError
+from osumem.memory.retrieved import Retrieved, from_wire, to_wire
 
 #: The service coroutines a child answers (the names :class:`AsyncMemory` calls).
 CALLS = frozenset(
@@ -64,6 +68,7 @@ CALLS = frozenset(
 )
 
 _CLOSE = None  # the message that tells a child to finish and exit
+_FAILED, _VALUE, _RETRIEVED = 0, 1, 2  # what an answer carries: an error, a value, a wire form
 _YIELD = 5e-5  # seconds the reader sleeps between the answers of a burst
 
 
@@ -76,11 +81,13 @@ def _portable(exc: BaseException) -> BaseException:
     return exc
 
 
-def _sendable(result: Any) -> Any:
-    """A result without what cannot leave the process (a retrieval's lazy explainer)."""
-    if dataclasses.is_dataclass(result) and hasattr(result, "_explainer"):
-        return dataclasses.replace(result, _explainer=None)  # type: ignore[type-var]
-    return result
+def _sendable(result: Any) -> tuple[int, Any]:
+    """What an answer carries and the payload: a retrieval in its wire form (see
+    :func:`~osumem.memory.retrieved.to_wire`: no lazy explainer, and cheap for the
+    agent's process to unpickle and to keep), any other result as it is."""
+    if isinstance(result, Retrieved):
+        return _RETRIEVED, to_wire(result)
+    return _VALUE, result
 
 
 class _Link:
@@ -96,6 +103,7 @@ class _Link:
         self.outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.lock = threading.Lock()
         self.ids = itertools.count()
+        self.units: dict[Any, Any] = {}  # the OSU handles answers share (from_wire)
         self.dead: str | None = None  # why calls fail now
         self.closed = False
         self.sender = threading.Thread(target=self._send, name="osumem-process-send", daemon=True)
@@ -147,14 +155,16 @@ class _Link:
     def _read(self) -> None:
         while True:
             try:
-                call_id, ok, payload = self.conn.recv()
+                call_id, kind, payload = self.conn.recv()
             except (EOFError, OSError):
                 break
             with self.lock:
                 fut = self.pending.pop(call_id, None)
             if fut is None:
                 continue
-            if ok:
+            if kind == _RETRIEVED:
+                fut.set_result(from_wire(payload, self.units))
+            elif kind == _VALUE:
                 fut.set_result(payload)
             else:
                 fut.set_exception(payload)
@@ -362,13 +372,15 @@ async def _answer(conn: Connection, service: Any, call: tuple[Any, ...]) -> None
     try:
         if name not in CALLS:
             raise AttributeError(f"the memory's process answers no call named {name!r}")
-        reply = (call_id, True, _sendable(await getattr(service, name)(*args, **kwargs)))
+        reply = (call_id, *_sendable(await getattr(service, name)(*args, **kwargs)))
     except Exception as exc:  # every error goes back to the caller
-        reply = (call_id, False, _portable(exc))
+        reply = (call_id, _FAILED, _portable(exc))
     try:
         conn.send(reply)
     except Exception as exc:  # an answer pickle cannot carry
-        conn.send((call_id, False, MemoryProcessError(f"{name}: its answer cannot be sent: {exc}")))
+        conn.send(
+            (call_id, _FAILED, MemoryProcessError(f"{name}: its answer cannot be sent: {exc}"))
+        )
 
 
 async def _serve(conn: Connection, service: Any) -> None:
