@@ -23,7 +23,10 @@ SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 def _paths(group: click.Group, prefix: tuple[str, ...] = ()) -> set[str]:
     out = set()
-    for name, cmd in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # the lazily imported ones too
+        cmd = group.get_command(ctx, name)
+        assert cmd is not None, name
         out.add(" ".join((*prefix, name)))
         if isinstance(cmd, click.Group):
             out |= _paths(cmd, (*prefix, name))
@@ -61,21 +64,35 @@ def test_every_command_is_registered() -> None:
     }
 
 
+def _python(code: str) -> str:
+    """What ``python -c code`` prints, with this checkout's package on the path."""
+    env = {"PYTHONPATH": SRC, "PATH": ""}
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
 def test_importing_the_command_line_loads_no_heavy_library() -> None:
     code = (
         "import json, sys, osumem.cli\n"
-        "heavy = ('pandas', 'pyarrow', 'matplotlib', 'torch', 'sentence_transformers',"
+        "heavy = ('numpy', 'pandas', 'pyarrow', 'matplotlib', 'torch', 'sentence_transformers',"
         " 'sklearn', 'scipy', 'joblib', 'osumem.evaluate.runner', 'osumem.bench')\n"
         "print(json.dumps(sorted(m for m in heavy if m in sys.modules)))\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": SRC, "PATH": ""},
-        check=True,
+    assert json.loads(_python(code)) == []
+
+
+def test_a_command_loads_its_own_family_only() -> None:
+    code = (
+        "import json, sys, click, osumem.cli as cli\n"
+        "before = sorted(m for m in sys.modules if m.startswith('osumem.cli.'))\n"
+        "cli.main.get_command(click.Context(cli.main), 'query')\n"
+        "after = sorted(m for m in sys.modules if m.startswith('osumem.cli.'))\n"
+        "print(json.dumps([before, after]))\n"
     )
-    assert json.loads(out.stdout) == []
+    before, after = json.loads(_python(code))
+    assert before == ["osumem.cli._common"]
+    assert after == ["osumem.cli._common", "osumem.cli.memory"]
 
 
 def test_python_dash_m_runs_the_command_line() -> None:
@@ -176,3 +193,36 @@ def test_run_experiment_writes_rows_and_the_method_table(tmp_path: Path) -> None
         progress=False,
     )
     assert none is None and len(rows_only) == len(rows) // 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "expected"),
+    [
+        (["/venv/bin/osumem", "query", "q", "--store", "m.db"], {}, "1"),
+        (["/src/osumem/__main__.py", "serve", "m.db", "--blas-threads", "3"], {}, "3"),
+        (["osumem", "ingest", "log.json", "--blas-threads=2"], {}, "2"),
+        (["osumem", "query", "q", "--blas-threads", "0"], {}, None),  # the library's own
+        (["osumem", "query", "q"], {"OPENBLAS_NUM_THREADS": "4"}, "4"),  # the user's
+        (["osumem", "bench", "serve"], {}, None),  # not a memory command
+        (["osumem", "--help"], {}, None),
+        (["/usr/bin/myagent", "query", "q"], {}, None),  # another program importing the CLI
+    ],
+)
+def test_a_memory_command_starts_numpy_with_its_blas_threads(argv, environ, expected) -> None:
+    from osumem.cli import blas_at_start
+
+    blas_at_start(argv, environ, modules=set())
+    assert environ.get("OPENBLAS_NUM_THREADS") == expected
+    environ = {}
+    assert blas_at_start([*argv[:1], "query"], environ, modules={"numpy"}) is None
+    assert environ == {}  # NumPy already loaded: too late, nothing changes
+
+
+def test_osumem_query_runs_numpy_with_one_blas_thread() -> None:
+    code = (
+        "import sys; sys.argv = ['/venv/bin/osumem', 'query', 'q']\n"
+        "import osumem.cli, numpy, threadpoolctl\n"
+        "print(max(i['num_threads'] for i in threadpoolctl.threadpool_info()"
+        " if i['user_api'] == 'blas'))\n"
+    )
+    assert _python(code).split() == ["1"]

@@ -32,8 +32,10 @@ LOG = (
 def command_paths(group: click.Group = main, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     """Every command path below ``group`` (the group itself first), sorted."""
     paths = [prefix]
-    for name in sorted(group.commands):
-        cmd = group.commands[name]
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # the lazy ones too, imported here
+        cmd = group.get_command(ctx, name)
+        assert cmd is not None, name
         if isinstance(cmd, click.Group):
             paths.extend(command_paths(cmd, (*prefix, name)))
         else:

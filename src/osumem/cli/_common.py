@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import json
 import re
 import sys
@@ -36,7 +37,28 @@ BENCH_MODULES = frozenset(
 )
 
 
-class OSUMemGroup(click.Group):
+class LazyGroup(click.Group):
+    """A group whose commands are imported when one is run or listed, not when the
+    command line starts: ``lazy`` maps each command name to ``"module:attribute"``.
+    ``osumem query`` then loads the memory commands' module and no other family's
+    (the ``bench`` family alone took 10–19 ms to import)."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy:
+            module, _, attribute = self.lazy[cmd_name].partition(":")
+            command = getattr(importlib.import_module(module), attribute)
+            self.add_command(command, cmd_name)
+        return self.commands.get(cmd_name)
+
+
+class OSUMemGroup(LazyGroup):
     """The top-level group: a usage error (bad flag, bad value) is one line on stderr
     with exit status 2, like every other error of the command line."""
 
