@@ -4,8 +4,10 @@ shared data path."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -67,6 +69,23 @@ def tool_call_log(
     if response is not None:
         log.append({"role": "tool", "tool_call_id": cid, "content": response})
     return log
+
+
+@pytest.fixture
+def held_detection(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """The background similarity refresh's community detection waits until the
+    returned event is set (a refresh that takes as long as the test wants)."""
+    from osumem.osu import community_process
+
+    gate = threading.Event()
+    real = community_process.communities_in_child
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        assert gate.wait(30), "the detection was never let go"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(community_process, "communities_in_child", held)
+    return gate
 
 
 @pytest.fixture

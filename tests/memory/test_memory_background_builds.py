@@ -178,3 +178,31 @@ def test_exact_path_selections_unchanged(data, method):
         expect = ref.retrieve(q, mem.config.budget, text=t).positions.tolist()
         assert mem.retrieve(t).positions == expect
     mem.close()
+
+
+def test_a_memory_add_does_not_wait_for_a_similarity_refresh(data, held_detection):
+    """The memory's pool refreshes its similarity view in the background: the add that
+    makes one due and the retrieves after it do not wait for the detection; after
+    ``wait_ready`` the answers are those of a retriever that refreshed in place."""
+    params = {"similarity_refresh": 12, "similarity_refresh_ratio": 0.1, "similarity_scope": "all"}
+    mem = Memory.open(None, encoder="hashing", seed=0, params=params)
+    inline = create("osumem", params, seed=0)
+    inline.ann_min_steps = mem.config.ann_min_steps
+    bounds = [40, 45, 50, 53, 56, 60]
+    lo = 0
+    for hi in bounds:  # the add at 45 makes a refresh due; 53 the next
+        _in_thread(lambda lo=lo, hi=hi: mem.add_steps(_steps(data, lo, hi)))
+        _in_thread(lambda: mem.retrieve("a question", 64))
+        view = mem.view()
+        inline.fit(view) if lo == 0 else inline.update(view)
+        lo = hi
+    retriever = mem.retriever()
+    assert retriever.fitted_pool.refresh_pending
+    held_detection.set()
+    mem.wait_ready()
+    assert not retriever.fitted_pool.refresh_pending
+    q = mem.view().embeddings[7]
+    for budget in (32, 128, 512):
+        got = [s.position for s in mem.retrieve(q, budget).steps]
+        assert got == inline.retrieve(q, budget).positions.tolist()
+    mem.close()

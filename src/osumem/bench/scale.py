@@ -21,13 +21,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from osumem.frozen import Constraints, FrozenConfig, Interval, TupleOf
-from osumem.types import ListPrefix, MemoryView, Step
+from osumem.osu.construct import grown_prefix
+from osumem.types import MemoryView, Step
 
 #: Word ranks of the generated step texts and their Zipf probabilities.
 _WORD_RANKS = np.arange(31, 20_001)
@@ -424,13 +425,7 @@ def grown_view(view: MemoryView, t: int) -> MemoryView:
     the tuple columns (the entities) as :class:`~osumem.types.ListPrefix`es, not
     copies. ``view.prefix`` copies a tuple column, and the retriever's release of the
     previous round's copy (about 1 ms at 100k steps) would land inside the timed add."""
-    columns = {c: getattr(view, c) for c in view.column_names()}
-    return MemoryView(
-        **{
-            c: cast(Any, ListPrefix(col, t)) if isinstance(col, tuple) else col[:t]
-            for c, col in columns.items()
-        }
-    )
+    return grown_prefix(view, t)
 
 
 def step_of(data: ScaleData, p: int) -> Step:

@@ -166,12 +166,16 @@ class Memory(MemoryWrites):
 
     @limited
     def wait_ready(self) -> None:
-        """Wait until the index builds running on background threads are done.
+        """Wait until the work running on background threads is done.
 
         From ``ann_min_steps`` steps on, a retrieve never waits for an HNSW index: it
         answers exactly while the index builds (or catches up with a bulk of new steps)
         on a background thread, so which queries the index answered depends on timing.
         Call this before retrieves whose answers must not (tests, benchmarks).
+
+        A similarity refresh of the OSUs (due every quarter of growth) is also
+        computed in the background; the memory takes it at a fixed step count, so
+        its answers do not depend on timing. This call waits for it and takes it now.
         """
         self._methods.wait_ready()
 

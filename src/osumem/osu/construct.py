@@ -14,8 +14,11 @@ vectorised (:func:`rebuild`).
 
 from __future__ import annotations
 
+import bisect
 import itertools
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,11 +41,12 @@ from osumem.osu.views import (
     step_keys,
     warm_community_imports,
 )
-from osumem.types import IntArray, MemoryView, segment_bounds
+from osumem.types import IntArray, ListPrefix, MemoryView, segment_bounds
 
 if TYPE_CHECKING:
     from numpy.typing import NDArray
 
+    from osumem.osu.config import OSUConfig
     from osumem.osu.pool import OSUPool
 
 ANNOTATION_VIEWS: tuple[str, ...] = ("entity", "tool", "subgoal")
@@ -73,6 +77,7 @@ class SimilarityState:
         self.knn_pending = 0
         self.partition: IntArray | None = None
         self.prebuild: KnnPrebuild | None = None  # the dropped index, rebuilding
+        self.job: RefreshJob | None = None  # a refresh computed in the background
 
     @property
     def knn_size(self) -> int:
@@ -188,16 +193,30 @@ def add(pool: OSUPool, view: MemoryView) -> None:
     pool.view_ = view
     pool.invalidate()
     slots.append_rows(view.n, rows)
-    upto = pool.similarity.upto
-    due = max(cfg.similarity_refresh, cfg.similarity_refresh_ratio * upto)
-    if view.n - upto >= due:
-        rebuild(pool, view, refresh_similarity(pool, view))
-    else:
+    state = pool.similarity
+    job = state.job
+    if job is not None:
+        job.record(view)
+        if view.n < job.apply_at and view.n - job.upto < _due(cfg, job.upto):
+            _update(pool, view, touched)  # the similarity groups stay as they are meanwhile
+        else:
+            finish_refresh(pool)  # the shadow took this add too (a refresh it made due included)
+        return
+    if view.n - state.upto < _due(cfg, state.upto):
         _update(pool, view, touched)
+    elif pool.background_refresh and "similarity" in cfg.views:
+        state.job = RefreshJob(pool, view)
+    else:
+        rebuild(pool, view, refresh_similarity(pool, view))
+
+
+def _due(cfg: OSUConfig, upto: int) -> float:
+    """Steps past ``upto`` (the last refresh) at which the next refresh is due."""
+    return max(cfg.similarity_refresh, cfg.similarity_refresh_ratio * upto)
 
 
 def refresh_similarity(pool: OSUPool, view: MemoryView) -> GroupArrays:
-    """The similarity view's raw groups over ``view``.
+    """The similarity view's raw groups over ``view``, computed here.
 
     Up to :data:`~osumem.osu.views.EXACT_KNN_MAX` steps in scope: the exact k-NN
     graph and a cold Leiden run (the paper's construction). Above: the new steps are
@@ -207,37 +226,205 @@ def refresh_similarity(pool: OSUPool, view: MemoryView) -> GroupArrays:
     """
     state = pool.similarity
     state.upto = view.n
-    cfg = pool.config
-    if "similarity" not in cfg.views:
+    if "similarity" not in pool.config.views:
         return _NO_GROUPS
+    held = _take_held(state)
+    groups, kept = _similarity(view, pool.config, pool.seed, held, communities)
+    _keep(state, kept)
+    return groups
+
+
+#: What a refresh starts from and what it leaves for the next: the HNSW index (or
+#: ``None``), the scope steps a dropped index covered, the index being rebuilt ahead
+#: (:class:`KnnPrebuild`) and the Leiden partition.
+_Held = tuple[KnnIndex | None, int, KnnPrebuild | None, IntArray | None]
+
+
+def _take_held(state: SimilarityState) -> _Held:
+    held = (state.knn, state.knn_pending, state.prebuild, state.partition)
+    state.prebuild = None
+    return held
+
+
+def _keep(state: SimilarityState, kept: _Held) -> None:
+    state.knn, state.knn_pending, state.prebuild, state.partition = kept
+
+
+def _similarity(
+    view: MemoryView,
+    cfg: OSUConfig,
+    seed: int,
+    held: _Held,
+    detect: Callable[..., list[IntArray]],
+) -> tuple[GroupArrays, _Held]:
+    """The similarity view's raw groups over ``view`` from what the last refresh left
+    (``held``), and what this one leaves; ``detect`` finds the communities
+    (:func:`~osumem.osu.views.communities` in process, or in a child process)."""
+    knn, knn_pending, pre, partition = held
     scope = similarity_scope(view, cfg)
     if scope.size <= EXACT_KNN_MAX or cfg.community != "leiden" or not hnsw_available():
-        state.knn = None
-        state.knn_pending = 0
-        state.partition = None
-        state.prebuild = None
-        return similarity_group_arrays(view, cfg, pool.seed)
-    pre, state.prebuild = state.prebuild, None
-    if state.knn is None and pre is not None and pre.size == state.knn_pending:
-        state.knn, state.knn_pending = pre.result(), 0  # prepare_similarity's build
-    if state.knn is None:
-        state.knn = KnnIndex(view.dim, seed=pool.seed)
-        if state.knn_pending:
-            state.knn.add(view.embeddings[scope[: state.knn_pending]])
-            state.knn_pending = 0
-    known = state.knn.size
-    state.knn.add(view.embeddings[scope[known:]])
-    src, dst = state.knn.edges(cfg.knn_k, lambda lo, hi: view.embeddings[scope[lo:hi]])
+        return similarity_group_arrays(view, cfg, seed, detect=detect), (None, 0, None, None)
+    if knn is None and pre is not None and pre.size == knn_pending:
+        knn, knn_pending = pre.result(), 0  # prepare_similarity's build
+    if knn is None:
+        knn = KnnIndex(view.dim, seed=seed)
+        if knn_pending:
+            knn.add(view.embeddings[scope[:knn_pending]])
+            knn_pending = 0
+    known = knn.size
+    knn.add(view.embeddings[scope[known:]])
+    src, dst = knn.edges(cfg.knn_k, lambda lo, hi: view.embeddings[scope[lo:hi]])
     initial = None
-    if state.partition is not None:
-        fresh = np.arange(scope.size - known, dtype=np.int64) + int(state.partition.max()) + 1
-        initial = np.concatenate([state.partition, fresh])
-    comms = communities(scope.size, src, dst, cfg.community, pool.seed, initial=initial)
+    if partition is not None:
+        fresh = np.arange(scope.size - known, dtype=np.int64) + int(partition.max()) + 1
+        initial = np.concatenate([partition, fresh])
+    comms = detect(scope.size, src, dst, cfg.community, seed, initial=initial)
     partition = np.empty(scope.size, dtype=np.int64)
     for c, members in enumerate(comms):
         partition[members] = c
-    state.partition = partition
-    return community_group_arrays(scope, comms, cfg)
+    return community_group_arrays(scope, comms, cfg), (knn, 0, None, partition)
+
+
+#: A background refresh started at ``n`` steps, ``k`` of them new since the last one,
+#: is applied by the first add that reaches ``n + max(REFRESH_LAG_MIN, k //
+#: REFRESH_LAG_DIVISOR)`` steps, or the next refresh's due point if that comes first.
+REFRESH_LAG_MIN = 64
+REFRESH_LAG_DIVISOR = 4
+
+
+class RefreshJob:
+    """A similarity refresh over the first ``upto`` steps, on a daemon thread
+    (:class:`BackgroundCall`), for pools whose adds must not wait for one
+    (``OSUPool.background_refresh``).
+
+    The thread computes the refresh as the add at ``upto`` would have in place, into
+    a second pool (the *shadow*): the k-NN graph (hnswlib releases the interpreter
+    lock), the communities (in a child process,
+    :func:`~osumem.osu.community_process.communities_in_child`: leidenalg holds the
+    lock), the annotation groups as they stood at ``upto``, the full re-derivation.
+    Then it replays on the shadow every add the pool takes meanwhile (:meth:`record`),
+    with the same views. The pool itself goes on without the refresh (its similarity
+    groups as they were) until the first add at ``apply_at`` steps or at the next
+    refresh's due point (see :data:`REFRESH_LAG_MIN`), or :meth:`OSUPool.finish_refresh
+    <osumem.osu.pool.OSUPool.finish_refresh>`: then it takes the shadow's state,
+    which is the state an in-place refresh at ``upto`` followed by the same adds
+    gives. A fixed step count, so the pool does not depend on how fast the thread
+    ran. The job takes the HNSW index the pool held (a snapshot taken meanwhile
+    records the scope steps it covered, as for a dropped index, and the adds since
+    ``upto``, so a restored pool computes the same refresh again)."""
+
+    def __init__(self, pool: OSUPool, view: MemoryView, adds: Sequence[MemoryView] = ()) -> None:
+        state = pool.similarity
+        self.upto = view.n
+        #: the step count from which an add applies the refresh (waiting for it if it
+        #: is not ready): a fixed point, so the pool is the same whatever the timing
+        self.apply_at = view.n + max(REFRESH_LAG_MIN, (view.n - state.upto) // REFRESH_LAG_DIVISOR)
+        held = _take_held(state)
+        state.knn, state.knn_pending = None, state.knn_size
+        #: the views of the pool's adds since ``upto``, in order (replayed on the shadow)
+        self.adds: list[MemoryView] = list(adds)
+        self._wake = threading.Condition()
+        self._stop = False
+        slots, n_slots = pool.slots, pool.slots.n_slots
+        cfg, seed = pool.config, pool.seed
+        self._pool_type = type(pool)
+        self._call = BackgroundCall(
+            lambda: self._work(slots, n_slots, view, cfg, seed, held),
+            "osumem-similarity-refresh",
+        )
+
+    def record(self, view: MemoryView) -> None:
+        """The pool took an add (up to ``view``): replay it on the shadow."""
+        with self._wake:
+            self.adds.append(view)
+            self._wake.notify()
+
+    def finish(self) -> OSUPool:
+        """Wait until the shadow has taken every recorded add; the shadow."""
+        with self._wake:
+            self._stop = True
+            self._wake.notify()
+        return self._call.result()
+
+    def _work(
+        self,
+        slots: SlotTable,
+        n_slots: int,
+        view: MemoryView,
+        cfg: OSUConfig,
+        seed: int,
+        held: _Held,
+    ) -> OSUPool:
+        from osumem.osu.community_process import communities_in_child
+
+        groups, kept = _similarity(view, cfg, seed, held, communities_in_child)
+        shadow = self._pool_type(cfg, seed)
+        shadow.background_refresh = True  # a refresh due in a replayed add: its own job
+        shadow.view_ = view
+        shadow.slots = _annotation_table(cfg, view.dim, slots, n_slots, view.n)
+        shadow.similarity.upto = view.n
+        _keep(shadow.similarity, kept)
+        rebuild(shadow, view, groups)
+        done = 0
+        while True:
+            with self._wake:
+                while done == len(self.adds) and not self._stop:
+                    self._wake.wait()
+                if done == len(self.adds):
+                    return shadow
+                nxt = self.adds[done]
+            add(shadow, nxt)
+            done += 1
+
+
+def _annotation_table(
+    cfg: OSUConfig, dim: int, slots: SlotTable, n_slots: int, upto: int
+) -> SlotTable:
+    """A new table holding the annotation groups of ``slots`` (its first ``n_slots``)
+    as they stood at ``upto`` steps: the slots opened before ``upto``, in slot order,
+    with their members before it, and the last open slot of each key. Read while the
+    pool's adds go on: they only append members (at ``upto`` or later) and slots."""
+    codes = slots.view_code.a[:n_slots].copy()
+    first = slots.first.a[:n_slots].copy()
+    kept = np.flatnonzero((codes != SIMILARITY_CODE) & (first < upto)).tolist()
+    table = SlotTable(cfg, dim)
+    names = [VIEWS[int(codes[g])] for g in kept]
+    keys = [slots.keys[g] for g in kept]
+    members = []
+    for g in kept:
+        m = list(slots.members[g])  # one copy: later adds may append to the list
+        members.append(m[: bisect.bisect_left(m, upto)])
+    table.new_slots(names, keys, members)
+    table.last = {(name, key): i for i, (name, key) in enumerate(zip(names, keys, strict=True))}
+    return table
+
+
+def grown_prefix(view: MemoryView, t: int) -> MemoryView:
+    """Steps ``0 .. t-1`` of ``view`` as the agent memory hands a grown view to its
+    pool: array slices, and the other columns as :class:`~osumem.types.ListPrefix`es,
+    not copies (what a restored pool's :class:`RefreshJob` replays)."""
+    if t == view.n:
+        return view
+    columns: dict[str, Any] = {}
+    for c in view.column_names():
+        col = getattr(view, c)
+        columns[c] = col[:t] if isinstance(col, np.ndarray) else ListPrefix(col, t)
+    return MemoryView(**columns)
+
+
+def finish_refresh(pool: OSUPool) -> bool:
+    """Apply the pool's background refresh (waiting for it): the pool takes the
+    shadow's state (see :class:`RefreshJob`). Returns whether there was one."""
+    job = pool.similarity.job
+    if job is None:
+        return False
+    shadow = job.finish()
+    pool.similarity.job = None
+    pool.slots = shadow.slots
+    pool.similarity = shadow.similarity
+    pool.view_ = shadow.view_
+    pool.invalidate()
+    return True
 
 
 def prepare_similarity(pool: OSUPool, view: MemoryView) -> bool:
@@ -252,6 +439,8 @@ def prepare_similarity(pool: OSUPool, view: MemoryView) -> bool:
     cfg = pool.config
     if state.knn is not None or not state.knn_pending or "similarity" not in cfg.views:
         return False
+    if state.job is not None:
+        return False  # a background refresh rebuilds it
     if cfg.community != "leiden" or not hnsw_available():
         return False
     scope = similarity_scope(view, cfg)

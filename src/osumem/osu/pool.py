@@ -62,6 +62,12 @@ class OSUPool:
         self.slots = SlotTable(config, 0)
         self.similarity = SimilarityState()
         self._public: dict[str, Any] | None = None
+        #: Compute due similarity refreshes on a background thread (and the community
+        #: detection in a child process) instead of inside the add that makes them
+        #: due; the next add after the refresh is done applies it (or
+        #: :meth:`finish_refresh`). Off: refreshes run in place, as the paper's
+        #: construction does.
+        self.background_refresh = False
 
     def invalidate(self) -> None:
         """Forget the assembled public attributes (the slots changed)."""
@@ -85,9 +91,21 @@ class OSUPool:
         last member and under S_max, else open a new group; only the touched groups
         and their members are re-derived. The similarity view is recomputed once
         ``max(similarity_refresh, similarity_refresh_ratio × covered)`` steps have
-        arrived since its last refresh. Returns ``self``."""
+        arrived since its last refresh (in place, or on a background thread with
+        :attr:`background_refresh`). Returns ``self``."""
         construct.add(self, view)
         return self
+
+    @property
+    def refresh_pending(self) -> bool:
+        """Whether a background similarity refresh is computed or waits to be applied."""
+        return self.similarity.job is not None
+
+    def finish_refresh(self) -> bool:
+        """Wait for the background similarity refresh, if there is one, and apply it
+        (see :func:`~osumem.osu.construct.finish_refresh`). Returns whether there was
+        one."""
+        return construct.finish_refresh(self)
 
     def prepare_refresh(self) -> bool:
         """Rebuild the similarity view's HNSW index now when this pool was built or

@@ -1,6 +1,7 @@
 """An OSU pool's incremental state as plain arrays, and back (snapshots, shared
 pools): :func:`pool_arrays` writes what construction derived (raw groups, slot and
-per-step state, the similarity partition, the size of its HNSW index);
+per-step state, the similarity partition, the size of its HNSW index, the step count
+of a background refresh under way);
 :func:`load_pool_arrays` checks arrays for consistency and fills a fresh pool from
 them, the centroids recomputed exactly from the kept members."""
 
@@ -15,7 +16,7 @@ from numpy.typing import NDArray
 
 from osumem.lazy import lazy_module
 from osumem.osu.config import VIEWS
-from osumem.osu.construct import SimilarityState
+from osumem.osu.construct import RefreshJob, SimilarityState, grown_prefix
 from osumem.osu.slots import HEADROOM_MIN, SlotTable
 from osumem.osu.sums import member_stats, segment_stats
 from osumem.types import MemoryView, distinct, segment_bounds
@@ -27,7 +28,10 @@ if TYPE_CHECKING:
 else:
     sp = lazy_module("scipy.sparse")
 
-#: Version of the layout of :func:`pool_arrays`.
+#: Version of the layout of :func:`pool_arrays`. Its ``meta`` has a seventh entry
+#: now, the step count of a background refresh under way (and ``refresh_adds`` its
+#: adds); states written without them (six entries) load as having none, so stored
+#: snapshots stay valid.
 POOL_STATE_FORMAT = 1
 
 
@@ -49,6 +53,7 @@ def pool_arrays(pool: OSUPool) -> dict[str, NDArray[Any]]:
                 sim.upto,
                 sim.knn_size,
                 -1 if part is None else part.shape[0],
+                0 if sim.job is None else sim.job.upto,
             ],
             dtype=np.int64,
         ),
@@ -68,6 +73,9 @@ def pool_arrays(pool: OSUPool) -> dict[str, NDArray[Any]]:
         "kept": slots.kept.v.copy(),
         "live_slot": slots.live_slot.v.copy(),
         "partition": np.zeros(0, np.int64) if part is None else part.copy(),
+        "refresh_adds": np.fromiter(
+            (v.n for v in ([] if sim.job is None else sim.job.adds)), np.int64
+        ),
     }
 
 
@@ -78,11 +86,15 @@ def load_pool_arrays(pool: OSUPool, view: MemoryView, state: dict[str, NDArray[A
     so the caller can rebuild instead."""
     config = pool.config
     meta = np.asarray(state["meta"], dtype=np.int64)
-    if meta.shape != (6,) or int(meta[0]) != POOL_STATE_FORMAT:
+    if meta.shape == (6,):  # written before refreshes ran in the background: none
+        meta = np.append(meta, 0)
+    if meta.shape != (7,) or int(meta[0]) != POOL_STATE_FORMAT:
         raise ValueError("pool state: unknown format")
-    n, G, sim_upto, knn, n_part = (int(x) for x in meta[1:])
+    n, G, sim_upto, knn, n_part, pending = (int(x) for x in meta[1:])
     if n != view.n or not 0 <= sim_upto <= n or knn < 0:
         raise ValueError(f"pool state: covers {n} steps, the view has {view.n}")
+    if pending and not sim_upto < pending <= n:
+        raise ValueError(f"pool state: a refresh at {pending} steps, after one at {sim_upto}")
     m_max = config.max_memberships
 
     def arr(name: str, shape: tuple[int, ...], lo: int, hi: int) -> NDArray[Any]:
@@ -157,6 +169,17 @@ def load_pool_arrays(pool: OSUPool, view: MemoryView, state: dict[str, NDArray[A
     pool.slots = slots
     pool.similarity = similarity
     pool.invalidate()
+    if pending:
+        # the refresh the saving pool was computing, computed again from the same
+        # steps and state, and applied at the same step count
+        adds = np.asarray(state.get("refresh_adds", np.zeros(0, np.int64)), dtype=np.int64)
+        if (adds.size and (np.diff(adds) <= 0).any()) or (adds.size and not pending < adds[0]):
+            raise ValueError("pool state: the adds of the refresh under way are out of order")
+        if adds.size and int(adds[-1]) != n:
+            raise ValueError(f"pool state: the refresh's adds end at {adds[-1]}, not {n}")
+        similarity.job = RefreshJob(
+            pool, grown_prefix(view, pending), [grown_prefix(view, int(t)) for t in adds]
+        )
 
 
 def _restore_centroids(

@@ -433,13 +433,20 @@ def community_groups(scope: IntArray, comms: list[IntArray], config: OSUConfig) 
     return [("similarity", k, pos[lo:hi]) for k, lo, hi in zip(keys, cuts, cuts[1:], strict=False)]
 
 
-def similarity_group_arrays(view: MemoryView, config: OSUConfig, seed: int) -> GroupArrays:
-    """:func:`similarity_groups` as flat arrays (see :data:`GroupArrays`)."""
+def similarity_group_arrays(
+    view: MemoryView,
+    config: OSUConfig,
+    seed: int,
+    *,
+    detect: Callable[..., list[IntArray]] | None = None,
+) -> GroupArrays:
+    """:func:`similarity_groups` as flat arrays (see :data:`GroupArrays`); ``detect``
+    finds the communities (default :func:`communities`; the same arguments)."""
     scope = similarity_scope(view, config)
     if scope.size < 2:
         return [], np.empty(0, dtype=np.int64), np.zeros(1, dtype=np.int64)
     src, dst = knn_edges(view.embeddings[scope], config.knn_k)
-    comms = communities(scope.size, src, dst, config.community, seed)
+    comms = (detect or communities)(scope.size, src, dst, config.community, seed)
     return community_group_arrays(scope, comms, config)
 
 

@@ -228,8 +228,11 @@ class _PoolRetriever(Retriever[PoolConfigT]):
             release_free_memory()
 
     def wait_ready(self) -> None:
-        """Wait for the background index builds (the step and centroid indexes)."""
+        """Wait for the background work: the pool's similarity refresh (applied here)
+        and the step and centroid index builds."""
         super().wait_ready()
+        if self.pool_ is not None:
+            self.pool_.finish_refresh()
         pool, view = self.pool_, self.view_
         if pool is None or view is None or not self.step_index.uses_ann(view, pool.n_steps):
             if self._centroid_index is not None:
@@ -257,6 +260,8 @@ class _PoolRetriever(Retriever[PoolConfigT]):
         """Add the new tail steps of ``view`` to the OSU pool incrementally."""
         if self.pool_ is None or self.view_ is None:
             return self.fit(view)
+        # a memory's retriever (background index builds) refreshes in the background too
+        self.pool_.background_refresh = self.step_index.background
         self.pool_.add(view)
         self.step_index.extend_cost_stats(self.view_, view)
         self.view_ = view

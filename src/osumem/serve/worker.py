@@ -38,7 +38,6 @@ import os
 import pickle
 import queue
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -49,6 +48,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from osumem.child import start_child
 from osumem.errors import MemoryProcessError
 from osumem.memory.retrieved import Retrieved, from_wire, to_wire
 
@@ -213,15 +213,6 @@ def _child_cpus(spare_cpu: bool) -> list[int] | None:
     return mine[1:] if len(mine) > 1 else None
 
 
-def _child_env() -> dict[str, str]:
-    """The agent's environment, with this ``osumem`` package first on the path."""
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    rest = env.get("PYTHONPATH", "")
-    env["PYTHONPATH"] = root + (os.pathsep + rest if rest else "")
-    return env
-
-
 class ProcessService:
     """The service calls :class:`~osumem.serve.aio.AsyncMemory` makes, answered by a
     :class:`~osumem.serve.service.MemoryService` in a child process (see the module
@@ -261,20 +252,10 @@ class ProcessService:
     ) -> None:
         self.close_timeout = close_timeout
         self.cpus = _child_cpus(spare_cpu)
-        ours, theirs = socket.socketpair()
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "osumem.serve.worker", str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),),
-                env=_child_env(),
-                stdin=subprocess.DEVNULL,
-            )
+            conn, proc = start_child("osumem.serve.worker")
         except OSError as exc:
-            ours.close()
             raise MemoryProcessError(f"could not start the memory's process: {exc}") from exc
-        finally:
-            theirs.close()
-        conn = Connection(ours.detach())
         options = {"encoder": encoder, "method": method, "readers": readers, "limits": limits}
         opening = (path, self.cpus, {**options, **settings})
         try:

@@ -1,0 +1,186 @@
+"""Similarity refreshes off the add path (``OSUPool.background_refresh``): an add that
+makes a refresh due does not wait for it; the refresh is applied at a fixed step
+count, after which the pool is, bit for bit, the pool that refreshed in place; a
+snapshot taken meanwhile restores the same refresh; the community detection runs in a
+child process and finds what it finds in process."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+from osumem.bench.synthetic import SyntheticConfig, generate_episode
+from osumem.osu import OSUConfig, OSUPool
+from osumem.osu import community_process as cp
+from osumem.osu import construct as construct_mod
+from osumem.osu.construct import grown_prefix
+from osumem.osu.views import _communities, hnsw_available
+
+CFG = OSUConfig(similarity_refresh=10, similarity_refresh_ratio=0.25, similarity_scope="all")
+
+
+@pytest.fixture(scope="module")
+def view():
+    return generate_episode(SyntheticConfig(n_episodes=1), 1001, 0).view
+
+
+def assert_same_state(a: OSUPool, b: OSUPool) -> None:
+    sa, sb = a.state(), b.state()
+    assert sa.keys() == sb.keys()
+    for name in sa:
+        np.testing.assert_array_equal(sa[name], sb[name], err_msg=name)
+    assert (a.members != b.members).nnz == 0
+    np.testing.assert_array_equal(a.centroids, b.centroids)
+
+
+def _feed(pools, view, start, stop, chunk=3):
+    for t in range(start, stop, chunk):
+        for p in pools:
+            p.add(grown_prefix(view, min(t + chunk, stop)))
+
+
+def _until_two_adds_into_a_refresh(pool, view, *others):
+    """Add one step at a time (to ``others`` too) until ``pool`` has taken two adds
+    since its background refresh began; the step count reached."""
+    t = 0
+    while not (pool.refresh_pending and len(pool.similarity.job.adds) >= 2):
+        t += 1
+        for p in (pool, *others):
+            p.add(grown_prefix(view, t))
+    return t
+
+
+@pytest.fixture(params=["exact", "hnsw"])
+def path(request, monkeypatch):
+    if request.param == "hnsw":
+        if not hnsw_available():
+            pytest.skip("needs hnswlib (the scale extra)")
+        monkeypatch.setattr(construct_mod, "EXACT_KNN_MAX", 40)  # the warm-start path
+    monkeypatch.setattr(construct_mod, "REFRESH_LAG_MIN", 4)
+    return request.param
+
+
+def test_after_each_apply_the_pool_is_the_in_place_one_bit_for_bit(view, path):
+    inline = OSUPool(CFG, seed=0)
+    background = OSUPool(CFG, seed=0)
+    background.background_refresh = True
+    started = applied = 0
+    for t in range(2, view.n + 1, 2):
+        had = background.similarity.job
+        for p in (inline, background):
+            p.add(grown_prefix(view, t))
+        job = background.similarity.job
+        started += job is not None and job is not had
+        if had is not None and job is not had:
+            applied += 1
+            if job is None:  # applied, no new one started: nothing pending
+                assert_same_state(inline, background)
+    assert started >= 3 and applied >= 2
+    background.finish_refresh()
+    assert not background.refresh_pending
+    assert_same_state(inline, background)
+
+
+def test_an_add_that_makes_a_refresh_due_does_not_wait_for_it(view, monkeypatch, held_detection):
+    monkeypatch.setattr(construct_mod, "REFRESH_LAG_MIN", 10**6)  # applied at the due point
+    gate = held_detection
+    head = 60
+    inline = OSUPool.build(grown_prefix(view, head), CFG, 0)
+    background = OSUPool.build(grown_prefix(view, head), CFG, 0)
+    background.background_refresh = True
+    before = background.similarity.partition, background.similarity.upto
+    due = head + max(CFG.similarity_refresh, int(np.ceil(CFG.similarity_refresh_ratio * head)))
+    done = threading.Event()
+
+    def adds():  # the due add and every one before the next due point
+        for t in range(head + 1, due + 15):
+            background.add(grown_prefix(view, t))
+        done.set()
+
+    threading.Thread(target=adds, daemon=True).start()
+    assert done.wait(10), "an add waited for the gated refresh"
+    assert background.refresh_pending
+    assert (background.similarity.partition, background.similarity.upto) == before
+    gate.set()
+    for t in range(head + 1, due + 15):
+        inline.add(grown_prefix(view, t))
+    background.finish_refresh()
+    assert_same_state(inline, background)
+
+
+def test_a_snapshot_taken_during_a_refresh_restores_the_same_refresh(view, path):
+    inline = OSUPool(CFG, seed=0)
+    background = OSUPool(CFG, seed=0)
+    background.background_refresh = True
+    t = _until_two_adds_into_a_refresh(background, view, inline)
+    state = background.state()
+    assert int(state["meta"][-1]) == background.similarity.job.upto
+    restored = OSUPool.from_state(grown_prefix(view, t), CFG, 0, state)
+    restored.background_refresh = True
+    assert restored.refresh_pending
+    assert restored.similarity.job.apply_at == background.similarity.job.apply_at
+    _feed([inline, background, restored], view, t, view.n)
+    for p in (background, restored):
+        p.finish_refresh()
+    assert_same_state(inline, background)
+    assert_same_state(inline, restored)
+
+
+def test_a_state_with_its_refresh_adds_out_of_order_is_refused(view):
+    pool = OSUPool(CFG, seed=0)
+    pool.background_refresh = True
+    t = _until_two_adds_into_a_refresh(pool, view)
+    state = pool.state()
+    state["refresh_adds"] = state["refresh_adds"][::-1].copy()
+    with pytest.raises(ValueError, match="out of order"):
+        OSUPool.from_state(grown_prefix(view, t), CFG, 0, state)
+    pool.finish_refresh()
+
+
+def _graph(n=300, seed=4):
+    rng = np.random.default_rng(seed)
+    src = np.repeat(np.arange(n), 6)
+    dst = (src + rng.integers(1, 12, src.shape[0])) % n  # a ring of local neighbourhoods
+    return n, src, dst
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_the_child_finds_the_communities_found_in_process(warm):
+    n, src, dst = _graph()
+    initial = np.arange(n) // 20 if warm else None
+    here = _communities(n, src, dst, "leiden", 7, initial)
+    there = cp.communities_in_child(n, src, dst, "leiden", 7, initial=initial)
+    assert len(here) == len(there) > 1
+    for a, b in zip(here, there, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_without_a_child_the_detection_runs_here_and_says_so(monkeypatch):
+    cp.shutdown()
+
+    def no_process(*args, **kwargs):
+        raise OSError("no processes left")
+
+    monkeypatch.setattr(cp, "start_child", no_process)
+    n, src, dst = _graph()
+    with pytest.warns(RuntimeWarning, match="no processes left"):
+        got = cp.communities_in_child(n, src, dst, "leiden", 7)
+    want = _communities(n, src, dst, "leiden", 7, None)
+    assert [c.tolist() for c in got] == [c.tolist() for c in want]
+
+
+def test_a_child_that_died_is_replaced(monkeypatch):
+    n, src, dst = _graph()
+    first = cp.communities_in_child(n, src, dst, "leiden", 7)
+    child = cp._CHILD
+    assert child is not None
+    child.proc.kill()
+    child.proc.wait()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # replaced, not run here
+        again = cp.communities_in_child(n, src, dst, "leiden", 7)
+    assert cp._CHILD is not child
+    assert [c.tolist() for c in again] == [c.tolist() for c in first]
