@@ -184,3 +184,30 @@ def test_a_child_that_died_is_replaced(monkeypatch):
         again = cp.communities_in_child(n, src, dst, "leiden", 7)
     assert cp._CHILD is not child
     assert [c.tolist() for c in again] == [c.tolist() for c in first]
+
+
+def test_a_failed_refresh_is_done_in_place_and_says_so(view, monkeypatch):
+    def broken(*args, **kwargs):
+        raise MemoryError("no room for the graph")
+
+    monkeypatch.setattr(cp, "communities_in_child", broken)
+    pool = OSUPool(CFG, seed=0)
+    pool.background_refresh = True
+    t = _until_two_adds_into_a_refresh(pool, view)
+    with pytest.warns(RuntimeWarning, match="no room for the graph"):
+        assert pool.finish_refresh()
+    assert not pool.refresh_pending and pool.similarity.upto == t  # refreshed here, at t
+    assert (pool.view_codes == 3).any()  # with similarity units
+
+
+def test_the_thread_of_a_dropped_pool_ends(view):
+    import gc
+
+    pool = OSUPool(CFG, seed=0)
+    pool.background_refresh = True
+    _until_two_adds_into_a_refresh(pool, view)
+    thread = pool.similarity.job._call._thread
+    del pool
+    gc.collect()
+    thread.join(10)
+    assert not thread.is_alive()

@@ -17,6 +17,8 @@ from __future__ import annotations
 import bisect
 import itertools
 import threading
+import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -321,55 +323,70 @@ class RefreshJob:
         self.apply_at = view.n + max(REFRESH_LAG_MIN, (view.n - state.upto) // REFRESH_LAG_DIVISOR)
         held = _take_held(state)
         state.knn, state.knn_pending = None, state.knn_size
-        #: the views of the pool's adds since ``upto``, in order (replayed on the shadow)
-        self.adds: list[MemoryView] = list(adds)
-        self._wake = threading.Condition()
-        self._stop = False
+        self._inbox = _Inbox(adds)
         slots, n_slots = pool.slots, pool.slots.n_slots
-        cfg, seed = pool.config, pool.seed
-        self._pool_type = type(pool)
-        self._call = BackgroundCall(
-            lambda: self._work(slots, n_slots, view, cfg, seed, held),
-            "osumem-similarity-refresh",
-        )
+        cfg, seed, pool_type = pool.config, pool.seed, type(pool)
+        inbox, alive = self._inbox, weakref.ref(self)  # the thread holds no job: see _Inbox
+
+        def work() -> OSUPool | None:
+            from osumem.osu.community_process import communities_in_child
+
+            groups, kept = _similarity(view, cfg, seed, held, communities_in_child)
+            shadow = pool_type(cfg, seed)
+            shadow.background_refresh = True  # a refresh due in a replayed add: its own job
+            shadow.view_ = view
+            shadow.slots = _annotation_table(cfg, view.dim, slots, n_slots, view.n)
+            shadow.similarity.upto = view.n
+            _keep(shadow.similarity, kept)
+            rebuild(shadow, view, groups)
+            return inbox.replay(shadow, alive)
+
+        self._call = BackgroundCall(work, "osumem-similarity-refresh")
+
+    @property
+    def adds(self) -> list[MemoryView]:
+        """The views of the pool's adds since ``upto``, in order (replayed on the
+        shadow)."""
+        return self._inbox.adds
 
     def record(self, view: MemoryView) -> None:
         """The pool took an add (up to ``view``): replay it on the shadow."""
-        with self._wake:
-            self.adds.append(view)
-            self._wake.notify()
+        with self._inbox.wake:
+            self._inbox.adds.append(view)
+            self._inbox.wake.notify()
 
     def finish(self) -> OSUPool:
-        """Wait until the shadow has taken every recorded add; the shadow."""
-        with self._wake:
-            self._stop = True
-            self._wake.notify()
-        return self._call.result()
+        """Wait until the shadow has taken every recorded add; the shadow (or raise
+        what the refresh raised)."""
+        with self._inbox.wake:
+            self._inbox.stop = True
+            self._inbox.wake.notify()
+        shadow = self._call.result()
+        assert shadow is not None  # only a job nobody holds gives up
+        return shadow
 
-    def _work(
-        self,
-        slots: SlotTable,
-        n_slots: int,
-        view: MemoryView,
-        cfg: OSUConfig,
-        seed: int,
-        held: _Held,
-    ) -> OSUPool:
-        from osumem.osu.community_process import communities_in_child
 
-        groups, kept = _similarity(view, cfg, seed, held, communities_in_child)
-        shadow = self._pool_type(cfg, seed)
-        shadow.background_refresh = True  # a refresh due in a replayed add: its own job
-        shadow.view_ = view
-        shadow.slots = _annotation_table(cfg, view.dim, slots, n_slots, view.n)
-        shadow.similarity.upto = view.n
-        _keep(shadow.similarity, kept)
-        rebuild(shadow, view, groups)
+class _Inbox:
+    """The adds a :class:`RefreshJob`'s thread replays, shared with the job. The
+    thread holds the job only weakly: a pool dropped during its refresh (a memory
+    that forgot the namespace's retriever) drops the job, and the thread, waiting for
+    more adds, sees that within a second and ends, freeing the shadow."""
+
+    def __init__(self, adds: Sequence[MemoryView]) -> None:
+        self.adds: list[MemoryView] = list(adds)
+        self.wake = threading.Condition()
+        self.stop = False
+
+    def replay(self, shadow: OSUPool, alive: weakref.ref[RefreshJob]) -> OSUPool | None:
+        """Replay the recorded adds on ``shadow`` as they come, until told to stop and
+        caught up; ``None`` once the job is gone."""
         done = 0
         while True:
-            with self._wake:
-                while done == len(self.adds) and not self._stop:
-                    self._wake.wait()
+            with self.wake:
+                while done == len(self.adds) and not self.stop:
+                    if alive() is None:
+                        return None
+                    self.wake.wait(1.0)
                 if done == len(self.adds):
                     return shadow
                 nxt = self.adds[done]
@@ -418,7 +435,19 @@ def finish_refresh(pool: OSUPool) -> bool:
     job = pool.similarity.job
     if job is None:
         return False
-    shadow = job.finish()
+    try:
+        shadow = job.finish()
+    except Exception as exc:  # the pool is as it was without the refresh: do it here
+        pool.similarity.job = None
+        warnings.warn(
+            f"osumem: the background similarity refresh failed ({type(exc).__name__}: "
+            f"{exc}); refreshing in place",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        if pool.view_ is not None:
+            rebuild(pool, pool.view_, refresh_similarity(pool, pool.view_))
+        return True
     pool.similarity.job = None
     pool.slots = shadow.slots
     pool.similarity = shadow.similarity
