@@ -69,16 +69,26 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-def shutdown() -> None:
-    """End the child (a later refresh starts another)."""
+def shutdown(timeout: float = 5.0) -> None:
+    """End the child, killing it after ``timeout`` seconds if it is still busy (a later
+    refresh starts another). Does not wait for a detection under way: its call fails
+    and starts a new child."""
     global _CHILD
-    with _LOCK:
-        child, _CHILD = _CHILD, None
+    child, _CHILD = _CHILD, None
     if child is not None:
-        child.close()
+        child.close(timeout)
 
 
-atexit.register(shutdown)
+_EXITING = False
+
+
+def _at_exit() -> None:
+    global _EXITING
+    _EXITING = True  # a refresh thread still running detects here, starting no child
+    shutdown(timeout=0.5)
+
+
+atexit.register(_at_exit)
 
 
 def communities_in_child(
@@ -100,6 +110,8 @@ def communities_in_child(
         int(seed),
         None if initial is None else np.ascontiguousarray(initial, dtype=np.int64),
     )
+    if _EXITING:
+        return _communities(*request)
     with _LOCK:
         for _attempt in range(2):
             try:
@@ -110,6 +122,8 @@ def communities_in_child(
                 failed, _CHILD = _CHILD, None
                 if failed is not None:
                     failed.close(timeout=0.0)
+                if _EXITING:
+                    return _communities(*request)
                 reason = f"{type(exc).__name__}: {exc}"
     warnings.warn(
         f"osumem: the community detection process is not available ({reason}); "
