@@ -173,7 +173,7 @@ def load_pool_arrays(pool: OSUPool, view: MemoryView, state: dict[str, NDArray[A
         # the refresh the saving pool was computing, computed again from the same
         # steps and state, and applied at the same step count
         adds = np.asarray(state.get("refresh_adds", np.zeros(0, np.int64)), dtype=np.int64)
-        if (adds.size and (np.diff(adds) <= 0).any()) or (adds.size and not pending < adds[0]):
+        if adds.size and ((np.diff(adds) <= 0).any() or adds[0] <= pending):
             raise ValueError("pool state: the adds of the refresh under way are out of order")
         if adds.size and int(adds[-1]) != n:
             raise ValueError(f"pool state: the refresh's adds end at {adds[-1]}, not {n}")
