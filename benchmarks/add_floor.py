@@ -125,6 +125,7 @@ def run(steps: int, adds: int, profile_adds: int, encoder: str, work: Path) -> d
     mem = Memory.open(store, encoder=encoder)
     try:
         mem.retrieve("warm up", 64, namespace=NAMESPACE)  # loaded, as in an agent loop
+        mem.wait_ready()  # no index build on a thread inside the timings
         run = secrets.token_hex(4)  # new texts each run: a rerun on the kept store adds them
         add_cpu: list[float] = []
         floor_cpu: list[float] = []

@@ -47,6 +47,27 @@ def test_a_plain_add_reads_once_and_leaves_held_messages_alone(tmp_path: Path) -
             "COMMIT",
         ]
         assert mem.n_steps("a") == 2
+        # the recorded encoder is read once, not at every add, and the new position
+        # comes from the write itself: one count of the steps before, one inside
+        assert not [s for s in sql if "FROM meta" in s and "max_step_id" not in s]
+        assert sum("MAX(pos)" in s for s in sql) == 2
+
+
+def test_two_memories_on_one_store_object_see_each_others_adds(tmp_path: Path) -> None:
+    """The cached view takes an add's rows only when they follow its own last step;
+    a write through another memory on the same store (no change of SQLite's
+    data_version) makes it reload."""
+    with Memory.open(tmp_path / "m.db", encoder="hashing") as mem:
+        other = Memory(mem.store, mem.encoder, mem.config)
+        mem.add("first turn", namespace="a")
+        mem.retrieve("turn", 64, namespace="a")
+        other.add("the other memory's turn", namespace="a")
+        mem.add("a third turn", namespace="a")
+        texts = [s.text for s in mem.steps("a")]
+        assert texts == ["user: first turn", "user: the other memory's turn", "user: a third turn"]
+        assert mem.view("a").n == 3
+        got = mem.retrieve("the other memory", 256, namespace="a")
+        assert "user: the other memory's turn" in [s.text for s in got.steps]
 
 
 def test_held_messages_are_still_written_and_cleared(tmp_path: Path) -> None:

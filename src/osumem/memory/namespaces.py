@@ -28,6 +28,7 @@ class NamespaceCache:
         self._buffers: dict[str, NamespaceBuffer] = {}
         self._counts: dict[str, tuple[int, int]] = {}  # namespace -> (steps, user steps)
         self._edits: dict[str, int] = {}  # namespace -> the store's edit count when loaded
+        self._starts: dict[str, int] = {}  # namespace -> first position of the add just written
         self._version = store.data_version()
 
     def refresh(self) -> bool:
@@ -114,13 +115,24 @@ class NamespaceCache:
         mine, others, of = split_held(held, sources, source)
         return mine, self.users(namespace), others, of
 
-    def count_added(self, namespace: str, users_before: int, rows: Sequence[StepRow]) -> None:
-        """Record an add of ``rows`` just written (inside the caller's transaction) to a
-        namespace that held ``users_before`` user steps. A loaded namespace needs no
-        record: its buffer counts the user steps it is extended with, and the count of
-        a namespace another writer moved on is caught up from the last record."""
-        if rows and namespace not in self._buffers:
+    def count_added(
+        self, namespace: str, users_before: int, rows: Sequence[StepRow], start: int | None
+    ) -> None:
+        """Record an add of ``rows`` just written at positions from ``start`` (inside
+        the caller's transaction; ``None``: the store did not say) to a namespace that
+        held ``users_before`` user steps. A loaded namespace's buffer counts the user steps it is extended with
+        (:meth:`extend`, told where the rows start); the count of a namespace that is
+        not loaded is recorded, and caught up from there when another writer moves it
+        on."""
+        if not rows:
+            return
+        if start is None:
+            self._starts.pop(namespace, None)
             n = self.store.n_steps(namespace)
+        else:
+            self._starts[namespace] = start
+            n = start + len(rows)
+        if namespace not in self._buffers:
             self._counts[namespace] = (n, users_before + sum(r.role == "user" for r in rows))
 
     def extend(
@@ -132,10 +144,13 @@ class NamespaceCache:
     ) -> None:
         """Append committed rows to the cached namespace (the same bytes the store now
         holds, so the live view equals a reloaded one)."""
+        start = self._starts.pop(namespace, None)
         buf = self._buffers.get(namespace)
         if buf is None or not rows:
             return
-        if self.store.n_steps(namespace) != buf.n + len(rows):
-            self.forget(namespace)  # someone else wrote in between: reload lazily
+        if start != buf.n:
+            # steps the buffer does not hold came before these (another writer, or
+            # another memory on this store): reload lazily
+            self.forget(namespace)
             return
         buf.extend(rows_data(rows, embeddings, ids, (buf.n + len(rows),)))

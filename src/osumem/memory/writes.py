@@ -353,7 +353,9 @@ class MemoryWrites(MemoryReads):
             pending_sources=pending_sources,
             digest=digest,
         )
-        self._views.count_added(namespace, users, rows)
+        last = self.store.last_append
+        start = last[1] if last is not None and last[0] == namespace else None
+        self._views.count_added(namespace, users, rows, start)
         if encoder_id.startswith(EXTERNAL_PREFIX) and self._encoder is None:
             self._encoder_spec = None  # a vectors-only store: never guess an encoder
         return ids

@@ -235,3 +235,38 @@ def test_every_edit_is_counted_and_the_count_survives_a_namespace_delete(locatio
         with pytest.raises(StoreError):
             store.delete_steps("ns", [0])
         assert store.edits("ns") == 4
+
+
+def test_a_rolled_back_first_add_fixes_no_encoder(location):
+    """The encoder id and dimension are cached once committed, never from inside a
+    transaction: a first add that is rolled back leaves the store open to another."""
+    with open_store(location) as store:
+        with pytest.raises(RuntimeError, match="undo"), store.transaction():
+            store.append("ns", [row(0)], vectors(1), encoder_id=ENC_ID)
+            assert (store.encoder_id, store.dim) == (ENC_ID, 16)  # its own write
+            raise RuntimeError("undo")
+        assert (store.encoder_id, store.dim) == ("", 0)
+        emb = np.ones((1, 8), dtype=np.float32) / np.sqrt(8)
+        store.append("ns", [row(1)], emb, encoder_id="other:d8")
+        assert (store.encoder_id, store.dim) == ("other:d8", 8)
+        with pytest.raises(IncompatibleStoreError, match="other:d8"):
+            store.append("ns", [row(2)], vectors(1), encoder_id=ENC_ID)
+        assert store.n_steps("ns") == 1
+
+
+def test_last_append_names_where_the_rows_went(location):
+    with open_store(location) as store:
+        assert store.last_append is None
+        filled(store, sizes=(3, 2))
+        assert store.last_append == ("ns", 3)
+        store.append("other", [row(7)], vectors(1), encoder_id=ENC_ID)
+        assert store.last_append == ("other", 0)
+
+
+def test_ids_stay_past_deleted_ones_after_a_reopen(location):
+    with open_store(location) as store:
+        ids, _ = filled(store, sizes=(3,))
+        store.delete_steps("ns", [2])
+    with open_store(location) as store:
+        (new,) = store.append("ns", [row(5)], vectors(1), encoder_id=ENC_ID)
+        assert new > max(ids)

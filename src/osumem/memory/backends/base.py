@@ -133,18 +133,38 @@ class MemoryStore(ABC, metaclass=_Constructible):
         """The store's metadata: ``format``, ``schema_version``, ``library_version``,
         ``model_id`` (the encoder id) and ``dim``."""
 
+    #: The encoder id and dimension as committed by the first add, once read: they never
+    #: change afterwards, so :attr:`encoder_id` and :attr:`dim` (read by every add and
+    #: retrieve) need not query the store again. Filled only from a read outside a
+    #: transaction, so a first add that is rolled back leaves nothing cached.
+    _fixed_encoder: tuple[str, int] | None = None
+    #: ``(namespace, first position)`` of the last :meth:`append` made through this
+    #: object (positions assigned inside its transaction): lets a caller holding the
+    #: namespace's earlier steps tell whether the new ones follow them directly.
+    last_append: tuple[str, int] | None = None
+
+    def _encoder_and_dim(self) -> tuple[str, int]:
+        fixed = self._fixed_encoder
+        if fixed is not None and self.is_open:
+            return fixed
+        meta = self.meta()
+        value = meta.get("dim", "0")
+        if not value.isdigit():
+            raise StoreCorruptError(f"{self.name}: corrupt: meta 'dim' is {value!r}")
+        pair = (meta.get("model_id", ""), int(value))
+        if pair[0] and not self.in_transaction:
+            self._fixed_encoder = pair
+        return pair
+
     @property
     def encoder_id(self) -> str:
         """The encoder id recorded at the first add ("" while empty)."""
-        return self.meta().get("model_id", "")
+        return self._encoder_and_dim()[0]
 
     @property
     def dim(self) -> int:
         """The embedding dimension recorded at the first add (0 while empty)."""
-        value = self.meta().get("dim", "0")
-        if not value.isdigit():
-            raise StoreCorruptError(f"{self.name}: corrupt: meta 'dim' is {value!r}")
-        return int(value)
+        return self._encoder_and_dim()[1]
 
     @abstractmethod
     def data_version(self) -> int:

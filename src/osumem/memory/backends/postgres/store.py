@@ -177,7 +177,7 @@ class PostgresStore(PostgresEdits):
             return dict(self._meta)
         with self.conn.cursor() as c:
             meta = schema.meta_rows(c, self.name)
-        if meta.get("model_id"):  # fixed from the first add on
+        if meta.get("model_id") and not self.in_transaction:  # fixed once committed
             self._meta = dict(meta)
         return meta
 
@@ -267,6 +267,7 @@ class PostgresStore(PostgresEdits):
                 self._set_pending(c, namespace, add.pending, add.pending_sources)
             if add.digest is not None and self._has_digests:
                 c.execute(sql.INSERT_DIGEST, (namespace, add.digest, start + len(rows)))
+        self.last_append = (namespace, start)
         return ids
 
     # --- changing stored steps ------------------------------------------------------

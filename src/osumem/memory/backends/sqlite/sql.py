@@ -35,6 +35,14 @@ REPLACE_METADATA = (
     "INSERT OR REPLACE INTO step_metadata (id, metadata, time, updated) VALUES (?, ?, ?, ?)"
 )
 MAX_STEP_ID = "SELECT COALESCE(MAX(id), 0) FROM steps"
+#: The id of the next step: past every stored id and every id given out before (a
+#: deleted step's id is never given again; the meta row keeps the largest, a value
+#: that is not a whole number counting as 0). Parameter: :data:`RETIRED_ID_KEY`.
+NEXT_STEP_ID = (
+    "SELECT MAX(COALESCE((SELECT MAX(id) FROM steps), 0), COALESCE((SELECT CASE "
+    "WHEN value <> '' AND value NOT GLOB '*[^0-9]*' THEN CAST(value AS INTEGER) END "
+    "FROM meta WHERE key = ?), 0)) + 1"
+)
 STEP_AT = "SELECT id FROM steps WHERE ns = ? AND pos = ?"
 IDS_FROM = "SELECT id, pos FROM steps WHERE ns = ? AND pos >= ? ORDER BY pos"
 MOVE_STEP = "UPDATE steps SET pos = ? WHERE id = ?"

@@ -238,18 +238,23 @@ class SQLiteStore(SQLiteEdits):
         conn = self.conn
         namespace, rows, emb, encoder_id = add.namespace, add.rows, add.embeddings, add.encoder_id
         with conn.transaction():
-            meta = schema.meta_rows(conn)
-            check_meta(self.name, meta)
-            dim = int(meta["dim"])
+            # the recorded encoder, read under the write lock unless a committed read
+            # already fixed it (it never changes after the first add)
+            fixed = self._fixed_encoder
+            if fixed is None:
+                meta = schema.meta_rows(conn)
+                check_meta(self.name, meta)
+                fixed = (meta["model_id"], int(meta["dim"]))
+            model, dim = fixed
             if len(rows):
-                if not meta["model_id"]:
+                if not model:
                     conn.executemany(
                         sql.UPDATE_META, [(encoder_id, "model_id"), (str(emb.shape[1]), "dim")]
                     )
                     dim = emb.shape[1]
-                elif meta["model_id"] != encoder_id or dim != emb.shape[1]:
+                elif model != encoder_id or dim != emb.shape[1]:
                     raise IncompatibleStoreError(
-                        f"{self.name}: made with encoder {meta['model_id']!r} "
+                        f"{self.name}: made with encoder {model!r} "
                         f"(dim {dim}); got {encoder_id!r} (dim {emb.shape[1]})"
                     )
             start = self.n_steps(namespace)
@@ -257,7 +262,7 @@ class SQLiteStore(SQLiteEdits):
             if len(rows):
                 cur = conn.execute(sql.INSERT_BATCH, (namespace, start + len(rows)))
                 batch = int(cur.lastrowid or 0)
-            first = self._next_step_id(meta)
+            (first,) = conn.execute(sql.NEXT_STEP_ID, (sql.RETIRED_ID_KEY,)).fetchone()
             ids = list(range(first, first + len(rows)))
             conn.executemany(
                 sql.INSERT_STEP,
@@ -275,14 +280,8 @@ class SQLiteStore(SQLiteEdits):
                 self._set_pending(namespace, add.pending, add.pending_sources)
             if add.digest is not None and self._has_digests:
                 conn.execute(sql.INSERT_DIGEST, (namespace, add.digest, start + len(rows)))
+        self.last_append = (namespace, start)
         return ids
-
-    def _next_step_id(self, meta: Mapping[str, str]) -> int:
-        """The id of the next step: past every stored id and every id given out before
-        (a deleted step's id is never given again)."""
-        (largest,) = self.conn.execute(sql.MAX_STEP_ID).fetchone()
-        retired = meta.get(sql.RETIRED_ID_KEY, "0")
-        return max(int(largest), int(retired) if retired.isdigit() else 0) + 1
 
     def _set_pending(
         self,
