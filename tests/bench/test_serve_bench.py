@@ -31,6 +31,13 @@ def test_small_serve_bench(tmp_path, monkeypatch):
     report = render_report(result)
     assert "HTTP / in-process" in report and "lost after SIGKILL + reopen: 0" in report
     assert "osumem serve / echo" in report
+    assert "4 server reader threads" in report  # the server's own default
+
+
+def test_the_server_runs_with_its_own_default_readers():
+    from osumem.serve.service import ServiceThreads
+
+    assert ServeBenchConfig().readers == ServiceThreads().readers
 
 
 def test_bench_config_is_checked():
@@ -38,3 +45,5 @@ def test_bench_config_is_checked():
         ServeBenchConfig(clients=0)
     with pytest.raises(ConfigError, match="add_share"):
         ServeBenchConfig(add_share=1.5)
+    with pytest.raises(ConfigError, match="readers"):
+        ServeBenchConfig(readers=0)

@@ -275,6 +275,13 @@ def serve_cmd(
     "--time-limit", type=float, default=300.0, show_default=True, help="Seconds per phase."
 )
 @click.option(
+    "--readers",
+    type=click.IntRange(1, 64),
+    default=4,
+    show_default=True,
+    help="The server's retrieval threads (the server's own default).",
+)
+@click.option(
     "--store",
     "store_url",
     default=None,
@@ -311,6 +318,7 @@ def bench_serve_cmd(
     data: Path | None,
     work_dir: Path | None,
     time_limit: float,
+    readers: int,
     store_url: str | None,
     local_postgres: bool,
     servers: int,
@@ -342,6 +350,7 @@ def bench_serve_cmd(
         method=method,
         data=data,
         time_limit=time_limit,
+        readers=readers,
     )
     result = run_serve_bench(cfg, work_dir, progress=None if as_json else _progress)
     if as_json:
