@@ -23,6 +23,16 @@ def server(tmp_path_factory):
     srv.stop()
 
 
+@pytest.fixture(scope="module")
+def inline_server(tmp_path_factory):
+    """A server answering retrievals in its event loop's thread (``--inline-reads``)."""
+    tmp = tmp_path_factory.mktemp("serve-http-inline")
+    srv = Server(tmp / "mem.db", write_tokens(tmp / "tokens.txt"), "--inline-reads")
+    srv.store = tmp / "mem.db"  # type: ignore[attr-defined]
+    yield srv
+    srv.stop()
+
+
 def client(server, token=TOKEN):
     headers = {"authorization": f"Bearer {token}"} if token else {}
     return httpx.Client(base_url=server.url, headers=headers, timeout=60)
@@ -131,7 +141,9 @@ def test_oversized_body_is_413(server):
         assert c.get("/healthz").status_code == 200  # still serving
 
 
-def test_happy_path_equals_in_process_retrieve(server, tmp_path):
+@pytest.mark.parametrize("which", ["server", "inline_server"])
+def test_happy_path_equals_in_process_retrieve(which, request):
+    server = request.getfixturevalue(which)
     with client(server) as c:
         acked = []
         for k in range(12):  # several adds: the server updates its index incrementally

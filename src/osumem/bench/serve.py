@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from osumem.errors import ConfigError
-from osumem.frozen import Constraints, FrozenConfig, Interval
+from osumem.frozen import Boolean, Constraints, FrozenConfig, Interval
 
 NAMESPACE = "bench"
 AIRPORTS = ("JFK", "SFO", "ORD", "ATL", "SEA", "BOS", "LAX", "MIA", "DEN", "PHX")
@@ -65,6 +65,8 @@ class ServeBenchConfig(FrozenConfig):
     #: the server's reader threads: its own default (``osumem serve --readers``), so
     #: the benchmark measures the server as it runs unless told otherwise
     readers: int = 4
+    #: run the server with ``--inline-reads`` (its default: off)
+    inline_reads: bool = False
     seed: int = 0
 
     config_name = "bench serve"
@@ -77,6 +79,7 @@ class ServeBenchConfig(FrozenConfig):
         "budget": Interval(int, 1, None),
         "time_limit": Interval(float, 0, None, closed="neither"),
         "readers": Interval(int, 1, None),
+        "inline_reads": Boolean(),
     }
 
 
@@ -144,6 +147,28 @@ def _percentiles(values: list[float]) -> dict[str, float]:
     }
 
 
+def _cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) process ``pid`` has used; ``None`` without Linux's
+    ``/proc``."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_ms_per_op(pid: int, load: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run ``load`` and add to its result the CPU milliseconds process ``pid`` spent
+    per operation meanwhile (``None`` where that cannot be read)."""
+    before = _cpu_s(pid)
+    out = load()
+    after = _cpu_s(pid)
+    ops = out["operations"]
+    spent = None if before is None or after is None or not ops else after - before
+    return out | {"server_cpu_ms_per_op": None if spent is None else spent / ops * 1000.0}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -159,6 +184,7 @@ def _start_server(
         sys.executable, "-c", "from osumem.cli import main; main()", "serve",
         "--store", str(store), "--transport", "http", "--port", str(port),
         "--method", cfg.method, "--readers", str(readers),
+        "--inline-reads" if cfg.inline_reads else "--thread-reads",
     ]  # fmt: skip
     env = {**os.environ, "OSUMEM_TOKEN": token}
     proc = subprocess.Popen(
@@ -350,11 +376,18 @@ def _run(cfg: ServeBenchConfig, folder: Path, say: Callable[[str], None]) -> dic
         echo_proc, echo_url = _start_echo()
         try:
             say(f"{cfg.clients} concurrent clients against the echo endpoint")
-            echo_before = _echo_load(cfg, echo_url, route, base_queries, nonce)
+            echo_before = _cpu_ms_per_op(
+                echo_proc.pid, lambda: _echo_load(cfg, echo_url, route, base_queries, nonce)
+            )
             say(f"{cfg.clients} concurrent clients, {cfg.ops_per_client} operations each")
-            loaded = _concurrent(cfg, url, headers, route, base_queries, nonce, acked)
+            loaded = _cpu_ms_per_op(
+                proc.pid,
+                lambda: _concurrent(cfg, url, headers, route, base_queries, nonce, acked),
+            )
             say(f"{cfg.clients} concurrent clients against the echo endpoint again")
-            echo_after = _echo_load(cfg, echo_url, route, base_queries, nonce)
+            echo_after = _cpu_ms_per_op(
+                echo_proc.pid, lambda: _echo_load(cfg, echo_url, route, base_queries, nonce)
+            )
         finally:
             echo_proc.kill()
             echo_proc.wait(timeout=60)
@@ -469,7 +502,8 @@ def render_report(result: dict[str, Any]) -> str:
     rows = [
         f"serve benchmark: {result['store']['steps']} steps, encoder {result['store']['encoder']}, "
         f"method {cfg['method']}, budget {cfg['budget']}, "
-        f"{cfg.get('readers', 4)} server reader threads",
+        f"{cfg.get('readers', ServeBenchConfig.readers)} server reader threads"
+        + (", inline reads" if cfg.get("inline_reads") else ""),
         "",
         "| path | n | p50 ms | p99 ms |",
         "|---|---:|---:|---:|",
@@ -489,6 +523,7 @@ def render_report(result: dict[str, Any]) -> str:
         f"echo endpoint (FastAPI + uvicorn, same load, before/after): "
         f"{echo['before']['throughput_ops_s']:.1f} / {echo['after']['throughput_ops_s']:.1f}"
         f" ops/s; osumem serve / echo: {echo['ratio']:.2f}x",
+        *_cpu_line(con, echo),
         f"acknowledged adds: {result['acknowledged_adds']} ({result['acknowledged_steps']} "
         f"steps); lost after SIGKILL + reopen: {result['lost_acknowledged_steps']}",
         f"store build {result['store']['build_s']:.1f} s; reopen + first retrieve "
@@ -497,3 +532,15 @@ def render_report(result: dict[str, Any]) -> str:
         f"{result['server_first_retrieve_s']:.1f} s",
     ]
     return "\n".join(rows)
+
+
+def _cpu_line(con: dict[str, Any], echo: dict[str, Any]) -> list[str]:
+    """The servers' CPU per operation under the concurrent load, where it was read."""
+    ours = con.get("server_cpu_ms_per_op")
+    theirs = [echo[k].get("server_cpu_ms_per_op") for k in ("before", "after")]
+    if ours is None or None in theirs:
+        return []
+    return [
+        f"server CPU per operation: osumem serve {ours:.2f} ms, echo endpoint "
+        f"{theirs[0]:.2f} / {theirs[1]:.2f} ms"
+    ]

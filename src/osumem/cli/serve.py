@@ -89,6 +89,13 @@ def _need_serve_extra() -> None:
     "--readers", type=int, default=4, show_default=True, help="Concurrent retrieval threads."
 )
 @click.option(
+    "--inline-reads/--thread-reads",
+    default=False,
+    show_default=True,
+    help="Answer a retrieval in the event loop's thread when it needs no wait, instead of "
+    "on a retrieval thread (less CPU per retrieval for read-heavy loads, cheap encoders).",
+)
+@click.option(
     "--torch-threads",
     type=int,
     default=1,
@@ -156,6 +163,7 @@ def serve_cmd(
     max_budget: int,
     max_messages: int,
     readers: int,
+    inline_reads: bool,
     torch_threads: int,
     blas_threads: int,
     allowed_hosts: tuple[str, ...],
@@ -201,6 +209,7 @@ def serve_cmd(
             encoder=encoder,
             method=method,
             readers=readers,
+            inline_reads=inline_reads,
             limits=limits,
             torch_threads=torch_threads or None,
             blas_threads=blas_setting(blas_threads),
@@ -282,6 +291,12 @@ def serve_cmd(
     help="The server's retrieval threads (the server's own default).",
 )
 @click.option(
+    "--inline-reads/--thread-reads",
+    default=False,
+    show_default=True,
+    help="Run the server with --inline-reads (default: the server's own default, off).",
+)
+@click.option(
     "--store",
     "store_url",
     default=None,
@@ -319,6 +334,7 @@ def bench_serve_cmd(
     work_dir: Path | None,
     time_limit: float,
     readers: int,
+    inline_reads: bool,
     store_url: str | None,
     local_postgres: bool,
     servers: int,
@@ -351,6 +367,7 @@ def bench_serve_cmd(
         data=data,
         time_limit=time_limit,
         readers=readers,
+        inline_reads=inline_reads,
     )
     result = run_serve_bench(cfg, work_dir, progress=None if as_json else _progress)
     if as_json:

@@ -74,6 +74,15 @@ class ReadWriteLock:
                 self._cond.wait()
             self._readers += 1
 
+    def try_acquire_read(self) -> bool:
+        """Enter as a reader only if that needs no wait (no writer holds or waits for
+        the lock); whether it entered."""
+        with self._cond:
+            if self._writer or self._writers_waiting:
+                return False
+            self._readers += 1
+            return True
+
     def release_read(self) -> None:
         """Leave as a reader."""
         with self._cond:
