@@ -87,7 +87,13 @@ def test_similarity_index_prepared_ahead_gives_the_same_refreshes(monkeypatch):
     plain = OSUPool.build(head, cfg, 0)
     prepared = OSUPool.build(head, cfg, 0)
     assert prepared.prepare_refresh()
+    scopes = []
+    real_scope = construct_mod.similarity_scope
+    monkeypatch.setattr(
+        construct_mod, "similarity_scope", lambda *a: scopes.append(1) or real_scope(*a)
+    )
     assert not prepared.prepare_refresh()  # under way already: not started twice
+    assert scopes == []  # ... and known without reading the scope (every server warm-up asks)
     pre = prepared.similarity.prebuild
     assert pre is not None and pre.size == prepared.similarity.knn_pending
     ahead = pre.result()

@@ -77,3 +77,16 @@ def test_warm_up_of_other_methods_asks_a_query(monkeypatch):
     fresh.warm_up()
     assert asked == []  # OSU-Mem builds its lazy state without a query
     assert _lazy_state(fresh) == (True, True, None)
+
+
+@pytest.mark.parametrize("ann", [False, True])
+def test_osumem_warm_up_scans_the_centroids_only_where_an_index_answers(ann, monkeypatch):
+    r, _ = _grown(ann)
+    scans = []
+    real = type(r)._coarse_positions
+    monkeypatch.setattr(
+        type(r), "_coarse_positions", lambda self, q, b: scans.append(b) or real(self, q, b)
+    )
+    r.warm_up()
+    # the exact coarse scan builds nothing a later query reuses: a probe of it is waste
+    assert scans == ([1] if ann else [])

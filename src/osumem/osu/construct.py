@@ -470,13 +470,13 @@ def prepare_similarity(pool: OSUPool, view: MemoryView) -> bool:
         return False
     if state.job is not None:
         return False  # a background refresh rebuilds it
+    if state.prebuild is not None and state.prebuild.size == state.knn_pending:
+        return False  # already under way (checked first: every warm-up of a server asks)
     if cfg.community != "leiden" or not hnsw_available():
         return False
     scope = similarity_scope(view, cfg)
     if scope.size <= EXACT_KNN_MAX:
         return False
-    if state.prebuild is not None and state.prebuild.size == state.knn_pending:
-        return False  # already under way
     rows = np.ascontiguousarray(view.embeddings[scope[: state.knn_pending]], dtype=np.float32)
     state.prebuild = KnnPrebuild(rows, view.dim, pool.seed)
     warm_community_imports()

@@ -341,9 +341,7 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
             return np.empty(0, dtype=np.int64)
         k = min(math.ceil(cfg.coarse_ratio * budget / self._mean_osu_cost()), slots.size)
         found = None
-        if self.step_index.uses_ann(self.fitted_view, pool.n_steps) and (
-            k + CENTROID_MARGIN < slots.size
-        ):
+        if self._coarse_uses_index(k, int(slots.size)):
             if self._centroid_index is None or self._centroid_index.pool is not pool:
                 self._centroid_index = CentroidIndex(
                     pool, self.seed, background=self.step_index.background
@@ -378,6 +376,13 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
             best = top_slots(pool, slots, cents @ q, k)
         return pool.kept_union(best)
 
+    def _coarse_uses_index(self, k: int, n_live: int) -> bool:
+        """Whether the whole-pool coarse stage asks the centroid index for its ``k``
+        units (a memory on the step index's ANN path with more live units than ``k``
+        and the margin), rather than scanning every live centroid."""
+        ann = self.step_index.uses_ann(self.fitted_view, self.fitted_pool.n_steps)
+        return ann and k + CENTROID_MARGIN < n_live
+
     def _mean_osu_cost(self) -> float:
         """Mean token cost of the live OSUs (cached until the pool changes)."""
         pool = self.fitted_pool
@@ -392,7 +397,8 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
         """What a whole-memory query of OSU-Mem builds lazily: the coarse stage's state
         (the live units' mean cost; above ``ann_min_steps`` the centroid index, built or
         brought up to date) and the step costs' statistics the fill reads, without the
-        cosine scan of every step that a probe query would pay. A subclass whose
+        cosine scan of every step, nor below ``ann_min_steps`` the scan of every live
+        centroid, that a probe query would pay. A subclass whose
         selection differs, the oracle, and the ``union_cost`` rule (whose coarse stage
         assembles the pool) are warmed by a query, as any method."""
         cls = type(self)
@@ -405,9 +411,17 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
             super().warm_up()
             return
         view = self.fitted_view
-        if view.n:
-            self._coarse_positions(unit_probe(view.dim), 1)  # what _select asks of the whole
-            self.step_index.cost_stats(view)
+        if not view.n:
+            return
+        n_live = int(self.fitted_pool.live_arrays()[0].size)
+        if n_live:
+            # what _select asks of the whole pool at the smallest budget: the mean cost
+            # cached, and the centroid index built or caught up where it answers; the
+            # exact scan builds nothing, so it is not run for a probe
+            k = min(math.ceil(self.config.coarse_ratio / self._mean_osu_cost()), n_live)
+            if self._coarse_uses_index(k, n_live):
+                self._coarse_positions(unit_probe(view.dim), 1)
+        self.step_index.cost_stats(view)
 
     def _select(
         self, q: NDArray[np.float32], budget: int, limit: int, evidence: IntArray | None
