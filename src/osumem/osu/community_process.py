@@ -16,7 +16,6 @@ never fails for want of a child. The child ends when this process closes its end
 
 from __future__ import annotations
 
-import atexit
 import os
 import signal
 import sys
@@ -28,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from osumem.child import start_child
+from osumem.osu import background
 from osumem.osu.views import _communities
 from osumem.types import IntArray
 
@@ -79,16 +79,9 @@ def shutdown(timeout: float = 5.0) -> None:
         child.close(timeout)
 
 
-_EXITING = False
-
-
-def _at_exit() -> None:
-    global _EXITING
-    _EXITING = True  # a refresh thread still running detects here, starting no child
-    shutdown(timeout=0.5)
-
-
-atexit.register(_at_exit)
+# at exit (after background.exiting() turns true): a detection under way gets half a
+# second, then the child is killed; a refresh thread still running starts no other
+background.on_exit(lambda: shutdown(timeout=0.5))
 
 
 def communities_in_child(
@@ -110,7 +103,8 @@ def communities_in_child(
         int(seed),
         None if initial is None else np.ascontiguousarray(initial, dtype=np.int64),
     )
-    if _EXITING:
+    if background.exiting():
+        background.check_exit()  # a refresh thread stops: nobody will take its result
         return _communities(*request)
     with _LOCK:
         for _attempt in range(2):
@@ -122,7 +116,8 @@ def communities_in_child(
                 failed, _CHILD = _CHILD, None
                 if failed is not None:
                     failed.close(timeout=0.0)
-                if _EXITING:
+                if background.exiting():
+                    background.check_exit()
                     return _communities(*request)
                 reason = f"{type(exc).__name__}: {exc}"
     warnings.warn(

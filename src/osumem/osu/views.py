@@ -20,6 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from osumem.errors import MissingExtraError
+from osumem.osu.background import native_call
 from osumem.osu.config import OSUConfig
 from osumem.types import IntArray, MemoryView, segment_bounds
 
@@ -133,6 +134,10 @@ def annotated_mask(view: MemoryView, views: tuple[str, ...]) -> NDArray[np.bool_
 #: the paper's construction); above it an HNSW index answers it (docs/decisions.md).
 EXACT_KNN_MAX = 4096
 
+#: Rows inserted into an HNSW index per call of hnswlib: a background build checks
+#: between them whether the interpreter is exiting (:func:`~osumem.osu.background.native_call`).
+INSERT_CHUNK = 1024
+
 #: HNSW parameters of the similarity view's index (graph degree, build beam, query beam).
 HNSW_M = 16
 HNSW_EF_CONSTRUCTION = 100
@@ -227,10 +232,15 @@ class KnnIndex:
         cap = self._index.get_max_elements()
         if need > cap:
             self._index.resize_index(max(need, 2 * cap))
-        labels = np.arange(self.size, need, dtype=np.int64)
         self._set(self._ef, 1)
-        self._index.add_items(np.ascontiguousarray(vectors, dtype=np.float32), labels)
-        self.size = need
+        rows = np.ascontiguousarray(vectors, dtype=np.float32)
+        # in pieces, the exit checked between them (one thread inserting in label
+        # order either way: the same graph as one call)
+        for lo in range(0, m, INSERT_CHUNK):
+            hi = min(m, lo + INSERT_CHUNK)
+            with native_call():
+                self._index.add_items(rows[lo:hi], np.arange(self.size, self.size + hi - lo))
+            self.size += hi - lo
 
     def query(self, q: NDArray[np.float32], k: int, ef: int | None = None) -> IntArray:
         """Labels of the (approximately) ``k`` nearest indexed rows to ``q``, most
@@ -239,14 +249,15 @@ class KnnIndex:
         if k < 1:
             return np.empty(0, dtype=np.int64)
         self._set(max(HNSW_EF_SEARCH, 2 * k) if ef is None else max(int(ef), k), 1)
-        labels, _ = self._index.knn_query(q[None, :], k=k)
+        with native_call():
+            labels, _ = self._index.knn_query(q[None, :], k=k)
         return labels[0].astype(np.int64)
 
     def edges(
         self,
         k: int,
         rows: Callable[[int, int], NDArray[np.float32]] | None = None,
-        batch: int = 16384,
+        batch: int = 4096,
     ) -> tuple[IntArray, IntArray]:
         """Each indexed node to its (approximately) ``k`` most similar other nodes.
 
@@ -266,7 +277,8 @@ class KnnIndex:
                 vecs = self._index.get_items(np.arange(lo, hi), return_type="numpy")
             else:
                 vecs = np.ascontiguousarray(rows(lo, hi), dtype=np.float32)
-            labels, _ = self._index.knn_query(vecs, k=k + 1)
+            with native_call():
+                labels, _ = self._index.knn_query(vecs, k=k + 1)
             own = np.arange(lo, hi, dtype=np.int64)[:, None]
             # drop each node itself (or, when it is absent, the last neighbour)
             not_self = labels != own

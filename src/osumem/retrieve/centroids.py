@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from osumem.osu.background import BackgroundCall
+from osumem.osu.background import BackgroundCall, native_call
 from osumem.osu.pool import OSUPool
-from osumem.osu.views import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M
+from osumem.osu.views import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M, INSERT_CHUNK
 from osumem.types import IntArray
 
 #: Up to this many candidate OSUs, the top K is taken by one full sort.
@@ -70,8 +70,9 @@ class CentroidIndex:
             random_seed=self.seed,
         )
         index.set_num_threads(1)
-        if slots.size:
-            index.add_items(cents, slots)
+        for lo in range(0, int(slots.size), INSERT_CHUNK):  # pieces: see native_call
+            with native_call():
+                index.add_items(cents[lo : lo + INSERT_CHUNK], slots[lo : lo + INSERT_CHUNK])
         return index
 
     def _install(self, index: Any, slots: IntArray, epoch: int, position: int) -> None:
@@ -122,16 +123,17 @@ class CentroidIndex:
             need = len(self._known) + len(fresh)
             if need > self._index.get_max_elements():
                 self._index.resize_index(max(need, 2 * self._index.get_max_elements()))
-            for g in changed:
-                if sizes[g] > 0:
-                    if g in self._deleted:
-                        self._index.unmark_deleted(g)
-                        self._deleted.discard(g)
-                    self._index.add_items(cents[rows[g] : rows[g] + 1], np.array([g]))
-                    self._known.add(g)
-                elif g in self._known and g not in self._deleted:
-                    self._index.mark_deleted(g)
-                    self._deleted.add(g)
+            with native_call():
+                for g in changed:
+                    if sizes[g] > 0:
+                        if g in self._deleted:
+                            self._index.unmark_deleted(g)
+                            self._deleted.discard(g)
+                        self._index.add_items(cents[rows[g] : rows[g] + 1], np.array([g]))
+                        self._known.add(g)
+                    elif g in self._known and g not in self._deleted:
+                        self._index.mark_deleted(g)
+                        self._deleted.add(g)
         self.epoch, self.position = pool.epoch, pool.change_log_position
 
     def query(self, q: NDArray[np.float32], k: int, ef: int | None = None) -> IntArray | None:
@@ -148,7 +150,8 @@ class CentroidIndex:
             self._index.set_ef(ef)
             self._ef = ef
         try:
-            labels, _ = self._index.knn_query(q[None, :], k=k)
+            with native_call():
+                labels, _ = self._index.knn_query(q[None, :], k=k)
         except RuntimeError:
             return None
         return labels[0].astype(np.int64)
