@@ -12,6 +12,7 @@ from numpy.typing import NDArray
 from osumem.osu.background import BackgroundCall, native_call
 from osumem.osu.pool import OSUPool
 from osumem.osu.views import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M, INSERT_CHUNK
+from osumem.retrieve.step_index import UnsureMemo
 from osumem.types import IntArray
 
 #: Up to this many candidate OSUs, the top K is taken by one full sort.
@@ -40,6 +41,9 @@ class CentroidIndex:
         self.fallbacks = 0
         #: ... and those it kept from the index asked again with a wider beam.
         self.raised = 0
+        #: With :attr:`background`: whether the safeguard has been falling back
+        #: (the coarse stage then scores every centroid at once).
+        self.unsure = UnsureMemo()
         #: The background build in flight, with the slots, epoch and change-log
         #: position it was built at.
         self._job: tuple[BackgroundCall[Any], IntArray, int, int] | None = None
@@ -89,6 +93,12 @@ class CentroidIndex:
         build, slots, epoch, position = self._job
         self._job = None
         self._install(build.result(), slots, epoch, position)
+
+    def catch_up(self) -> None:
+        """What the next query does first: take a finished background build, then
+        apply the pool's changes (or start the build, in the background when set)."""
+        if self.ready():
+            self.sync()
 
     def ready(self) -> bool:
         """Whether the index can answer now (no background build in flight; one that

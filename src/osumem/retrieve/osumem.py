@@ -28,7 +28,7 @@ from osumem.osu.config import OSUConfig
 from osumem.osu.heap import release_free_memory
 from osumem.osu.pool import OSUPool
 from osumem.osu.views import HNSW_EF_SEARCH
-from osumem.retrieve.base import Retriever, RetrieverConfig, RetrieverState, unit_probe
+from osumem.retrieve.base import Retriever, RetrieverConfig, RetrieverState
 from osumem.retrieve.centroids import CentroidIndex, top_slots
 from osumem.retrieve.explain import SelectionParts, best_unit, unit_ranks
 from osumem.retrieve.packing import greedy_pack, novelty_pack, pack_first_fit
@@ -342,11 +342,9 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
         k = min(math.ceil(cfg.coarse_ratio * budget / self._mean_osu_cost()), slots.size)
         found = None
         if self._coarse_uses_index(k, int(slots.size)):
-            if self._centroid_index is None or self._centroid_index.pool is not pool:
-                self._centroid_index = CentroidIndex(
-                    pool, self.seed, background=self.step_index.background
-                )
-            found = self._centroid_index.query(q, k + CENTROID_MARGIN)
+            index = self._centroid_index_of(pool)
+            if not (index.background and index.unsure.skip()):
+                found = index.query(q, k + CENTROID_MARGIN)
         scores = None
         if found is not None and self._centroid_index is not None:
             # approximate: the index's candidates, re-scored exactly; asked again with
@@ -356,6 +354,7 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
             sample = cents[:: max(1, slots.size // SPREAD_SAMPLE)] @ q
             index = self._centroid_index
             wide = RAISED_EF_PER_K * max(HNSW_EF_SEARCH, 2 * (k + CENTROID_MARGIN))
+            fell_back = False
             for ef in (None, wide):
                 if ef is not None:
                     found = index.query(q, k + CENTROID_MARGIN, ef=ef)
@@ -369,12 +368,23 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
                     break
             else:
                 index.fallbacks += 1
-                found = None
+                found, fell_back = None, True
+            if index.background:
+                index.unsure.record(fell_back)
         if found is not None and scores is not None:
             best = top_slots(pool, found, scores, k)
         else:
             best = top_slots(pool, slots, cents @ q, k)
         return pool.kept_union(best)
+
+    def _centroid_index_of(self, pool: OSUPool) -> CentroidIndex:
+        """The coarse stage's centroid index over ``pool`` (made when missing or over
+        another pool)."""
+        if self._centroid_index is None or self._centroid_index.pool is not pool:
+            self._centroid_index = CentroidIndex(
+                pool, self.seed, background=self.step_index.background
+            )
+        return self._centroid_index
 
     def _coarse_uses_index(self, k: int, n_live: int) -> bool:
         """Whether the whole-pool coarse stage asks the centroid index for its ``k``
@@ -416,11 +426,12 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
         n_live = int(self.fitted_pool.live_arrays()[0].size)
         if n_live:
             # what _select asks of the whole pool at the smallest budget: the mean cost
-            # cached, and the centroid index built or caught up where it answers; the
-            # exact scan builds nothing, so it is not run for a probe
+            # cached, and the centroid index built or caught up where it answers (no
+            # query: a probe's outcome would count in the index's unsure memo); the
+            # exact scan builds nothing, so it is not run
             k = min(math.ceil(self.config.coarse_ratio / self._mean_osu_cost()), n_live)
             if self._coarse_uses_index(k, n_live):
-                self._coarse_positions(unit_probe(view.dim), 1)
+                self._centroid_index_of(self.fitted_pool).catch_up()
         self.step_index.cost_stats(view)
 
     def _select(

@@ -71,6 +71,51 @@ RAISED_EF_PER_K = 4
 CHEAP_SCAN_STEPS = 4096
 
 
+#: The unsure-index memo (agent memories only, :class:`UnsureMemo`): when at least
+#: :data:`UNSURE_MIN` of the last :data:`UNSURE_WINDOW` safeguarded queries of an index
+#: ended in the exact scan, the next queries scan exactly at once, and every
+#: :data:`UNSURE_PROBE_EVERY`-th of them asks the index again.
+UNSURE_WINDOW = 8
+UNSURE_MIN = 6
+UNSURE_PROBE_EVERY = 8
+
+
+class UnsureMemo:
+    """Whether an index's recall safeguard has been falling back, so that the next
+    query goes straight to the exact scan (which the fallback would run anyway, after
+    two index queries). On data whose neighbours do not stand out (templated texts
+    under the hashing encoder, unclustered vectors) every query fell back: two index
+    queries and the scan each time. A probe that the index answers (no fallback)
+    clears the memo. Only for retrievers whose answers may depend on timing already
+    (``background``): there an exact answer where the index would have answered is
+    the reference answer; a retriever used directly never skips, so its answers do
+    not depend on the queries before them."""
+
+    def __init__(self) -> None:
+        self._outcomes: list[bool] = []  # the last UNSURE_WINDOW: True = fell back
+        self._skips = 0
+        #: Queries answered exactly without asking the index.
+        self.skipped = 0
+
+    def skip(self) -> bool:
+        """Whether this query scans exactly without asking the index (counted)."""
+        if len(self._outcomes) < UNSURE_WINDOW or sum(self._outcomes) < UNSURE_MIN:
+            return False
+        self._skips += 1
+        if self._skips % UNSURE_PROBE_EVERY == 0:
+            return False  # a probe
+        self.skipped += 1
+        return True
+
+    def record(self, fell_back: bool) -> None:
+        """The outcome of a query the index answered or the safeguard scanned."""
+        if not fell_back and sum(self._outcomes) >= UNSURE_MIN:
+            self._outcomes.clear()  # a probe the index answered: trust it again
+            self._skips = 0
+        self._outcomes.append(fell_back)
+        del self._outcomes[:-UNSURE_WINDOW]
+
+
 def clear_share(found: NDArray[np.floating], sample: NDArray[np.floating], k: int, n: int) -> float:
     """The share of an approximate top-``k`` answer (``found``: the exact scores of
     what the index returned, of ``n`` steps) the index is sure of.
@@ -127,6 +172,8 @@ class StepIndex:
         self.fallbacks = 0
         #: ... and those answered from the index asked again with a wider beam.
         self.raised = 0
+        #: With :attr:`background`: whether the safeguard has been falling back.
+        self.unsure = UnsureMemo()
         #: The background insertion in flight: the index it fills, and the call.
         self._job: tuple[KnnIndex, BackgroundCall[None]] | None = None
         self._exact: tuple[NDArray[np.float32], MemoryView, NDArray[np.float32]] | None = None
@@ -144,6 +191,7 @@ class StepIndex:
         flight is left to finish and dropped."""
         self.hnsw = None
         self._job = None
+        self.unsure = UnsureMemo()
         self._exact = None
         self._sample = None
         self._sample_rows = None
@@ -197,31 +245,47 @@ class StepIndex:
         if last is not None and last[1] is view and last[2] >= k and np.array_equal(last[0], q):
             return last[3][:k]
         wide = min(view.n, max(k, HNSW_EF_SEARCH, beam_per_k * k))
-        index = self._ready(view)
+        index = None if self._skip() else self._ready(view)
         if index is None:
             found = self._exact_top(view, q, wide)
         else:
             found = index.query(q, wide, ef=wide)
             sample = self._sample_scores(view, q)
             share = clear_share(view.embeddings[found[:k]] @ q, sample, k, view.n)
+            fell_back = self.fallbacks
             if share < RAISE_EF_SHARE:
                 found = self._widened(index, view, q, k, wide, RAISED_EF_PER_K * k, sample)
+            self._record(self.fallbacks > fell_back)
         self._last = (np.array(q, copy=True), view, wide, found)
         return found[:k]
 
     def _top(self, view: MemoryView, q: NDArray[np.float32], k: int) -> IntArray:
-        index = self._ready(view)
+        index = None if self._skip() else self._ready(view)
         if index is None:
             return self._exact_top(view, q, k)
         found = index.query(q, k)
         sample = self._sample_scores(view, q)
         share = clear_share(view.embeddings[found] @ q, sample, k, view.n)
         if share >= CLEAR_SHARE:
+            self._record(False)
             return found
         if share >= RAISE_EF_SHARE:
             self.raised += 1
+            self._record(False)
             return index.query(q, k, ef=RAISED_EF_PER_K * k)
-        return self._widened(index, view, q, k, k, RAISED_EF_PER_K * k, sample)
+        fell_back = self.fallbacks
+        found = self._widened(index, view, q, k, k, RAISED_EF_PER_K * k, sample)
+        self._record(self.fallbacks > fell_back)
+        return found
+
+    def _skip(self) -> bool:
+        """Whether this query scans exactly at once (:class:`UnsureMemo`; only with
+        :attr:`background`)."""
+        return self.background and self.unsure.skip()
+
+    def _record(self, fell_back: bool) -> None:
+        if self.background:
+            self.unsure.record(fell_back)
 
     def _widened(
         self,
