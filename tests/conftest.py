@@ -34,6 +34,25 @@ def make_view(
     return MemoryView.build(emb, c, **columns)
 
 
+def unit_rows(rows: np.ndarray) -> np.ndarray:
+    """``rows`` scaled to unit length, as float32 (embeddings)."""
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+
+def with_gaussian_vectors(view: MemoryView, rng: np.random.Generator) -> MemoryView:
+    """``view``'s steps and annotations with random unit Gaussian vectors instead of
+    its embeddings (unclustered: the neighbours an HNSW index finds poorly)."""
+    return MemoryView.build(
+        embeddings=unit_rows(rng.standard_normal(view.embeddings.shape)),
+        costs=view.costs,
+        tool_actions=list(view.tool_actions),
+        tool_signatures=list(view.tool_signatures),
+        entities=view.entities,
+        subgoals=list(view.subgoals),
+        texts=list(view.texts),
+    )
+
+
 def synthetic_results(out: Path, methods: Sequence[str], *, n_episodes: int, seed: int) -> Path:
     """``out`` holding the result rows of ``methods`` at B in {64, 256} over
     ``n_episodes`` synthetic episodes of ``seed`` (what ``osumem report`` reads)."""

@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("hnswlib")
 
+from conftest import unit_rows, with_gaussian_vectors
 from osumem.bench.scale import generate
 from osumem.retrieve import step_index
 from osumem.retrieve.centroids import CentroidIndex
@@ -20,10 +21,6 @@ from osumem.types import MemoryView
 N = 4000
 ANN_FROM = 1000
 DIM = 384
-
-
-def _unit(rows: np.ndarray) -> np.ndarray:
-    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
 
 
 @pytest.fixture(scope="module")
@@ -37,17 +34,7 @@ def unclustered(clustered: tuple[MemoryView, np.ndarray]) -> tuple[MemoryView, n
     """The clustered memory's steps and annotations with random Gaussian vectors."""
     view, _ = clustered
     rng = np.random.default_rng(1)
-    emb = _unit(rng.standard_normal((N, DIM)))
-    v = MemoryView.build(
-        embeddings=emb,
-        costs=view.costs,
-        tool_actions=list(view.tool_actions),
-        tool_signatures=list(view.tool_signatures),
-        entities=view.entities,
-        subgoals=list(view.subgoals),
-        texts=list(view.texts),
-    )
-    return v, _unit(rng.standard_normal((30, DIM)))
+    return with_gaussian_vectors(view, rng), unit_rows(rng.standard_normal((30, DIM)))
 
 
 def _fitted(method: str, view: MemoryView, ann: bool):

@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("hnswlib")
 
+from conftest import unit_rows, with_gaussian_vectors
 from osumem.bench.scale import generate
 from osumem.retrieve import step_index
 from osumem.retrieve.packing import top_order
@@ -19,24 +20,10 @@ from osumem.types import MemoryView
 N, DIM = 3000, 384
 
 
-def _unit(rows: np.ndarray) -> np.ndarray:
-    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
-
-
 def _gaussian() -> tuple[MemoryView, np.ndarray]:
-    data = generate(N, DIM, 0, 40)
     rng = np.random.default_rng(1)
-    v = data.view
-    view = MemoryView.build(
-        embeddings=_unit(rng.standard_normal((N, DIM))),
-        costs=v.costs,
-        tool_actions=list(v.tool_actions),
-        tool_signatures=list(v.tool_signatures),
-        entities=v.entities,
-        subgoals=list(v.subgoals),
-        texts=list(v.texts),
-    )
-    return view, _unit(rng.standard_normal((40, DIM)))
+    view = with_gaussian_vectors(generate(N, DIM, 0, 40).view, rng)
+    return view, unit_rows(rng.standard_normal((40, DIM)))
 
 
 def test_memo_skips_after_a_run_of_fallbacks_probes_and_clears():
