@@ -211,3 +211,34 @@ def test_the_thread_of_a_dropped_pool_ends(view):
     gc.collect()
     thread.join(10)
     assert not thread.is_alive()
+
+
+def test_a_refresh_whose_pool_was_dropped_skips_its_detection(view, monkeypatch):
+    """The detection (a child process round trip, seconds at 100k) and the
+    re-derivation are skipped once nobody holds the refresh."""
+    import gc
+
+    entered, gate, detected = threading.Event(), threading.Event(), []
+    real_scope = construct_mod.similarity_scope
+
+    def held_scope(*args):
+        if threading.current_thread() is not threading.main_thread():
+            entered.set()
+            assert gate.wait(30)
+        return real_scope(*args)
+
+    monkeypatch.setattr(construct_mod, "similarity_scope", held_scope)
+    monkeypatch.setattr(cp, "communities_in_child", lambda *a, **k: detected.append(1))
+    pool = OSUPool(CFG, seed=0)
+    pool.background_refresh = True
+    t = 0
+    while not pool.refresh_pending:
+        t += 1
+        pool.add(grown_prefix(view, t))
+    assert entered.wait(10)
+    thread = pool.similarity.job._call._thread
+    del pool
+    gc.collect()
+    gate.set()
+    thread.join(10)
+    assert not thread.is_alive() and detected == []

@@ -294,6 +294,10 @@ REFRESH_LAG_MIN = 64
 REFRESH_LAG_DIVISOR = 4
 
 
+class _Dropped(Exception):
+    """The pool of a background refresh was dropped while it ran: the rest is skipped."""
+
+
 class RefreshJob:
     """A similarity refresh over the first ``upto`` steps, on a daemon thread
     (:class:`BackgroundCall`), for pools whose adds must not wait for one
@@ -331,7 +335,17 @@ class RefreshJob:
         def work() -> OSUPool | None:
             from osumem.osu.community_process import communities_in_child
 
-            groups, kept = _similarity(view, cfg, seed, held, communities_in_child)
+            def detect(*args: Any, **kwargs: Any) -> list[IntArray]:
+                if alive() is None:
+                    raise _Dropped  # the pool was dropped: nobody will take the refresh
+                return communities_in_child(*args, **kwargs)
+
+            try:
+                groups, kept = _similarity(view, cfg, seed, held, detect)
+            except _Dropped:
+                return None
+            if alive() is None:
+                return None
             shadow = pool_type(cfg, seed)
             shadow.background_refresh = True  # a refresh due in a replayed add: its own job
             shadow.view_ = view
@@ -370,7 +384,9 @@ class _Inbox:
     """The adds a :class:`RefreshJob`'s thread replays, shared with the job. The
     thread holds the job only weakly: a pool dropped during its refresh (a memory
     that forgot the namespace's retriever) drops the job, and the thread, waiting for
-    more adds, sees that within a second and ends, freeing the shadow."""
+    more adds, sees that within a second and ends, freeing the shadow. A refresh whose
+    job is gone before its community detection, or before its re-derivation, skips
+    them."""
 
     def __init__(self, adds: Sequence[MemoryView]) -> None:
         self.adds: list[MemoryView] = list(adds)
