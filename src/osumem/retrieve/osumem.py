@@ -407,8 +407,8 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
         """What a whole-memory query of OSU-Mem builds lazily: the coarse stage's state
         (the live units' mean cost; above ``ann_min_steps`` the centroid index, built or
         brought up to date) and the step costs' statistics the fill reads, without the
-        cosine scan of every step, nor below ``ann_min_steps`` the scan of every live
-        centroid, that a probe query would pay. A subclass whose
+        cosine scans (of every step, of the live centroids or of the centroid index's
+        candidates) that a probe query would pay. A subclass whose
         selection differs, the oracle, and the ``union_cost`` rule (whose coarse stage
         assembles the pool) are warmed by a query, as any method."""
         cls = type(self)

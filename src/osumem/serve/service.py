@@ -125,9 +125,10 @@ class MemoryService:
             the hand-off to a reader thread and back and the reader threads' contention
             for the interpreter lock, but holds up the event loop for the retrieval's
             length. Off by default: on two cores it cut the server's CPU per retrieval
-            by 15-40% under a retrieve-only load but cost throughput under a load with
-            a quarter adds, and a model encoder's query encoding runs outside the
-            interpreter lock, where reader threads overlap it (see docs/decisions.md).
+            by 12-30% under a retrieve-only load and made no measurable difference
+            under a load with a quarter adds, and a model encoder's query encoding runs
+            outside the interpreter lock, where reader threads overlap it (see
+            docs/decisions.md).
         memory_settings: other :class:`~osumem.memory.MemoryConfig` fields.
     """
 
