@@ -5,7 +5,7 @@ import pytest
 
 from conftest import make_view
 from osumem.errors import DimensionError, InvalidInputError, NonFiniteError
-from osumem.types import MemoryView, distinct
+from osumem.types import MemoryView, distinct, l2_normalise
 
 
 def test_rows_are_normalised_and_costs_int():
@@ -42,6 +42,23 @@ def test_query_dimension_mismatch_and_nan():
         v.check_query(np.ones(3))
     with pytest.raises(NonFiniteError):
         v.check_query(np.array([1.0, np.nan, 0.0, 0.0]))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+def test_check_query_normalises_as_l2_normalise_bit_for_bit(dtype):
+    """The query's fast path gives l2_normalise's bits for every scale, and its
+    fallback keeps the zero vector zero and names a non-finite entry."""
+    v = make_view(5, 16)
+    rng = np.random.default_rng(0)
+    for scale in 10.0 ** np.arange(-30, 19, 3):
+        x = (rng.standard_normal(16) * scale).astype(dtype)
+        got, want = v.check_query(x), l2_normalise(x)[0]
+        assert got.dtype == want.dtype == np.float32
+        assert got.tobytes() == want.tobytes()
+    assert not v.check_query(np.zeros(16, dtype=dtype)).any()
+    if dtype is not np.int64:
+        with pytest.raises(NonFiniteError, match="query: row 0"):
+            v.check_query(np.r_[np.inf, np.ones(15)].astype(dtype))
 
 
 def test_prefix_is_causal_view():

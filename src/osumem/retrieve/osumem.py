@@ -153,6 +153,10 @@ class _PoolRetriever(Retriever[PoolConfigT]):
     _centroid_index: CentroidIndex | None = None
     _mean_cost_state: tuple[Any, ...] | None = None
     _mean_cost = 0.0
+    #: ``(pool state, rows)``: the live centroids the coarse safeguard samples, copied
+    #: contiguous once per pool state (a strided read of the whole table per query
+    #: cost more than the product)
+    _centroid_sample: tuple[tuple[Any, ...], NDArray[np.float32]] | None = None
     _osu_part: OSUConfig | None = None
 
     @property
@@ -351,7 +355,7 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
             # a wider beam, then answered by a full scan, when their scores do not
             # stand out (the recall safeguard)
             live_row = pool.slot_arrays()[0]
-            sample = cents[:: max(1, slots.size // SPREAD_SAMPLE)] @ q
+            sample = self._centroid_sample_rows(pool, cents) @ q
             index = self._centroid_index
             wide = RAISED_EF_PER_K * max(HNSW_EF_SEARCH, 2 * (k + CENTROID_MARGIN))
             fell_back = False
@@ -376,6 +380,18 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
         else:
             best = top_slots(pool, slots, cents @ q, k)
         return pool.kept_union(best)
+
+    def _centroid_sample_rows(
+        self, pool: OSUPool, cents: NDArray[np.float32]
+    ) -> NDArray[np.float32]:
+        """Every ``len(cents) // SPREAD_SAMPLE``-th live centroid (the background the
+        centroid index's answer is compared with), cached until the pool changes."""
+        state = (pool, pool.epoch, pool.change_log_position)
+        cached = self._centroid_sample
+        if cached is None or cached[0] != state:
+            rows = np.ascontiguousarray(cents[:: max(1, cents.shape[0] // SPREAD_SAMPLE)])
+            cached = self._centroid_sample = (state, rows)
+        return cached[1]
 
     def _centroid_index_of(self, pool: OSUPool) -> CentroidIndex:
         """The coarse stage's centroid index over ``pool`` (made when missing or over

@@ -133,7 +133,7 @@ def clear_share(found: NDArray[np.floating], sample: NDArray[np.floating], k: in
         return 1.0
     if found.shape[0] < want or sample.shape[0] == 0:
         return 0.0
-    far = 1.0 - float(sample.mean())
+    far = 1.0 - float(np.add.reduce(sample) / sample.shape[0])  # sample.mean(), faster
     clear = int(np.count_nonzero(far >= MIN_CONTRAST * (1.0 - found.astype(np.float64))))
     return clear / want
 
