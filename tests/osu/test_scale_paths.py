@@ -259,25 +259,85 @@ def test_ann_fill_skips_excluded_steps_as_the_cost_trick_did(monkeypatch):
         assert not set(got.tolist()) & set(exclude.tolist())
 
 
-def test_centroid_index_follows_the_pool_through_adds(monkeypatch):
+def _grown_with_centroid_index(monkeypatch, n=1400):
+    """An osumem retriever on the centroid index path, grown by one step per round from
+    1,200 steps (a query after each add), and its data."""
     import osumem.retrieve.step_index as step_index
 
     monkeypatch.setattr(step_index, "ANN_MIN_STEPS", 1000)
-    data = _big_view(1400)
+    data = _big_view(n)
     r = create("osumem", seed=0).fit(data.view.prefix(1200))
     r.retrieve(data.queries[0], 256)
-    for t in range(1201, 1400, 3):
+    for t in range(1201, n + 1):
         r.update(data.view.prefix(t)).retrieve(data.queries[t % 20], 256)
+    return r, data
+
+
+def test_centroid_index_follows_the_pool_through_adds(monkeypatch):
+    """Every live OSU is in the index at its current centroid or pending (answered by
+    every query); dead ones are in neither; at most PENDING_MAX are pending."""
+    from osumem.retrieve.centroids import PENDING_MAX
+
+    r, _ = _grown_with_centroid_index(monkeypatch)
     index = r._centroid_index
     assert index is not None
     index.sync()
-    live = set(r.fitted_pool.live_arrays()[0].tolist())
-    labels = set(index._index.get_ids_list()) - index._deleted
-    assert labels == live
-    rows, _, _ = r.fitted_pool.slot_arrays()
-    cents = r.fitted_pool.live_arrays()[1]
-    for g in list(live)[:50]:
-        np.testing.assert_allclose(index._index.get_items([g])[0], cents[rows[g]], atol=1e-6)
+    pool = r.fitted_pool
+    live = set(pool.live_arrays()[0].tolist())
+    pending = set(index._pending)
+    assert 0 < len(pending) <= PENDING_MAX and pending <= live
+    indexed = set(index._index.get_ids_list()) - index._deleted
+    assert indexed | pending == live
+    rows, _, _ = pool.slot_arrays()
+    cents = pool.live_arrays()[1]
+    current = sorted(indexed - pending)
+    np.testing.assert_allclose(
+        np.asarray(index._index.get_items(current)), cents[rows[current]], atol=1e-6
+    )
+
+
+def test_centroid_index_answers_the_pending_osus_and_indexes_each_once(monkeypatch):
+    """A query's candidates include every pending OSU (so the coarse stage keeps the
+    exact scan's OSUs after adds, as it does after a fit), and an OSU that changes at
+    many adds in a row is (re)indexed fewer times than it changed."""
+    import osumem.retrieve.centroids as centroids
+
+    added: list[int] = []
+    real = centroids.CentroidIndex._index_oldest
+
+    def counting(self, pending, count):
+        added.extend(list(pending)[: max(0, count)])
+        return real(self, pending, count)
+
+    monkeypatch.setattr(centroids.CentroidIndex, "_index_oldest", counting)
+    changed: list[int] = []
+    real_sync = centroids.CentroidIndex.sync
+
+    def sync(self):
+        if self._index is not None and self.epoch == self.pool.epoch:
+            found = self.pool.changes_since(self.epoch, self.position)
+            sizes = self.pool.slot_arrays()[2]
+            changed.extend(g for g in dict.fromkeys(found or []) if sizes[g] > 0)
+        return real_sync(self)
+
+    monkeypatch.setattr(centroids.CentroidIndex, "sync", sync)
+    monkeypatch.setattr(centroids, "PENDING_MAX", 8)
+    r, data = _grown_with_centroid_index(monkeypatch)
+    assert added and len(added) < len(changed) / 2
+    assert len(r._centroid_index._pending) <= 8
+    exact = create("osumem", seed=0).fit(data.view)
+    index = r._centroid_index
+    pending = set(index._pending)
+    same = []
+    for q in data.queries:
+        qn = exact.view_.check_query(q)
+        found = index.query(qn, 5)
+        assert found is not None and pending <= set(found.tolist())
+        assert len(set(found.tolist())) == found.shape[0]
+        got = set(r._coarse_positions(qn, 256).tolist())
+        want = set(exact._coarse_positions(qn, 256).tolist())
+        same.append(len(got & want) / max(1, len(want)))
+    assert np.mean(same) > 0.9
 
 
 def test_without_hnswlib_large_graphs_are_exact_blockwise(monkeypatch):

@@ -4,6 +4,7 @@ canonical tie order."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -19,10 +20,20 @@ from osumem.types import IntArray
 SMALL_SORT = 64
 
 
+#: At most this many live OSUs wait outside the index (new, or their centroid moved
+#: since it was indexed); past it the oldest is (re)indexed at the next sync.
+PENDING_MAX = 64
+
+
 class CentroidIndex:
     """An HNSW index (hnswlib, inner product) over the live OSU centroids of a pool,
-    labelled by slot and kept in step with the pool's change log: a changed centroid
-    is updated in place, a dead OSU marked deleted, a full derivation rebuilds it."""
+    labelled by slot and kept in step with the pool's change log: a dead OSU is marked
+    deleted, a full derivation rebuilds it, and a new or changed OSU is *pending* until
+    it is (re)indexed. Every query answers the pending OSUs as well, so the candidates
+    it returns stand for every live centroid as it is now; indexing the oldest pending
+    OSU only once more than :data:`PENDING_MAX` wait means an agent's units, which
+    change again and again while it works on them, are indexed once instead of at
+    every change (an in-place HNSW update costs about as much as an insertion)."""
 
     def __init__(self, pool: OSUPool, seed: int, *, background: bool = False) -> None:
         self.pool = pool
@@ -35,6 +46,11 @@ class CentroidIndex:
         self._index: Any = None
         self._deleted: set[int] = set()
         self._known: set[int] = set()
+        #: Live slots whose current centroid the index does not hold, oldest first.
+        self._pending: dict[int, None] = {}
+        #: ``_pending`` as an array, and a mask over the slots of it (``None`` when
+        #: nothing is pending; one tuple, so a query on another thread reads a pair).
+        self._pending_rows: tuple[IntArray, NDArray[np.bool_]] | None = None
         self._ef = -1
         #: Queries the coarse stage's recall safeguard answered by scoring every
         #: centroid ...
@@ -84,6 +100,7 @@ class CentroidIndex:
         self._ef = -1
         self._known = set(slots.tolist())
         self._deleted = set()
+        self._set_pending({})
         self.epoch, self.position = epoch, position
 
     def wait(self) -> None:
@@ -126,30 +143,61 @@ class CentroidIndex:
             if self._index is None:  # building in the background
                 return
         else:
-            rows, _, sizes = pool.slot_arrays()
-            _, cents = pool.live_arrays()
-            changed = list(dict.fromkeys(changes))
-            fresh = [g for g in changed if sizes[g] > 0 and g not in self._known]
-            need = len(self._known) + len(fresh)
-            if need > self._index.get_max_elements():
-                self._index.resize_index(max(need, 2 * self._index.get_max_elements()))
+            _, _, sizes = pool.slot_arrays()
+            pending = dict(self._pending)
             with native_call():
-                for g in changed:
+                for g in dict.fromkeys(changes):
                     if sizes[g] > 0:
-                        if g in self._deleted:
-                            self._index.unmark_deleted(g)
-                            self._deleted.discard(g)
-                        self._index.add_items(cents[rows[g] : rows[g] + 1], np.array([g]))
-                        self._known.add(g)
-                    elif g in self._known and g not in self._deleted:
-                        self._index.mark_deleted(g)
-                        self._deleted.add(g)
+                        pending[g] = None  # an OSU already waiting keeps its place
+                    else:
+                        pending.pop(g, None)
+                        if g in self._known and g not in self._deleted:
+                            self._index.mark_deleted(g)
+                            self._deleted.add(g)
+            self._index_oldest(pending, len(pending) - PENDING_MAX)
+            self._set_pending(pending)
         self.epoch, self.position = pool.epoch, pool.change_log_position
+
+    def _index_oldest(self, pending: dict[int, None], count: int) -> None:
+        """(Re)index the ``count`` oldest of ``pending`` (removed from it) at their
+        current centroids."""
+        if count <= 0:
+            return
+        take = list(itertools.islice(pending, count))
+        rows = self.pool.slot_arrays()[0]
+        _, cents = self.pool.live_arrays()
+        need = len(self._known) + sum(1 for g in take if g not in self._known)
+        if need > self._index.get_max_elements():
+            self._index.resize_index(max(need, 2 * self._index.get_max_elements()))
+        with native_call():
+            for g in take:
+                if g in self._deleted:
+                    self._index.unmark_deleted(g)
+                    self._deleted.discard(g)
+                self._index.add_items(cents[rows[g] : rows[g] + 1], np.array([g]))
+                self._known.add(g)
+                del pending[g]
+
+    def _set_pending(self, pending: dict[int, None]) -> None:
+        self._pending = pending
+        if not pending:
+            self._pending_rows = None
+            return
+        arr = np.fromiter(pending, dtype=np.int64, count=len(pending))
+        mask = np.zeros(self.pool.slot_arrays()[0].shape[0], dtype=bool)
+        mask[arr] = True
+        self._pending_rows = (arr, mask)
+
+    @property
+    def pending(self) -> int:
+        """How many live OSUs wait outside the index (answered by every query)."""
+        return len(self._pending)
 
     def query(self, q: NDArray[np.float32], k: int, ef: int | None = None) -> IntArray | None:
         """About the ``k`` best slots by centroid cosine, search beam ``ef`` (default
-        ``max(HNSW_EF_SEARCH, 2k)``); ``None`` when the index cannot answer ``k`` or
-        is being built in the background (the caller then scans)."""
+        ``max(HNSW_EF_SEARCH, 2k)``), and every pending slot (the caller scores the
+        candidates exactly); ``None`` when the index cannot answer ``k`` or is being
+        built in the background (the caller then scans)."""
         if not self.ready():
             return None
         self.sync()
@@ -164,7 +212,13 @@ class CentroidIndex:
                 labels, _ = self._index.knn_query(q[None, :], k=k)
         except RuntimeError:
             return None
-        return labels[0].astype(np.int64)
+        found = labels[0].astype(np.int64)
+        pending = self._pending_rows
+        if pending is None:
+            return found
+        # an indexed slot that is pending again is in the index at its old centroid
+        arr, mask = pending
+        return np.concatenate([found[~mask[found]], arr])
 
 
 def top_slots(pool: OSUPool, slots: IntArray, scores: NDArray[Any], k: int) -> IntArray:
