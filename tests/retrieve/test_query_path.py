@@ -108,6 +108,31 @@ def test_cost_stats_carried_over_through_adds_equal_a_fresh_computation():
     assert r.step_index.cost_stats(r.view_) == (5.0, 5, 50)
 
 
+@pytest.mark.parametrize("refresh_every", [0, 4])
+def test_live_units_total_cost_kept_through_adds_equals_a_fresh_count(refresh_every):
+    """The pool's running total of the live units' cost (the coarse stage's mean unit
+    cost reads it) equals summing the live units' costs, after every add, with and
+    without similarity refreshes (full re-derivations) among them."""
+    from osumem.bench.scale import generate
+
+    data = generate(400, 16, 1, n_queries=2)
+    cfg = {"similarity_refresh": refresh_every, "similarity_refresh_ratio": 0.0}
+    cfg = cfg if refresh_every else {}
+    r = create("osumem", cfg, seed=0).fit(data.view.prefix(250))
+    r.retrieve(data.queries[0], 256)
+    epochs = set()
+    for t in range(251, 401, 2):
+        r.update(data.view.prefix(t))
+        pool = r.fitted_pool
+        epochs.add(pool.epoch)
+        live = pool.live_arrays()[0]
+        want = int(pool.slot_arrays()[1][live].sum())
+        assert pool.slots.live_cost() == want
+        assert r._mean_osu_cost() == float(want) / live.size
+        r.retrieve(data.queries[t % 2], 256)
+    assert (len(epochs) > 5) == bool(refresh_every)
+
+
 def test_kept_union_is_the_union_of_the_slots_members():
     from osumem.bench.scale import generate
 

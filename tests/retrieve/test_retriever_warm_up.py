@@ -11,13 +11,13 @@ from osumem.retrieve.base import Retriever
 
 def _lazy_state(r):
     """What an OSU-Mem query builds lazily, as whether each piece is up to date with the
-    pool and view: the mean unit cost's cache, the step cost statistics, and the
+    pool and view: the live units' total cost, the step cost statistics, and the
     centroid index (``None`` while the exact coarse scan answers)."""
     pool = r.fitted_pool
     now = (pool.epoch, pool.change_log_position)
     ci = r._centroid_index
     return (
-        r._mean_cost_state == (pool, *now),
+        pool.slots._live_cost is not None,
         r.step_index._cost_view is r.fitted_view,
         None if ci is None else (ci._index is not None and (ci.epoch, ci.position) == now),
     )
@@ -26,7 +26,7 @@ def _lazy_state(r):
 def _cached(r):
     """The lazily built objects themselves (a query that rebuilt one rebinds it)."""
     ci = r._centroid_index
-    return [r._mean_cost_state, r.step_index._cost_cache, ci, None if ci is None else ci._index]
+    return [r.step_index._cost_cache, ci, None if ci is None else ci._index]
 
 
 def _grown(ann: bool):

@@ -599,6 +599,7 @@ def _derive_slots(pool: OSUPool, view: MemoryView, steps: IntArray, gids: IntArr
     dead = np.flatnonzero(~alive)
     slots.k_size.a[dead] = 0
     slots.k_cost.a[dead] = 0
+    slots.costs_written()
     slots.k_coh.a[dead] = 0.0
     slots.k_span.a[dead] = 0
     live = np.flatnonzero(alive)
@@ -670,7 +671,7 @@ def _derive_one(pool: OSUPool, view: MemoryView, g: int) -> None:
     k = len(members)
     if k < max(pool.config.min_osu_size, 1):
         slots.k_size.a[g] = 0
-        slots.k_cost.a[g] = 0
+        slots.set_cost(g, 0)
         slots.k_coh.a[g] = 0.0
         slots.k_span.a[g] = 0
         slots.set_live(g, None)
@@ -680,6 +681,6 @@ def _derive_one(pool: OSUPool, view: MemoryView, g: int) -> None:
     slots.k_size.a[g] = k
     centroid = (sums[0] / (norm[0] if norm[0] > 0 else 1.0)).astype(np.float32)
     slots.k_coh.a[g] = np.float32(norm[0] / k)
-    slots.k_cost.a[g] = int(view.costs[members].sum())
+    slots.set_cost(g, int(view.costs[members].sum()))
     slots.k_span.a[g] = (members[0], members[-1])
     slots.set_live(g, centroid)

@@ -155,6 +155,10 @@ class OSUPool:
         order (views, no copies): what a coarse scan reads."""
         return self.slots.live_arrays()
 
+    def live_cost(self) -> int:
+        """The total token cost of the live OSUs (kept through adds, not recounted)."""
+        return self.slots.live_cost()
+
     def changes_since(self, epoch: int, position: int) -> list[int] | None:
         """Slots whose centroid or liveness changed since change-log ``position`` of
         full derivation ``epoch`` (``None`` when a full derivation happened since:

@@ -133,6 +133,9 @@ class SlotTable:
         self.live_row = GrowArray((), np.int64, fill=-1)
         self.live_slot = GrowArray((), np.int64)
         self.live_cent = GrowArray((d,), np.float32)
+        # the live OSUs' total cost (dead slots cost 0): kept by set_cost, counted
+        # again after a bulk write of k_cost (None)
+        self._live_cost: int | None = None
 
     def new_epoch(self) -> None:
         """Start a new full derivation (indexes over the centroids then rebuild)."""
@@ -207,6 +210,23 @@ class SlotTable:
         self.row_slots.a[m : m + len(flat)] = flat
         self.sim_slot.resize(n)
         self.kept.resize(n)
+
+    def live_cost(self) -> int:
+        """The total token cost of the live OSUs (each OSU's kept members)."""
+        total = self._live_cost
+        if total is None:
+            total = self._live_cost = int(self.k_cost.v.sum())
+        return total
+
+    def set_cost(self, g: int, cost: int) -> None:
+        """Set slot ``g``'s cost (0 when it is not live), keeping :meth:`live_cost`."""
+        if self._live_cost is not None:
+            self._live_cost += cost - int(self.k_cost.a[g])
+        self.k_cost.a[g] = cost
+
+    def costs_written(self) -> None:
+        """``k_cost`` was written in bulk: :meth:`live_cost` counts it again."""
+        self._live_cost = None
 
     def slot_arrays(self) -> tuple[IntArray, IntArray, IntArray]:
         """``(live_rows, costs, sizes)`` per slot (views, no copies)."""

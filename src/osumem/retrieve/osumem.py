@@ -151,12 +151,9 @@ class _PoolRetriever(Retriever[PoolConfigT]):
 
     pool_: OSUPool | None = None
     _centroid_index: CentroidIndex | None = None
-    _mean_cost_state: tuple[Any, ...] | None = None
-    _mean_cost = 0.0
     #: ``(pool state, rows)``: the live centroids the coarse safeguard samples, copied
-    #: contiguous once per pool state (a strided read of the whole table per query
-    #: cost more than the product)
-    _centroid_sample: tuple[tuple[Any, ...], NDArray[np.float32]] | None = None
+    #: contiguous at the second query of a pool state (``None`` until then)
+    _centroid_sample: tuple[tuple[Any, ...], NDArray[np.float32] | None] | None = None
     _osu_part: OSUConfig | None = None
 
     @property
@@ -385,13 +382,21 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
         self, pool: OSUPool, cents: NDArray[np.float32]
     ) -> NDArray[np.float32]:
         """Every ``len(cents) // SPREAD_SAMPLE``-th live centroid (the background the
-        centroid index's answer is compared with), cached until the pool changes."""
+        centroid index's answer is compared with): read in place the first time the
+        pool is seen in a state, copied contiguous when it is asked again (an agent
+        that adds between queries pays no copy; a run of queries reads a small
+        table instead of rows spread over the whole centroid table)."""
         state = (pool, pool.epoch, pool.change_log_position)
+        rows = cents[:: max(1, cents.shape[0] // SPREAD_SAMPLE)]
         cached = self._centroid_sample
         if cached is None or cached[0] != state:
-            rows = np.ascontiguousarray(cents[:: max(1, cents.shape[0] // SPREAD_SAMPLE)])
-            cached = self._centroid_sample = (state, rows)
-        return cached[1]
+            self._centroid_sample = (state, None)
+            return rows
+        copied = cached[1]
+        if copied is None:
+            copied = np.ascontiguousarray(rows)
+            self._centroid_sample = (state, copied)
+        return copied
 
     def _centroid_index_of(self, pool: OSUPool) -> CentroidIndex:
         """The coarse stage's centroid index over ``pool`` (made when missing or over
@@ -410,14 +415,9 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
         return ann and k + CENTROID_MARGIN < n_live
 
     def _mean_osu_cost(self) -> float:
-        """Mean token cost of the live OSUs (cached until the pool changes)."""
+        """Mean token cost of the live OSUs (the pool keeps their total)."""
         pool = self.fitted_pool
-        state = (pool, pool.epoch, pool.change_log_position)
-        if self._mean_cost_state != state:
-            slots, _ = pool.live_arrays()
-            self._mean_cost = float(pool.slot_arrays()[1][slots].sum()) / slots.size
-            self._mean_cost_state = state
-        return self._mean_cost
+        return float(pool.live_cost()) / pool.live_arrays()[0].size
 
     def warm_up(self) -> None:
         """What a whole-memory query of OSU-Mem builds lazily: the coarse stage's state
