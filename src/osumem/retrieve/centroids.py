@@ -188,11 +188,6 @@ class CentroidIndex:
         mask[arr] = True
         self._pending_rows = (arr, mask)
 
-    @property
-    def pending(self) -> int:
-        """How many live OSUs wait outside the index (answered by every query)."""
-        return len(self._pending)
-
     def query(self, q: NDArray[np.float32], k: int, ef: int | None = None) -> IntArray | None:
         """About the ``k`` best slots by centroid cosine, search beam ``ef`` (default
         ``max(HNSW_EF_SEARCH, 2k)``), and every pending slot (the caller scores the

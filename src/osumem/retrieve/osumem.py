@@ -421,7 +421,7 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
 
     def warm_up(self) -> None:
         """What a whole-memory query of OSU-Mem builds lazily: the coarse stage's state
-        (the live units' mean cost; above ``ann_min_steps`` the centroid index, built or
+        (the live units' total cost; above ``ann_min_steps`` the centroid index, built or
         brought up to date) and the step costs' statistics the fill reads, without the
         cosine scans (of every step, of the live centroids or of the centroid index's
         candidates) that a probe query would pay. A subclass whose
@@ -441,10 +441,10 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
             return
         n_live = int(self.fitted_pool.live_arrays()[0].size)
         if n_live:
-            # what _select asks of the whole pool at the smallest budget: the mean cost
-            # cached, and the centroid index built or caught up where it answers (no
-            # query: a probe's outcome would count in the index's unsure memo); the
-            # exact scan builds nothing, so it is not run
+            # what _select asks of the whole pool at the smallest budget: the live
+            # units' total cost counted, and the centroid index built or caught up
+            # where it answers (no query: a probe's outcome would count in the index's
+            # unsure memo); the exact scan builds nothing, so it is not run
             k = min(math.ceil(self.config.coarse_ratio / self._mean_osu_cost()), n_live)
             if self._coarse_uses_index(k, n_live):
                 self._centroid_index_of(self.fitted_pool).catch_up()
