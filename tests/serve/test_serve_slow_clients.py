@@ -2,7 +2,9 @@
 loopback slow-header attack (300 connections sending half a header block, reconnecting
 when dropped) while an authorised client makes 200 requests, none refused or slower
 than 1 s; a connection that trickles its header is closed at the header timeout; a
-client over its connection limit loses its longest-waiting connections first."""
+client over its connection limit loses its longest-waiting connections first; the
+same rules with either HTTP protocol the server can run (httptools, h11), pipelined
+requests included."""
 
 from __future__ import annotations
 
@@ -120,8 +122,15 @@ def test_slow_header_flood_leaves_authorised_clients_served(server):
     assert max(latencies) < 1.0, f"slowest authorised request {max(latencies):.2f} s"
 
 
-def test_a_trickled_header_is_closed_at_the_header_timeout(tmp_path):
-    srv = Server(tmp_path / "mem.db", None, "--no-auth", "--header-timeout", "1")
+PROTOCOLS = ["httptools", "h11"]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_trickled_header_is_closed_at_the_header_timeout(tmp_path, protocol):
+    srv = Server(
+        tmp_path / "mem.db", None, "--no-auth", "--header-timeout", "1",
+        "--http-protocol", protocol,
+    )  # fmt: skip
     try:
         with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
             s.sendall(HALF_A_HEADER)
@@ -146,8 +155,12 @@ def test_a_trickled_header_is_closed_at_the_header_timeout(tmp_path):
         srv.stop()
 
 
-def test_a_client_over_its_limit_loses_its_longest_waiting_connections(tmp_path):
-    srv = Server(tmp_path / "mem.db", None, "--no-auth", "--max-connections-per-client", "20")
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_client_over_its_limit_loses_its_longest_waiting_connections(tmp_path, protocol):
+    srv = Server(
+        tmp_path / "mem.db", None, "--no-auth", "--max-connections-per-client", "20",
+        "--http-protocol", protocol,
+    )  # fmt: skip
     socks = []
     try:
         for _ in range(50):
@@ -172,3 +185,61 @@ def test_a_client_over_its_limit_loses_its_longest_waiting_connections(tmp_path)
         for s in socks:
             s.close()
         srv.stop()
+
+
+def _responses(sock: socket.socket, n: int, limit: float = 10.0) -> list[bytes]:
+    """Read ``n`` whole HTTP responses (with Content-Length bodies) from ``sock``."""
+    buf, out = b"", []
+    deadline = time.monotonic() + limit
+    while len(out) < n and time.monotonic() < deadline:
+        head, sep, rest = buf.partition(b"\r\n\r\n")
+        if sep:
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            if len(rest) >= length:
+                out.append(head.split(b"\r\n")[0])
+                buf = rest[length:]
+                continue
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        buf += chunk
+    return out
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_pipelined_requests_are_answered_and_the_connection_kept(tmp_path, protocol):
+    """Three requests sent in one write are answered in order; the connection then
+    waits for its next request head (the header timeout starts again only after the
+    last response), and is closed when that head does not come in time."""
+    srv = Server(
+        tmp_path / "mem.db", None, "--no-auth", "--header-timeout", "1",
+        "--http-protocol", protocol,
+    )  # fmt: skip
+    try:
+        request = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            s.sendall(request * 3)
+            assert _responses(s, 3) == [b"HTTP/1.1 200 OK"] * 3
+            s.sendall(request)  # the same connection serves a later request too
+            assert _responses(s, 1) == [b"HTTP/1.1 200 OK"]
+            started = time.monotonic()
+            s.settimeout(8)
+            assert s.recv(1) == b""  # no next head: closed at the header timeout
+            assert time.monotonic() - started < 6
+    finally:
+        srv.stop()
+
+
+def test_an_unknown_protocol_is_refused():
+    from osumem.errors import ConfigError
+    from osumem.serve.connections import ConnectionGuard, guarded_protocol
+    from osumem.serve.run import HttpSettings
+
+    with pytest.raises(ConfigError, match="--http-protocol"):
+        HttpSettings(protocol="h3")
+    with pytest.raises(ValueError, match="HTTP protocol"):
+        guarded_protocol(ConnectionGuard(), "h3")

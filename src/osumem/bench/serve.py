@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from osumem.errors import ConfigError
-from osumem.frozen import Boolean, Constraints, FrozenConfig, Interval
+from osumem.frozen import Boolean, Constraints, FrozenConfig, Interval, Options
 
 NAMESPACE = "bench"
 AIRPORTS = ("JFK", "SFO", "ORD", "ATL", "SEA", "BOS", "LAX", "MIA", "DEN", "PHX")
@@ -67,6 +67,9 @@ class ServeBenchConfig(FrozenConfig):
     readers: int = 4
     #: run the server with ``--inline-reads`` (its default: off)
     inline_reads: bool = False
+    #: the HTTP protocol of the server and of the echo endpoint alike (``osumem serve
+    #: --http-protocol``; ``auto``: httptools when installed, else h11)
+    http_protocol: str = "auto"
     seed: int = 0
 
     config_name = "bench serve"
@@ -80,6 +83,7 @@ class ServeBenchConfig(FrozenConfig):
         "time_limit": Interval(float, 0, None, closed="neither"),
         "readers": Interval(int, 1, None),
         "inline_reads": Boolean(),
+        "http_protocol": Options(("auto", "httptools", "h11")),
     }
 
 
@@ -185,6 +189,7 @@ def _start_server(
         "--store", str(store), "--transport", "http", "--port", str(port),
         "--method", cfg.method, "--readers", str(readers),
         "--inline-reads" if cfg.inline_reads else "--thread-reads",
+        "--http-protocol", cfg.http_protocol,
     ]  # fmt: skip
     env = {**os.environ, "OSUMEM_TOKEN": token}
     proc = subprocess.Popen(
@@ -196,7 +201,8 @@ def _start_server(
 
 #: The echo server: the routes the clients call, each answering with the request's
 #: own JSON body (an add's also with an empty ``step_ids``), under uvicorn as
-#: ``osumem serve`` runs (no server header, the same log level); argv[1] is the port.
+#: ``osumem serve`` runs (no server header, the same log level, the same HTTP
+#: protocol and event loop); argv[1] is the port, argv[2] the protocol.
 ECHO_SERVER = """
 import sys
 import uvicorn
@@ -217,7 +223,7 @@ async def messages(namespace: str, request: Request):
     return {**(await request.json()), "step_ids": []}
 
 uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning",
-            server_header=False)
+            server_header=False, http=sys.argv[2])
 """
 
 
@@ -237,10 +243,10 @@ def _wait_healthy(proc: subprocess.Popen[str], url: str, what: str) -> None:
     raise ConfigError(f"bench serve: {what} did not start within 600 s")
 
 
-def _start_echo() -> tuple[subprocess.Popen[str], str]:
+def _start_echo(protocol: str) -> tuple[subprocess.Popen[str], str]:
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-c", ECHO_SERVER, str(port)],
+        [sys.executable, "-c", ECHO_SERVER, str(port), protocol],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -373,7 +379,7 @@ def _run(cfg: ServeBenchConfig, folder: Path, say: Callable[[str], None]) -> dic
         worker.submit(mem.close).result()
         worker.shutdown()
 
-        echo_proc, echo_url = _start_echo()
+        echo_proc, echo_url = _start_echo(cfg.http_protocol)
         try:
             say(f"{cfg.clients} concurrent clients against the echo endpoint")
             echo_before = _cpu_ms_per_op(
@@ -503,7 +509,8 @@ def render_report(result: dict[str, Any]) -> str:
         f"serve benchmark: {result['store']['steps']} steps, encoder {result['store']['encoder']}, "
         f"method {cfg['method']}, budget {cfg['budget']}, "
         f"{cfg.get('readers', ServeBenchConfig.readers)} server reader threads"
-        + (", inline reads" if cfg.get("inline_reads") else ""),
+        + (", inline reads" if cfg.get("inline_reads") else "")
+        + f", HTTP protocol {cfg.get('http_protocol', 'auto')}",
         "",
         "| path | n | p50 ms | p99 ms |",
         "|---|---:|---:|---:|",

@@ -143,6 +143,13 @@ def _need_serve_extra() -> None:
     help="HTTP: open connections per client address (the same rule per client).",
 )
 @click.option(
+    "--http-protocol",
+    type=click.Choice(["auto", "httptools", "h11"]),
+    default="auto",
+    show_default=True,
+    help="HTTP: uvicorn's request parser; auto: httptools (C) when installed, else h11.",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
     default="warning",
@@ -171,6 +178,7 @@ def serve_cmd(
     body_timeout: float,
     max_connections: int,
     max_per_client: int,
+    http_protocol: str,
     log_level: str,
 ) -> None:
     """Serve a memory store to agents: MCP tools (stdio or streamable HTTP) and an HTTP
@@ -197,6 +205,7 @@ def serve_cmd(
         body_timeout=body_timeout,
         max_connections=max_connections,
         max_per_client=max_per_client,
+        protocol=http_protocol,
     )
     tokens = TokenTable()
     if transport == "http":
@@ -297,6 +306,13 @@ def serve_cmd(
     help="Run the server with --inline-reads (default: the server's own default, off).",
 )
 @click.option(
+    "--http-protocol",
+    type=click.Choice(["auto", "httptools", "h11"]),
+    default="auto",
+    show_default=True,
+    help="The HTTP protocol of the server and of the echo endpoint alike.",
+)
+@click.option(
     "--store",
     "store_url",
     default=None,
@@ -335,6 +351,7 @@ def bench_serve_cmd(
     time_limit: float,
     readers: int,
     inline_reads: bool,
+    http_protocol: str,
     store_url: str | None,
     local_postgres: bool,
     servers: int,
@@ -368,6 +385,7 @@ def bench_serve_cmd(
         time_limit=time_limit,
         readers=readers,
         inline_reads=inline_reads,
+        http_protocol=http_protocol,
     )
     result = run_serve_bench(cfg, work_dir, progress=None if as_json else _progress)
     if as_json:

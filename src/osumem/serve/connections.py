@@ -4,8 +4,8 @@ cannot starve the ones that do (slow-header, "slowloris" attacks).
 uvicorn alone waits for a request head for ever and counts idle connections against
 its concurrency limit, so a few hundred connections that send half a header block
 make every other request get 503. :func:`guarded_protocol` gives uvicorn an HTTP
-protocol (its h11 one, with a :class:`ConnectionGuard` shared by every connection of
-the server) that
+protocol (its httptools one where httptools is installed, else its h11 one, with a
+:class:`ConnectionGuard` shared by every connection of the server) that
 
 - closes a connection whose request head has not arrived ``header_timeout`` seconds
   after the connection opened or its previous response ended (bytes trickling in do
@@ -136,51 +136,104 @@ class ConnectionGuard:
         return True
 
 
-def guarded_protocol(guard: ConnectionGuard) -> type:
-    """uvicorn's h11 HTTP protocol with ``guard`` in front (pass it as
+#: The HTTP protocols :func:`guarded_protocol` can guard: httptools' C parser
+#: (uvicorn's own choice when it is installed, as with ``uvicorn[standard]``) and
+#: h11's pure-Python one.
+PROTOCOLS = ("httptools", "h11")
+
+
+def default_protocol() -> str:
+    """The protocol uvicorn's ``http="auto"`` picks here: httptools when importable."""
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        return "h11"
+    return "httptools"
+
+
+def guarded_protocol(guard: ConnectionGuard, protocol: str | None = None) -> type:
+    """uvicorn's HTTP protocol ``protocol`` (one of :data:`PROTOCOLS`; default
+    :func:`default_protocol`) with ``guard`` in front (pass it as
     ``uvicorn.Config(http=...)``)."""
+    name = default_protocol() if protocol is None else protocol
+    if name == "h11":
+        return _guarded_h11(guard)
+    if name == "httptools":
+        return _guarded_httptools(guard)
+    raise ValueError(f"HTTP protocol: expected one of {PROTOCOLS}, got {protocol!r}")
+
+
+class _GuardHooks:
+    """The guard's side of a guarded protocol: admission when a connection opens, the
+    header timer, and what the guard calls (mixed into uvicorn's protocol, which has
+    ``client``, ``transport`` and ``loop``; each guard gets its own class)."""
+
+    guard: ConnectionGuard
+    client: Any
+    transport: Any
+    loop: Any
+    _timer: asyncio.TimerHandle | None = None
+    _client_key = ""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        super().connection_made(transport)  # type: ignore[misc]  # the protocol's
+        self._client_key = self.client[0] if self.client else ""
+        if not self.guard.admit(self, self._client_key):
+            transport.write(_REFUSED)
+            transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.guard.release(self, self._client_key)
+        super().connection_lost(exc)  # type: ignore[misc]
+
+    def arm_header_timer(self, seconds: float) -> None:
+        self.disarm_header_timer()
+        self._timer = self.loop.call_later(seconds, self.guard.timed_out, self)
+
+    def disarm_header_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def close_waiting(self) -> None:
+        self.guard.release(self, self._client_key)
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def _guarded_h11(guard: ConnectionGuard) -> type:
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    class GuardedH11Protocol(H11Protocol):  # type: ignore[misc]
-        _timer: asyncio.TimerHandle | None = None
-        _client_key = ""
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._client_key = self.client[0] if self.client else ""
-            if not guard.admit(self, self._client_key):
-                transport.write(_REFUSED)
-                transport.close()
-
+    class GuardedH11Protocol(_GuardHooks, H11Protocol):  # type: ignore[misc]
         def handle_events(self) -> None:
             before = self.cycle
             super().handle_events()
             if self.cycle is not before:  # a request head arrived
-                guard.started(self, self._client_key)
+                self.guard.started(self, self._client_key)
 
         def on_response_complete(self) -> None:
             # first: a pipelined request that super() starts marks the connection busy
-            guard.wait(self, self._client_key)
+            self.guard.wait(self, self._client_key)
             super().on_response_complete()
 
-        def connection_lost(self, exc: Exception | None) -> None:
-            guard.release(self, self._client_key)
-            super().connection_lost(exc)
-
-        # --- what the guard calls ---------------------------------------------------
-
-        def arm_header_timer(self, seconds: float) -> None:
-            self.disarm_header_timer()
-            self._timer = self.loop.call_later(seconds, guard.timed_out, self)
-
-        def disarm_header_timer(self) -> None:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-
-        def close_waiting(self) -> None:
-            guard.release(self, self._client_key)
-            if not self.transport.is_closing():
-                self.transport.close()
-
+    GuardedH11Protocol.guard = guard
     return GuardedH11Protocol
+
+
+def _guarded_httptools(guard: ConnectionGuard) -> type:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class GuardedHttpToolsProtocol(_GuardHooks, HttpToolsProtocol):  # type: ignore[misc]
+        def on_headers_complete(self) -> None:
+            super().on_headers_complete()  # a request head arrived (maybe pipelined)
+            self.guard.started(self, self._client_key)
+
+        def on_response_complete(self) -> None:
+            self.guard.wait(self, self._client_key)
+            queued = bool(self.pipeline)
+            super().on_response_complete()
+            if queued:  # super() started a pipelined request, whose head is in
+                self.guard.started(self, self._client_key)
+
+    GuardedHttpToolsProtocol.guard = guard
+    return GuardedHttpToolsProtocol

@@ -94,8 +94,26 @@ class HttpSettings:
     body_timeout: float = BODY_TIMEOUT
     max_connections: int = MAX_CONNECTIONS
     max_per_client: int = MAX_PER_CLIENT
+    #: uvicorn's HTTP protocol: ``"auto"`` (httptools when installed, else h11, as
+    #: uvicorn picks), ``"httptools"`` or ``"h11"``
+    protocol: str = "auto"
 
     def __post_init__(self) -> None:
+        from osumem.serve.connections import PROTOCOLS
+
+        if self.protocol not in ("auto", *PROTOCOLS):
+            raise ConfigError(
+                f"--http-protocol: expected one of auto, {', '.join(PROTOCOLS)}; "
+                f"got {self.protocol!r}"
+            )
+        if self.protocol == "httptools":
+            try:
+                import httptools  # noqa: F401
+            except ImportError:
+                raise ConfigError(
+                    "--http-protocol httptools: httptools is not installed "
+                    "(pip install 'osumem[serve]')"
+                ) from None
         for name in ("header_timeout", "body_timeout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
@@ -165,7 +183,8 @@ def run_http(
         host=host,
         port=port,
         log_level=log_level,
-        http=guarded_protocol(guard),  # bounds connections: no uvicorn concurrency limit
+        # bounds connections: no uvicorn concurrency limit
+        http=guarded_protocol(guard, None if cfg.protocol == "auto" else cfg.protocol),
         timeout_graceful_shutdown=10,
         server_header=False,
     )
