@@ -47,3 +47,33 @@ def test_bench_config_is_checked():
         ServeBenchConfig(add_share=1.5)
     with pytest.raises(ConfigError, match="readers"):
         ServeBenchConfig(readers=0)
+
+
+def test_a_chat_log_file_is_cycled_up_to_the_steps(tmp_path):
+    """`--data` with fewer steps than `--steps`: the logs are added again as further
+    copies (each its own log id), not skipped as duplicates, until the store holds the
+    steps asked for; a file that cannot give them is a clear error."""
+    import json
+
+    from osumem.bench.serve import NAMESPACE, _build
+    from osumem.memory import Memory
+
+    logs = [
+        [
+            {"role": "user", "content": f"Change the bags on reservation R{k:05d}."},
+            {"role": "assistant", "content": f"Done for R{k:05d}."},
+        ]
+        for k in range(2)
+    ]
+    data = tmp_path / "logs.jsonl"
+    data.write_text("\n".join(json.dumps(log) for log in logs), encoding="utf-8")
+    cfg = ServeBenchConfig(steps=11, data=data)
+    built = _build(cfg, tmp_path / "bench.db", lambda _: None)
+    assert built["steps"] >= 11
+    with Memory.open(tmp_path / "bench.db") as mem:
+        texts = [s.text for s in mem.steps(NAMESPACE)]
+    assert len(texts) == built["steps"] and len(set(texts)) == 4  # copies of the 4 steps
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text(json.dumps([{"role": "system", "content": "nothing to store"}]))
+    with pytest.raises(ConfigError, match="fewer than --steps"):
+        _build(ServeBenchConfig(steps=5, data=empty), tmp_path / "other.db", lambda _: None)

@@ -122,7 +122,9 @@ def generated_turn(k: int, rng: np.random.Generator) -> list[dict[str, Any]]:
 
 
 def _logs(cfg: ServeBenchConfig) -> list[list[dict[str, Any]]]:
-    """Chat logs holding about ``cfg.steps`` steps (each log one add)."""
+    """The chat logs of the store, each one add: generated ones holding about
+    ``cfg.steps`` steps, or the logs of ``cfg.data`` (:func:`_build` adds them again,
+    as further copies, until the store holds ``cfg.steps``)."""
     rng = np.random.default_rng(cfg.seed)
     if cfg.data is None:
         turns_per_log, steps_per_turn = 6, 3
@@ -136,7 +138,7 @@ def _logs(cfg: ServeBenchConfig) -> list[list[dict[str, Any]]]:
     source = read_log(cfg.data)
     if not source:
         raise ConfigError(f"bench serve: {cfg.data} holds no chat log")
-    return [source[i % len(source)] for i in range(100_000)]  # cut at cfg.steps below
+    return source  # cycled up to cfg.steps by _build
 
 
 def _percentiles(values: list[float]) -> dict[str, float]:
@@ -286,13 +288,23 @@ def _build(cfg: ServeBenchConfig, store: Path | str, say: Callable[[str], None])
     with Memory.open(store, encoder=cfg.encoder, method=cfg.method) as mem:
         n = mem.n_steps(NAMESPACE)
         i = 0
+        at_cycle = n
         while n < cfg.steps:
+            if i and i % len(logs) == 0:
+                if n == at_cycle:  # a whole pass over the logs added nothing
+                    raise ConfigError(
+                        f"bench serve: {cfg.data or 'the generated logs'} give fewer than "
+                        f"--steps {cfg.steps} steps"
+                    )
+                at_cycle = n
             added = mem.add_messages(
-                logs[i],
+                logs[i % len(logs)],
                 namespace=NAMESPACE,
                 source=f"{NAMESPACE}/{i}",
                 prefix_namespace=cfg.data is not None,
                 hold_open_calls=False,
+                # a cycled log is another copy (its own id), not a duplicate to skip
+                log_id=f"{NAMESPACE}/{i}",
             )
             n += len(added)
             i += 1
