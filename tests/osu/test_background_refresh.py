@@ -242,3 +242,34 @@ def test_a_refresh_whose_pool_was_dropped_skips_its_detection(view, monkeypatch)
     gate.set()
     thread.join(10)
     assert not thread.is_alive() and detected == []
+
+
+def test_the_community_child_ends_quietly_when_the_parent_has_gone():
+    """A detection whose parent closed its end before the answer (a memory closed
+    during a background refresh): the child exits 0 without a traceback."""
+    import socket
+    import subprocess
+    import sys
+    from multiprocessing.connection import Connection
+
+    from osumem.child import child_env
+
+    ours, theirs = socket.socketpair()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "osumem.osu.community_process", str(theirs.fileno())],
+        pass_fds=(theirs.fileno(),),
+        env=child_env(),
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    theirs.close()
+    conn = Connection(ours.detach())
+    rng = np.random.default_rng(0)
+    n = 2000
+    src = rng.integers(0, n, 8 * n).astype(np.int64)
+    dst = rng.integers(0, n, 8 * n).astype(np.int64)
+    conn.send((n, src, dst, "leiden", 0, None))
+    conn.close()  # gone before the answer
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    assert err == b""

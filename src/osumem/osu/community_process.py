@@ -150,9 +150,14 @@ def main(argv: list[str]) -> int:
             except Exception as exc:  # raised again in the parent, as it would be there
                 reply = (False, exc)
             try:
-                conn.send(reply)
-            except Exception:  # an error that does not pickle: its type and text
-                conn.send((False, RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}")))
+                try:
+                    conn.send(reply)
+                except (OSError, EOFError):
+                    raise
+                except Exception:  # an error that does not pickle: its type and text
+                    conn.send((False, RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}")))
+            except (OSError, EOFError):  # the parent closed its end (it is done): quietly
+                return 0
     finally:
         conn.close()
 
