@@ -363,3 +363,50 @@ def test_osus_of_reads_the_rows_and_matches_the_membership_matrix():
     assert got == [
         sorted(csr.indices[csr.indptr[p] : csr.indptr[p + 1]].tolist()) for p in range(view.n)
     ]
+
+
+def _grown_step_index(data, keep_up: int):
+    import osumem.retrieve.step_index as step_index
+
+    r = create("osumem", seed=0)
+    r.step_index.background = True
+    r.fit(data.view.prefix(1200))
+    r.wait_ready()
+    sizes = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(step_index, "KEEP_UP_STEPS", keep_up)
+        for t in range(1201, 1401):
+            r.update(data.view.prefix(t))
+            sizes.append(r.step_index.hnsw.size)
+    r.wait_ready()
+    return r, sizes
+
+
+def test_step_index_keeps_up_at_updates_with_the_same_graph(monkeypatch):
+    """With background builds, an update inserts the steps the step index lacks once
+    at least KEEP_UP_STEPS wait (at most CATCHUP_STEPS), so no single query inserts a
+    long run; fewer wait for a query or a later update. The index then holds the steps
+    in the same order as one extended only when asked: the same graph, byte for byte,
+    and the same answers."""
+    import osumem.retrieve.step_index as step_index
+
+    monkeypatch.setattr(step_index, "ANN_MIN_STEPS", 1000)
+    data = _big_view(1400)
+    kept, sizes = _grown_step_index(data, step_index.KEEP_UP_STEPS)
+    k = step_index.KEEP_UP_STEPS
+    assert sizes == [1200 + (t - 1200) // k * k for t in range(1201, 1401)]
+    lazy, lazy_sizes = _grown_step_index(data, 10**9)  # never at an update
+    assert lazy_sizes == [1200] * 200
+    a, b = (
+        kept.step_index.hnsw._index.__getstate__()[0],
+        lazy.step_index.hnsw._index.__getstate__()[0],
+    )
+    assert a["cur_element_count"] == b["cur_element_count"] == 1400
+    for name in ("data_level0", "link_lists", "label_lookup_external"):
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    np.testing.assert_array_equal(a["element_levels"][:1400], b["element_levels"][:1400])
+    for q in data.queries:
+        for budget in (256, 1024):
+            np.testing.assert_array_equal(
+                kept.retrieve(q, budget).positions, lazy.retrieve(q, budget).positions
+            )

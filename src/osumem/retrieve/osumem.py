@@ -265,6 +265,7 @@ class _PoolRetriever(Retriever[PoolConfigT]):
         self.pool_.background_refresh = self.step_index.background
         self.pool_.add(view)
         self.step_index.extend_cost_stats(self.view_, view)
+        self.step_index.keep_up(view)
         self.view_ = view
         return self
 

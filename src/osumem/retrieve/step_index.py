@@ -39,6 +39,11 @@ STEP_INDEX_EF_CONSTRUCTION = 64
 #: thread while queries scan exactly.
 CATCHUP_STEPS = 64
 
+#: With background builds, a retriever's update inserts the steps added since the index
+#: was last extended once at least this many wait (at most :data:`CATCHUP_STEPS`), so
+#: the query that next needs the index does not insert a long run of them.
+KEEP_UP_STEPS = 8
+
 #: A new step index holds room for 1/this more steps than it is built over (hnswlib
 #: grows an index by copying it whole).
 HEADROOM_DIVISOR = 4
@@ -333,6 +338,19 @@ class StepIndex:
                 return None
             index.add(view.embeddings[index.size : view.n])
         return index
+
+    def keep_up(self, view: MemoryView) -> None:
+        """With :attr:`background`: insert the steps of ``view`` the index lacks now when
+        at least :data:`KEEP_UP_STEPS` and at most :data:`CATCHUP_STEPS` wait (the run a
+        query would otherwise insert all at once). The index then holds the same steps
+        in the same order as a query's catch-up would give it: the same graph, the same
+        answers; only when the insertion happens changes."""
+        index = self.hnsw
+        if not self.background or index is None or self._job is not None:
+            return
+        tail = view.n - index.size
+        if KEEP_UP_STEPS <= tail <= CATCHUP_STEPS and index.size + tail <= index.capacity:
+            index.add(view.embeddings[index.size : view.n])
 
     def _start(self, index: KnnIndex, view: MemoryView, start: int) -> None:
         """Insert the steps ``start..view.n`` into ``index`` on a background thread."""
