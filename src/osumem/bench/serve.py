@@ -42,6 +42,7 @@ import numpy as np
 
 from osumem.errors import ConfigError
 from osumem.frozen import Boolean, Constraints, FrozenConfig, Interval, Options
+from osumem.serve.connection_limits import HTTP_PROTOCOLS
 
 NAMESPACE = "bench"
 AIRPORTS = ("JFK", "SFO", "ORD", "ATL", "SEA", "BOS", "LAX", "MIA", "DEN", "PHX")
@@ -83,7 +84,7 @@ class ServeBenchConfig(FrozenConfig):
         "time_limit": Interval(float, 0, None, closed="neither"),
         "readers": Interval(int, 1, None),
         "inline_reads": Boolean(),
-        "http_protocol": Options(("auto", "httptools", "h11")),
+        "http_protocol": Options(HTTP_PROTOCOLS),
     }
 
 

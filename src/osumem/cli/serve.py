@@ -26,6 +26,7 @@ from osumem.cli._common import (
 from osumem.serve.connection_limits import (
     BODY_TIMEOUT,
     HEADER_TIMEOUT,
+    HTTP_PROTOCOLS,
     MAX_CONNECTIONS,
     MAX_PER_CLIENT,
 )
@@ -144,7 +145,7 @@ def _need_serve_extra() -> None:
 )
 @click.option(
     "--http-protocol",
-    type=click.Choice(["auto", "httptools", "h11"]),
+    type=click.Choice(HTTP_PROTOCOLS),
     default="auto",
     show_default=True,
     help="HTTP: uvicorn's request parser; auto: httptools (C) when installed, else h11.",
@@ -307,7 +308,7 @@ def serve_cmd(
 )
 @click.option(
     "--http-protocol",
-    type=click.Choice(["auto", "httptools", "h11"]),
+    type=click.Choice(HTTP_PROTOCOLS),
     default="auto",
     show_default=True,
     help="The HTTP protocol of the server and of the echo endpoint alike.",

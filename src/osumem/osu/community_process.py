@@ -135,6 +135,18 @@ def _answer(comms: list[IntArray]) -> tuple[Any, ...]:
     return (True, lengths, flat.astype(np.int64, copy=False))
 
 
+def _send(conn: Connection, reply: tuple[Any, ...]) -> bool:
+    """Send ``reply`` (an error that does not pickle as its type and text); ``False``
+    when the parent has closed its end."""
+    try:
+        conn.send(reply)
+    except (OSError, EOFError):
+        return False
+    except Exception:  # sent again as a RuntimeError, which pickles
+        return _send(conn, (False, RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}")))
+    return True
+
+
 def main(argv: list[str]) -> int:
     """The child: answer detection requests until the socket closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when it ends
@@ -149,15 +161,8 @@ def main(argv: list[str]) -> int:
                 reply = _answer(_communities(*request))
             except Exception as exc:  # raised again in the parent, as it would be there
                 reply = (False, exc)
-            try:
-                try:
-                    conn.send(reply)
-                except (OSError, EOFError):
-                    raise
-                except Exception:  # an error that does not pickle: its type and text
-                    conn.send((False, RuntimeError(f"{type(reply[1]).__name__}: {reply[1]}")))
-            except (OSError, EOFError):  # the parent closed its end (it is done): quietly
-                return 0
+            if not _send(conn, reply):
+                return 0  # the parent closed its end (it is done): quietly
     finally:
         conn.close()
 

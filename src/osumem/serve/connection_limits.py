@@ -9,3 +9,6 @@ BODY_TIMEOUT = 30.0
 MAX_CONNECTIONS = 1024
 #: Open connections per client address.
 MAX_PER_CLIENT = 256
+#: uvicorn's HTTP protocols the guard wraps, and ``auto``: httptools' C parser when it
+#: is installed (uvicorn's own choice, as with ``uvicorn[standard]``), else h11's.
+HTTP_PROTOCOLS = ("auto", "httptools", "h11")

@@ -29,6 +29,7 @@ from typing import Any
 
 from osumem.serve.connection_limits import (
     HEADER_TIMEOUT,
+    HTTP_PROTOCOLS,
     MAX_CONNECTIONS,
     MAX_PER_CLIENT,
 )
@@ -136,10 +137,8 @@ class ConnectionGuard:
         return True
 
 
-#: The HTTP protocols :func:`guarded_protocol` can guard: httptools' C parser
-#: (uvicorn's own choice when it is installed, as with ``uvicorn[standard]``) and
-#: h11's pure-Python one.
-PROTOCOLS = ("httptools", "h11")
+#: The HTTP protocols :func:`guarded_protocol` can guard (besides ``auto``).
+PROTOCOLS = HTTP_PROTOCOLS[1:]
 
 
 def default_protocol() -> str:
@@ -151,11 +150,11 @@ def default_protocol() -> str:
     return "httptools"
 
 
-def guarded_protocol(guard: ConnectionGuard, protocol: str | None = None) -> type:
-    """uvicorn's HTTP protocol ``protocol`` (one of :data:`PROTOCOLS`; default
+def guarded_protocol(guard: ConnectionGuard, protocol: str = "auto") -> type:
+    """uvicorn's HTTP protocol ``protocol`` (one of :data:`PROTOCOLS`, or ``auto``:
     :func:`default_protocol`) with ``guard`` in front (pass it as
     ``uvicorn.Config(http=...)``)."""
-    name = default_protocol() if protocol is None else protocol
+    name = default_protocol() if protocol == "auto" else protocol
     if name == "h11":
         return _guarded_h11(guard)
     if name == "httptools":

@@ -13,6 +13,7 @@ from osumem.serve.auth import TokenTable, is_loopback
 from osumem.serve.connection_limits import (
     BODY_TIMEOUT,
     HEADER_TIMEOUT,
+    HTTP_PROTOCOLS,
     MAX_CONNECTIONS,
     MAX_PER_CLIENT,
 )
@@ -99,11 +100,9 @@ class HttpSettings:
     protocol: str = "auto"
 
     def __post_init__(self) -> None:
-        from osumem.serve.connections import PROTOCOLS
-
-        if self.protocol not in ("auto", *PROTOCOLS):
+        if self.protocol not in HTTP_PROTOCOLS:
             raise ConfigError(
-                f"--http-protocol: expected one of auto, {', '.join(PROTOCOLS)}; "
+                f"--http-protocol: expected one of {', '.join(HTTP_PROTOCOLS)}; "
                 f"got {self.protocol!r}"
             )
         if self.protocol == "httptools":
@@ -183,8 +182,7 @@ def run_http(
         host=host,
         port=port,
         log_level=log_level,
-        # bounds connections: no uvicorn concurrency limit
-        http=guarded_protocol(guard, None if cfg.protocol == "auto" else cfg.protocol),
+        http=guarded_protocol(guard, cfg.protocol),  # bounds connections: no uvicorn limit
         timeout_graceful_shutdown=10,
         server_header=False,
     )
