@@ -46,6 +46,9 @@ def test_a_plain_add_reads_once_and_leaves_held_messages_alone(tmp_path: Path) -
             "BEGIN",
             "COMMIT",
         ]
+        # the add's own transaction is the append's unit of rollback: no savepoint
+        # (in SQLite its statement journal is a temporary file written at every add)
+        assert not [s for s in sql if s.startswith(("SAVEPOINT", "RELEASE"))]
         assert mem.n_steps("a") == 2
         # the recorded encoder is read once, not at every add, and the new position
         # comes from the write itself: one count of the steps before, one inside
@@ -109,3 +112,20 @@ def test_another_writer_between_the_reads_and_the_write_is_seen(tmp_path: Path) 
         reopened = [s.text for s in other.steps("a")]
         assert reopened == [s.text for s in mine.steps("a")]
         assert reopened.count("user: book the aisle seat on HAT001") == 1
+
+
+def test_an_add_inside_a_callers_transaction_is_still_one_savepoint(tmp_path: Path) -> None:
+    """Inside ``mem.transaction()`` the add's own block is the savepoint that keeps a
+    failed add from leaving rows behind in the caller's transaction; the append inside
+    it opens none of its own."""
+    with Memory.open(tmp_path / "m.db", encoder="hashing") as mem:
+        mem.add("first turn", namespace="a")
+
+        def two_adds() -> None:
+            with mem.transaction():
+                mem.add("book the aisle seat", namespace="a")
+                mem.add("and a window seat for the way back", namespace="a")
+
+        sql = _statements(mem, two_adds)
+        assert sum(s.startswith("SAVEPOINT") for s in sql) == 2  # one per add
+        assert mem.n_steps("a") == 3

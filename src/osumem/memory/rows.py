@@ -58,8 +58,9 @@ class AddBatch:
     <osumem.memory.backends.base.MemoryStore.append>` checked it): the namespace,
     the rows, their embeddings (little-endian float32, C-contiguous, one row per
     step), the encoder id, the held messages to keep (``None``: leave them) with the
-    source of each (``None`` for the list or an entry: not recorded) and the log digest
-    to record (``None``: none)."""
+    source of each (``None`` for the list or an entry: not recorded), the log digest
+    to record (``None``: none) and whether the caller's open transaction is the add's
+    unit of rollback (``joined``: the backend opens no savepoint of its own)."""
 
     namespace: str
     rows: Sequence[StepRow]
@@ -68,6 +69,7 @@ class AddBatch:
     pending: Sequence[Mapping[str, Any]] | None
     pending_sources: Sequence[str | None] | None
     digest: str | None
+    joined: bool = False
 
 
 @dataclass(frozen=True)

@@ -352,6 +352,7 @@ class MemoryWrites(MemoryReads):
             pending=pending,
             pending_sources=pending_sources,
             digest=digest,
+            joined=True,  # the caller's transaction block: an error leaves it, rolled back
         )
         last = self.store.last_append
         start = last[1] if last is not None and last[0] == namespace else None

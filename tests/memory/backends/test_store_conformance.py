@@ -190,6 +190,33 @@ def test_transactions_roll_back_whole_and_nest_as_savepoints(location):
         assert store.n_steps("ns") == 2 and store.load("ns").batch_ends == (1, 2)
 
 
+def test_a_joined_append_belongs_to_the_enclosing_block(location):
+    """``append(joined=True)`` inside a transaction opens no savepoint of its own: it is
+    rolled back with the block it was called in; outside a transaction it is an
+    append like any other (its own transaction)."""
+
+    class Boom(Exception):
+        pass
+
+    with open_store(location) as store:
+        store.append("ns", [row(0)], vectors(1), encoder_id="e", joined=True)
+        assert store.n_steps("ns") == 1 and not store.in_transaction
+        h = store.content_hash()
+        with pytest.raises(Boom), store.transaction("ns"):
+            store.append("ns", [row(1)], vectors(1), encoder_id="e", joined=True)
+            raise Boom
+        assert store.content_hash() == h
+        with store.transaction():
+            with contextlib.suppress(Boom), store.transaction("ns"):
+                store.append("ns", [row(1)], vectors(1), encoder_id="e", joined=True)
+                raise Boom  # the nested block is the savepoint: the joined append goes
+            store.append("ns", [row(2)], vectors(1), encoder_id="e", digest="d", joined=True)
+        data = store.load("ns")
+        assert data.view.n == 2 and data.batch_ends == (1, 2) and store.has_digest("ns", "d")
+        assert list(data.view.texts) == [row(0).text, row(2).text]
+        assert store.integrity_problems() == []
+
+
 def test_read_only_opens_answer_and_refuse_writes(location):
     with open_store(location) as store:
         store.append("ns", [row(0)], vectors(1), encoder_id="e")

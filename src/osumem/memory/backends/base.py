@@ -197,6 +197,7 @@ class MemoryStore(ABC, metaclass=_Constructible):
         pending: Sequence[Mapping[str, Any]] | None = None,
         pending_sources: Sequence[str | None] | None = None,
         digest: str | None = None,
+        joined: bool = False,
     ) -> list[int]:
         """Append ``rows`` (with their L2-normalised ``embeddings``) to ``namespace`` as
         one add batch, in one transaction: positions and ids are assigned inside it,
@@ -204,12 +205,29 @@ class MemoryStore(ABC, metaclass=_Constructible):
         source of each in ``pending_sources``) and ``digest`` is recorded. The first add records ``encoder_id`` and the dimension;
         a later add with another raises :class:`~osumem.errors.IncompatibleStoreError`.
         Returns the new step ids. Callers validate first; the backend writes the
-        checked :class:`~osumem.memory.rows.AddBatch` (:meth:`_append`)."""
+        checked :class:`~osumem.memory.rows.AddBatch` (:meth:`_append`).
+
+        ``joined``: called inside an open :meth:`transaction` whose block lets any
+        error of the append propagate out of it (so the block is rolled back whole,
+        and the append's own writes with it): the append then opens no savepoint of
+        its own. Inside an open transaction a savepoint is what keeps a failed append
+        from leaving part of its rows behind when the caller catches the error; in
+        SQLite it costs a statement journal (a temporary file) per add. Outside a
+        transaction ``joined`` changes nothing."""
         emb = np.ascontiguousarray(embeddings, dtype="<f4")
         if emb.ndim != 2 or emb.shape[0] != len(rows):
             raise StoreError(f"append: {len(rows)} rows but embeddings of shape {emb.shape}")
         return self._append(
-            AddBatch(namespace, rows, emb, encoder_id, pending, pending_sources, digest)
+            AddBatch(
+                namespace,
+                rows,
+                emb,
+                encoder_id,
+                pending,
+                pending_sources,
+                digest,
+                joined=joined and self.in_transaction,
+            )
         )
 
     @abstractmethod

@@ -378,15 +378,22 @@ class Connection:
         return store_lock_key(self.schema)
 
     @contextmanager
-    def transaction(self, namespace: str | None = None) -> Iterator[None]:
+    def transaction(self, namespace: str | None = None, *, joined: bool = False) -> Iterator[None]:
         """One write transaction (``BEGIN`` … ``COMMIT``; nested: a savepoint), rolled
-        back on any exception, holding the locks of the module doc."""
+        back on any exception, holding the locks of the module doc. A nested
+        ``joined`` block is part of the open transaction's own unit of rollback (an
+        error raised in it leaves the enclosing block too): it only takes the
+        namespace's lock, with no savepoint (a round trip each way)."""
         self._check_open()
         if self.read_only:
             raise StoreReadOnlyError(f"{self.name}: opened read-only, cannot write")
         txn = self._txn()
         try:
-            if txn.depth == 0:
+            if txn.depth and joined:
+                if namespace is not None:
+                    self.lock_namespace(namespace)
+                yield
+            elif txn.depth == 0:
                 yield from self._outer(txn, namespace)
             else:
                 yield from self._nested(txn, namespace)

@@ -236,7 +236,7 @@ class PostgresStore(PostgresEdits):
     @guarded
     def _append(self, add: AddBatch) -> list[int]:
         namespace, rows, emb, encoder_id = add.namespace, add.rows, add.embeddings, add.encoder_id
-        with self.conn.transaction(namespace), self.conn.cursor() as c:
+        with self.conn.transaction(namespace, joined=add.joined), self.conn.cursor() as c:
             if len(rows):
                 self._claim_encoder(c, encoder_id, int(emb.shape[1]))
             else:

@@ -262,13 +262,19 @@ class Connection:
     # --- transactions ------------------------------------------------------------------
 
     @contextmanager
-    def transaction(self) -> Iterator[None]:
+    def transaction(self, *, joined: bool = False) -> Iterator[None]:
         """One write transaction (``BEGIN IMMEDIATE`` … ``COMMIT``), rolled back on any
-        exception; nested calls become savepoints of the outer one."""
+        exception; nested calls become savepoints of the outer one, except a
+        ``joined`` one: its block is part of the open transaction's own unit of
+        rollback (an error raised in it leaves the enclosing block too), so it opens
+        nothing (no savepoint, whose statement journal costs a temporary file)."""
         conn = self.raw
         if self.read_only:
             raise StoreReadOnlyError(f"{self.name}: opened read-only, cannot write")
         nested = self._depth > 0
+        if nested and joined:
+            yield
+            return
         try:
             conn.execute(f"SAVEPOINT sp{self._depth}" if nested else "BEGIN IMMEDIATE")
         except sqlite3.Error as exc:

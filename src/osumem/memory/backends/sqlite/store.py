@@ -237,7 +237,7 @@ class SQLiteStore(SQLiteEdits):
     def _append(self, add: AddBatch) -> list[int]:
         conn = self.conn
         namespace, rows, emb, encoder_id = add.namespace, add.rows, add.embeddings, add.encoder_id
-        with conn.transaction():
+        with conn.transaction(joined=add.joined):
             # the recorded encoder, read under the write lock unless a committed read
             # already fixed it (it never changes after the first add)
             fixed = self._fixed_encoder
