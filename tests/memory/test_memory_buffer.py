@@ -4,6 +4,7 @@ reloaded one, and views handed out earlier never change under later adds."""
 from __future__ import annotations
 
 import numpy as np
+from test_memory_add_path import ANSWER, CALL
 
 from osumem.embed import HashingEncoder
 from osumem.memory import Memory
@@ -108,3 +109,31 @@ def test_a_loaded_namespace_takes_its_next_adds_without_copying_its_columns(tmp_
         live = mem.view()
     with Memory.open(path, encoder=HashingEncoder(16), method="flat") as again:
         _same(live, again.view())
+
+
+def test_adds_written_into_the_buffer_equal_the_stored_rows(tmp_path):
+    """What each add writes straight into a loaded namespace's buffer (every column:
+    ids, arguments, entities, metadata, times, batch ends, the user count) equals what
+    the store gives back for the same steps."""
+    with Memory.open(tmp_path / "m.db", encoder=HashingEncoder(16)) as mem:
+        mem.add("where is reservation R1?", namespace="a")
+        mem.retrieve("order", 64, namespace="a")  # loaded: later adds go to the buffer
+        for k in range(70):  # past a capacity doubling
+            mem.add(f"turn {k}", namespace="a", metadata={"k": k}, time=1_700_000_000 + k)
+            if k % 10 == 0:
+                mem.add_messages([CALL], namespace="a")
+                mem.add_messages([ANSWER], namespace="a")
+                mem.add(f"reply {k}", namespace="a", role="assistant")
+        mem.update("a", 3, metadata={"edited": True})
+        live = mem._views.data("a")
+        stored = mem.store.load("a")
+        _same(live.view, stored.view)
+        np.testing.assert_array_equal(live.step_ids, stored.step_ids)
+        assert list(live.arguments) == list(stored.arguments)
+        assert list(live.metadata) == list(stored.metadata)
+        np.testing.assert_array_equal(live.times, stored.times)
+        np.testing.assert_array_equal(live.updated, stored.updated)
+        assert live.batch_ends == stored.batch_ends
+        roles = list(stored.view.roles)
+        assert mem._views.buffer("a").users == roles.count("user")
+        assert '"reservation_id"' in "".join(live.arguments) and '{"k": 69}' in live.metadata

@@ -10,7 +10,7 @@ from typing import Any, cast
 import numpy as np
 from numpy.typing import NDArray
 
-from osumem.memory.rows import NamespaceData
+from osumem.memory.rows import NamespaceData, StepRow
 from osumem.types import EntityPrefix, ListPrefix, MemoryView
 
 #: A loaded namespace's buffers hold 1/this more rows than its steps.
@@ -96,6 +96,44 @@ class NamespaceBuffer:
         self._arguments.extend(delta.arguments)
         self.batch_ends.extend(e for e in delta.batch_ends if e > lo)
         self.users += int(np.count_nonzero(d.roles == "user"))
+        self.n = hi
+        self._snapshot = None
+
+    def extend_rows(
+        self, rows: Sequence[StepRow], embeddings: NDArray[np.float32], ids: Sequence[int]
+    ) -> None:
+        """Append the rows an add just wrote (the bytes the store now holds) as one add
+        batch at the positions right after the buffered ones: :meth:`extend` of the
+        same steps, written into the buffers row by row (an agent's add is one or two
+        rows, where building a :class:`NamespaceData` of them first cost more than
+        writing them)."""
+        k = len(rows)
+        if k == 0:
+            return
+        if self.dim == 0:
+            self.dim = int(embeddings.shape[1])
+            self._emb = np.empty((self.capacity, self.dim), dtype=np.float32)
+        self._grow(self.n + k)
+        lo, hi = self.n, self.n + k
+        self._emb[lo:hi] = embeddings
+        self._ids[lo:hi] = ids
+        obj = self._obj
+        for i, r in enumerate(rows):
+            at = lo + i
+            self._costs[at] = r.cost
+            self._times[at] = np.nan if r.time is None else float(r.time)
+            self._updated[at] = np.nan if r.updated is None else float(r.updated)
+            obj["tool_actions"][at] = r.tool_action
+            obj["tool_signatures"][at] = r.tool_signature
+            obj["subgoals"][at] = r.subgoal
+            obj["sources"][at] = r.source
+            obj["roles"][at] = r.role
+            obj["texts"][at] = r.text
+            self._metadata.append(r.metadata_json)
+            self._entities.append(frozenset(r.entities))
+            self._arguments.append(r.arguments_json)
+            self.users += r.role == "user"
+        self.batch_ends.append(hi)
         self.n = hi
         self._snapshot = None
 

@@ -12,7 +12,7 @@ from numpy.typing import NDArray
 from osumem.memory.backends import MemoryStore
 from osumem.memory.buffer import NamespaceBuffer
 from osumem.memory.held import HeldSnapshot, split_held
-from osumem.memory.rows import NamespaceData, StepRow, rows_data
+from osumem.memory.rows import NamespaceData, StepRow
 
 
 class NamespaceCache:
@@ -153,4 +153,4 @@ class NamespaceCache:
             # another memory on this store): reload lazily
             self.forget(namespace)
             return
-        buf.extend(rows_data(rows, embeddings, ids, (buf.n + len(rows),)))
+        buf.extend_rows(rows, embeddings, ids)

@@ -165,33 +165,6 @@ def _times(values: Sequence[float | None] | None, n: int) -> NDArray[np.float64]
     return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
 
 
-def rows_data(
-    rows: Sequence[StepRow],
-    embeddings: NDArray[np.float32],
-    step_ids: Sequence[int],
-    batch_ends: Sequence[int],
-) -> NamespaceData:
-    """:func:`namespace_data` of rows an add just wrote (the bytes the store now
-    holds, so a view extended with them equals a reloaded one)."""
-    return namespace_data(
-        embeddings=embeddings,
-        costs=[r.cost for r in rows],
-        roles=[r.role for r in rows],
-        texts=[r.text for r in rows],
-        tool_actions=[r.tool_action for r in rows],
-        tool_signatures=[r.tool_signature for r in rows],
-        entities=[frozenset(r.entities) for r in rows],
-        subgoals=[r.subgoal for r in rows],
-        sources=[r.source for r in rows],
-        step_ids=step_ids,
-        arguments=[r.arguments_json for r in rows],
-        batch_ends=batch_ends,
-        metadata=[r.metadata_json for r in rows],
-        times=[r.time for r in rows],
-        updated=[r.updated for r in rows],
-    )
-
-
 def kept_ends(ends: Sequence[int], keep: NDArray[np.int64]) -> tuple[int, ...]:
     """Add-batch ends over the steps at positions ``keep`` (sorted) alone: each end
     counts the kept steps before it; a batch left without steps is dropped."""
