@@ -18,14 +18,27 @@ the exact scan against the HNSW indexes for whole-memory queries: retrieve p50/p
 memory pays at its first query when it uses them) and the overlap of the two selections:
 
     PYTHONPATH=src python benchmarks/memory_agent_scale.py ann --sizes 20000,50000,100000 --dim 384
+
+``rounds`` runs an agent loop through the memory API (``Memory``, not the retrievers
+``osumem bench scale`` times): the synthetic scale data's steps up to ``--n`` minus
+``--k`` added in batches of 5,000, then ``--k`` rounds of one ``add_steps`` of the next
+step and one ``retrieve`` of a query text (hashing encoder, B = 256, a store file in a
+temporary folder); it reports the rounds' wall and CPU p50/p99/max, the slowest rounds,
+the cyclic garbage collector's full collections inside the rounds and what one full
+collection costs after them:
+
+    PYTHONPATH=src python benchmarks/memory_agent_scale.py rounds --n 100000 --k 2000
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -121,9 +134,69 @@ def _ann(sizes: list[int], dim: int, method: str) -> None:
         )
 
 
+def _rounds(n: int, k: int, method: str) -> None:
+    """One JSON line: ``k`` agent rounds (add one step, retrieve) of a memory grown to
+    ``n - k`` steps."""
+    from osumem.bench.scale import generate, step_of
+
+    data = generate(n, 384, 0, 100)
+    full: list[float] = []
+    started: list[float] = []
+
+    def on_gc(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            started[:] = [time.perf_counter()]
+        elif info["generation"] == 2 and started:
+            full.append(time.perf_counter() - started[0])
+
+    with tempfile.TemporaryDirectory() as tmp:
+        mem = Memory.open(Path(tmp) / "m.db", encoder="hashing", method=method, seed=0, budget=256)
+        first = n - k
+        for lo in range(0, first, 5000):
+            mem.add_steps([step_of(data, p) for p in range(lo, min(first, lo + 5000))])
+        mem.retrieve(data.query_texts[0])
+        mem.wait_ready()
+        wall: list[float] = []
+        cpu: list[float] = []
+        gc.callbacks.append(on_gc)
+        try:
+            for t in range(first, n):
+                step = step_of(data, t)
+                w0, c0 = time.perf_counter(), time.process_time()
+                mem.add_steps([step])
+                mem.retrieve(data.query_texts[t % len(data.query_texts)])
+                wall.append(time.perf_counter() - w0)
+                cpu.append(time.process_time() - c0)
+        finally:
+            gc.callbacks.remove(on_gc)
+        tracked = len(gc.get_objects())
+        w0 = time.perf_counter()
+        gc.collect()
+        collect_ms = (time.perf_counter() - w0) * 1000
+        mem.close()
+    slowest = np.argsort(wall)[::-1][:5]
+    print(
+        json.dumps(
+            {
+                "what": "rounds",
+                "method": method,
+                "n": n,
+                "rounds": k,
+                "wall": {**_pct(wall), "max_ms": round(max(wall) * 1000, 3)},
+                "cpu": {**_pct(cpu), "max_ms": round(max(cpu) * 1000, 3)},
+                "slowest_rounds": {int(first + i): round(wall[i] * 1000, 2) for i in slowest},
+                "full_collections_in_rounds_ms": [round(x * 1000, 1) for x in full],
+                "tracked_objects": tracked,
+                "full_collection_after_ms": round(collect_ms, 1),
+            }
+        ),
+        flush=True,
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["build", "adds", "reopen", "ann"])
+    ap.add_argument("what", choices=["build", "adds", "reopen", "ann", "rounds"])
     ap.add_argument("--store", default=None, help="the memory file (build/adds/reopen)")
     ap.add_argument("--sizes", default="20000,50000,100000", help="ann: memory sizes")
     ap.add_argument("--dim", type=int, default=384, help="ann: embedding dimension")
@@ -135,6 +208,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.what == "ann":
         _ann([int(x) for x in args.sizes.split(",")], args.dim, args.method)
+        return
+    if args.what == "rounds":
+        _rounds(args.n, args.k, args.method)
         return
     if args.store is None:
         ap.error(f"{args.what} needs --store")
