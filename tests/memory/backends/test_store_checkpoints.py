@@ -53,3 +53,27 @@ def test_a_delete_leaves_nothing_in_the_log_while_checkpoints_run_behind(tmp_pat
         for name in ("m.db", "m.db-wal"):  # before the close: the delete scrubbed them
             file = tmp_path / name
             assert not file.exists() or SECRET.encode() not in file.read_bytes()
+
+
+def test_a_store_dropped_without_a_close_takes_its_checkpoint_thread_along(
+    tmp_path: Path,
+) -> None:
+    import gc
+    import time
+
+    from osumem.memory.backends.sqlite.connection import Connection, SQLiteSettings
+
+    conn = Connection(tmp_path / "m.db", SQLiteSettings())
+    conn.execute("CREATE TABLE t (x)")
+    for k in range(CHECKPOINT_EVERY):
+        with conn.transaction():
+            conn.execute("INSERT INTO t VALUES (?)", (k,))
+    assert conn._checkpointer is not None
+    thread = conn._checkpointer._thread
+    assert thread.is_alive()
+    del conn  # never closed
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not thread.is_alive()

@@ -9,6 +9,7 @@ import math
 import os
 import sqlite3
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -110,11 +111,17 @@ class Checkpointer:
     reader or writer waits for and is skipped where readers still need the pages;
     SQLite's size-based auto-checkpoint still runs inside a commit when the log grows
     past its limit anyway. ``synchronous``: the store's setting, which decides whether
-    a checkpoint syncs the file before the log may be reused."""
+    a checkpoint syncs the file before the log may be reused. ``owner``: the
+    connection it serves, held weakly: a connection dropped without a close takes the
+    thread (and its connection) with it within :data:`OWNER_CHECK_S` seconds."""
 
-    def __init__(self, path: Path, synchronous: str) -> None:
+    #: How often an idle thread checks that its connection is still there.
+    OWNER_CHECK_S = 1.0
+
+    def __init__(self, path: Path, synchronous: str, owner: object | None = None) -> None:
         self.path = path
         self.synchronous = synchronous
+        self._owner = weakref.ref(owner) if owner is not None else None
         self.runs = 0  # checkpoints run (for tests and diagnostics)
         self._wake = threading.Condition()
         self._asked = 0
@@ -136,9 +143,7 @@ class Checkpointer:
         """Wait until every checkpoint asked for so far has run (or the thread ended);
         whether that happened within ``timeout`` seconds."""
         with self._wake:
-            return self._wake.wait_for(
-                lambda: self._closed or self._done >= self._asked, timeout
-            )
+            return self._wake.wait_for(lambda: self._closed or self._done >= self._asked, timeout)
 
     def close(self) -> None:
         """Stop the thread (after the checkpoint under way, if any) and close its
@@ -155,7 +160,11 @@ class Checkpointer:
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             while True:
                 with self._wake:
-                    self._wake.wait_for(lambda: self._closed or self._asked > self._done)
+                    while not self._wake.wait_for(
+                        lambda: self._closed or self._asked > self._done, self.OWNER_CHECK_S
+                    ):
+                        if self._owner is not None and self._owner() is None:
+                            return  # the connection was dropped without a close
                     if self._closed:
                         return
                     asked = self._asked
@@ -425,7 +434,7 @@ class Connection:
         if self._raw is None or self.read_only or self.path is None:
             return
         if self._checkpointer is None:
-            self._checkpointer = Checkpointer(self.path, self._synchronous)
+            self._checkpointer = Checkpointer(self.path, self._synchronous, owner=self)
         self._checkpointer.request()
 
     def close(self) -> None:
