@@ -72,6 +72,15 @@ class NamespaceBuffer:
         self._updated = grown(self._updated)
         self._obj = {k: grown(a) for k, a in self._obj.items()}
 
+    def _room(self, k: int, dim: int) -> tuple[int, int]:
+        """Make room for ``k`` more steps of dimension ``dim`` (the embedding buffer is
+        made at the first steps); their positions ``lo, hi``."""
+        if self.dim == 0:
+            self.dim = dim
+            self._emb = np.empty((self.capacity, self.dim), dtype=np.float32)
+        self._grow(self.n + k)
+        return self.n, self.n + k
+
     def extend(self, delta: NamespaceData) -> None:
         """Append the steps of ``delta`` (the positions right after the buffered ones)."""
         d = delta.view
@@ -79,11 +88,7 @@ class NamespaceBuffer:
         if k == 0:
             self.batch_ends.extend(e for e in delta.batch_ends if e > self.n)
             return
-        if self.dim == 0:
-            self.dim = d.dim
-            self._emb = np.empty((self.capacity, self.dim), dtype=np.float32)
-        self._grow(self.n + k)
-        lo, hi = self.n, self.n + k
+        lo, hi = self._room(k, d.dim)
         self._emb[lo:hi] = d.embeddings
         self._costs[lo:hi] = d.costs
         self._ids[lo:hi] = delta.step_ids
@@ -110,11 +115,7 @@ class NamespaceBuffer:
         k = len(rows)
         if k == 0:
             return
-        if self.dim == 0:
-            self.dim = int(embeddings.shape[1])
-            self._emb = np.empty((self.capacity, self.dim), dtype=np.float32)
-        self._grow(self.n + k)
-        lo, hi = self.n, self.n + k
+        lo, hi = self._room(k, int(embeddings.shape[1]))
         self._emb[lo:hi] = embeddings
         self._ids[lo:hi] = ids
         obj = self._obj

@@ -59,8 +59,9 @@ class AddBatch:
     the rows, their embeddings (little-endian float32, C-contiguous, one row per
     step), the encoder id, the held messages to keep (``None``: leave them) with the
     source of each (``None`` for the list or an entry: not recorded), the log digest
-    to record (``None``: none) and whether the caller's open transaction is the add's
-    unit of rollback (``joined``: the backend opens no savepoint of its own)."""
+    to record (``None``: none) and ``joined``: inside an open transaction, the
+    caller's block is the add's unit of rollback and the backend opens no savepoint
+    of its own (outside one it changes nothing)."""
 
     namespace: str
     rows: Sequence[StepRow]

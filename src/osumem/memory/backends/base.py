@@ -226,7 +226,7 @@ class MemoryStore(ABC, metaclass=_Constructible):
                 pending,
                 pending_sources,
                 digest,
-                joined=joined and self.in_transaction,
+                joined=joined,
             )
         )
 
