@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from osumem.errors import BudgetError
 from osumem.retrieve.base import check_budget, greedy_pack, pack_first_fit
+from osumem.retrieve.packing import PACK_LOOP_MAX
 
 
 def reference_first_fit(order, costs, budget):
@@ -45,6 +46,22 @@ def test_first_fit_equals_reference_and_respects_budget(costs, budget, seed):
     got = pack_first_fit(order, costs, budget)
     assert got.tolist() == reference_first_fit(order, costs, budget)
     assert costs[got].sum() <= budget
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(PACK_LOOP_MAX - 3, 3 * PACK_LOOP_MAX),
+    budget=st.integers(1, 3000),
+    seed=st.integers(0, 10_000),
+)
+def test_first_fit_of_long_rankings_equals_reference(n, budget, seed):
+    """Rankings past the one-pass length take the vectorised path: the same rule."""
+    rng = np.random.default_rng(seed)
+    costs = rng.integers(1, 60, size=n + 20)
+    order = rng.permutation(n + 20)[:n]
+    got = pack_first_fit(order, costs, budget)
+    assert got.dtype == np.int64
+    assert got.tolist() == reference_first_fit(order, costs, budget)
 
 
 def test_greedy_pack_without_updates_is_first_fit_by_score():

@@ -102,10 +102,30 @@ def test_cost_stats_carried_over_through_adds_equal_a_fresh_computation():
         assert mean == float(costs.mean())
         assert low == int(costs.min())
         assert n_low == int(np.count_nonzero(costs == costs.min()))
+        for tokens in (0, int(costs.min()), int(np.median(costs)), int(costs.max()), 10**6):
+            want = int(np.count_nonzero(costs <= tokens))
+            assert r.step_index.n_costing_at_most(r.view_, tokens) == want, (t, tokens)
     # a view that is not an extension of the cached one is recomputed, not carried
     other = make_view(50, 16, costs=[5] * 50)
     r.fit(other)
     assert r.step_index.cost_stats(r.view_) == (5.0, 5, 50)
+    assert r.step_index.n_costing_at_most(r.view_, 4) == 0
+    assert r.step_index.n_costing_at_most(r.view_, 5) == 50
+
+
+def test_steps_costing_past_the_histogram_are_counted():
+    """Costs above the histogram's range are counted too, carried through adds."""
+    from osumem.retrieve.step_index import COST_HIST_MAX
+
+    big = [3, COST_HIST_MAX, COST_HIST_MAX + 1, 5 * COST_HIST_MAX, 7]
+    view = make_view(60, 8, costs=(big * 12))
+    r = create("flat", seed=0).fit(view.prefix(30))
+    r.step_index.cost_stats(r.view_)
+    r.step_index.extend_cost_stats(r.view_, view)
+    costs = view.costs
+    for tokens in (2, 3, COST_HIST_MAX - 1, COST_HIST_MAX, COST_HIST_MAX + 1, 6 * COST_HIST_MAX):
+        want = int(np.count_nonzero(costs <= tokens))
+        assert r.step_index.n_costing_at_most(view, tokens) == want, tokens
 
 
 @pytest.mark.parametrize("refresh_every", [0, 4])

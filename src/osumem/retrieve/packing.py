@@ -28,6 +28,10 @@ from osumem.types import IntArray
 #: Smallest head (in candidates) that :func:`flat_first_fit` sorts first.
 FLAT_HEAD_MIN = 256
 
+#: :func:`pack_first_fit` walks rankings of at most this many candidates in one
+#: Python pass (cheaper than its array calls there); longer ones run vectorised.
+PACK_LOOP_MAX = 160
+
 
 def pack_first_fit(order: NDArray[Any], costs: NDArray[Any], budget: int) -> IntArray:
     """First-fit packing of ranked candidates.
@@ -41,6 +45,17 @@ def pack_first_fit(order: NDArray[Any], costs: NDArray[Any], budget: int) -> Int
     """
     order = np.asarray(order, dtype=np.int64)
     c = np.asarray(costs, dtype=np.int64)[order]
+    if order.shape[0] <= PACK_LOOP_MAX:
+        # a short ranking: one pass in Python costs less than the array calls
+        picked: list[int] = []
+        left = int(budget)
+        for p, cost in zip(order.tolist(), c.tolist(), strict=True):
+            if cost <= left:
+                picked.append(p)
+                left -= cost
+                if left <= 0:
+                    break
+        return np.array(picked, dtype=np.int64)
     taken: list[IntArray] = []
     remaining = int(budget)
     i = 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -74,6 +75,12 @@ RAISED_EF_PER_K = 4
 #: budget can fit and at most this many steps are that cheap, first fit goes on over
 #: them exactly (by cosine) instead of asking the index for a larger head.
 CHEAP_SCAN_STEPS = 4096
+
+#: The cached cost statistics count the steps of each cost up to this many tokens (a
+#: histogram), so the approximate packing learns how many steps are cheap enough for
+#: what is left of the budget without a pass over every step's cost; a larger rest
+#: is counted with that pass.
+COST_HIST_MAX = 1 << 16
 
 
 #: The unsure-index memo (agent memories only, :class:`UnsureMemo`): when at least
@@ -190,6 +197,8 @@ class StepIndex:
         self._cost_view: MemoryView | None = None
         # (sum, count, min, count of the min) of the costs of ``_cost_view``
         self._cost_cache = (0, 0, 0, 0)
+        # how many of its steps cost 0, 1, ... COST_HIST_MAX tokens
+        self._cost_hist = np.zeros(0, dtype=np.int64)
 
     def reset(self) -> None:
         """Forget the HNSW index (a new fit over other steps); a background job in
@@ -534,8 +543,8 @@ class StepIndex:
                 return taken
             # only a step of cost <= left fits now: when few are that cheap, first fit
             # goes on over them exactly, by cosine, instead of over a larger head
-            cheap = np.flatnonzero(costs[:n] <= left)
-            if cheap.shape[0] <= CHEAP_SCAN_STEPS:
+            if self.n_costing_at_most(view, left) <= CHEAP_SCAN_STEPS:
+                cheap = np.flatnonzero(costs[:n] <= left)
                 cheap = cheap[~np.isin(cheap, found)]
                 if skip is not None:
                     cheap = cheap[~np.isin(cheap, skip)]
@@ -555,6 +564,7 @@ class StepIndex:
                 low,
                 int(np.count_nonzero(costs == low)),
             )
+            self._cost_hist = _cost_histogram(costs)
             self._cost_view = view
         total, n, low, n_low = self._cost_cache
         # integer sum / count: the float64 mean NumPy gives for these integer costs
@@ -576,5 +586,26 @@ class StepIndex:
             elif t_low == low:
                 n_low += t_count
             total += int(tail.sum())
+            add = _cost_histogram(tail)
+            hist = self._cost_hist
+            if add.shape[0] > hist.shape[0]:
+                hist = np.concatenate([hist, np.zeros(add.shape[0] - hist.shape[0], np.int64)])
+            hist[: add.shape[0]] += add
+            self._cost_hist = hist
         self._cost_cache = (total, int(view.n), low, n_low)
         self._cost_view = view
+
+    def n_costing_at_most(self, view: MemoryView, tokens: int) -> int:
+        """How many of the view's steps cost at most ``tokens`` (from the cached
+        histogram when ``tokens`` <= :data:`COST_HIST_MAX`; a pass over the costs
+        above)."""
+        self.cost_stats(view)
+        if tokens > COST_HIST_MAX:
+            return int(np.count_nonzero(view.costs <= tokens))
+        return int(self._cost_hist[: max(tokens + 1, 0)].sum())
+
+
+def _cost_histogram(costs: NDArray[Any]) -> IntArray:
+    """How many of ``costs`` equal 0, 1, ... (those at most :data:`COST_HIST_MAX`)."""
+    low = costs[costs <= COST_HIST_MAX] if costs.shape[0] else costs
+    return np.bincount(np.asarray(low, dtype=np.int64), minlength=1).astype(np.int64)
