@@ -125,9 +125,9 @@ def test_ui_behind_the_token(store, truth, tmp_path):
             page.goto(srv.url + "/ui")
             page.fill("#token", "not-the-token-but-long-enough")
             page.click("#login button")
-            page.wait_for_function(
-                "document.getElementById('message').textContent.includes('Unauthorized')"
-            )
+            # a selector wait, not wait_for_function: the page's CSP (script-src 'self')
+            # forbids the eval a string predicate needs
+            page.wait_for_selector("#message:has-text('Unauthorized')", timeout=30_000)
             page.fill("#token", TOKEN)
             page.click("#login button")
             page.wait_for_selector("body[data-ready='1']", timeout=60_000)
