@@ -81,13 +81,17 @@ class MessagePlanner:
         source: str,
         prefix: bool,
         hold_open_calls: bool,
+        plain: bool = False,
     ) -> Plan:
         """Validate held + new messages and turn them into rows, embeddings and the
         messages to hold. Every step, the held calls' included, is checked once here,
-        so an accepted add never makes a later add fail."""
+        so an accepted add never makes a later add fail. ``plain``: ``messages`` is one
+        text :meth:`plain_text` accepted (``Memory.add``)."""
         from osumem.ingest.openai_chat import read_messages
 
         held, users_before = held_state[0], held_state[1]
+        if plain and not held:
+            return self._plan_text(messages[0], users_before, namespace, source)
         check_answers(messages, held, held_state[2], held_state[3], source)
         combined = [*held, *messages]
         where = "messages" if not held else f"held+messages (the first {len(held)} held)"
@@ -126,6 +130,45 @@ class MessagePlanner:
                 else:
                     rows.append(step_row(replace(s, cost=int(c)), name, namespace, limit))
         return Plan(rows, self.embed(rows, None), new_held)
+
+    def plain_text(self, message: dict[str, str]) -> bool:
+        """Whether ``message`` (``Memory.add``'s user or assistant turn) passes every
+        check as it is, so it is its own canonical form and :meth:`plan` may read it
+        without the chat reader: its step text fits ``max_text_chars`` and it is valid
+        Unicode. A text that fails goes the general way, which names the error."""
+        text = message["content"]
+        if len(text) + len(message["role"]) + 2 > self.config.max_text_chars:
+            return False
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+
+    def _plan_text(
+        self, message: dict[str, str], users_before: int, namespace: str, source: str
+    ) -> Plan:
+        """What :meth:`plan` makes of one plain text with nothing held (the chat reader's
+        step of the message, its subgoal label continued as ``continue_segments`` does:
+        a user turn opens segment ``users_before + 1``, an assistant turn is in segment
+        ``users_before``), made directly; ``tests/memory/test_add_text_path.py`` holds
+        the two equal."""
+        role = message["role"]
+        text = f"{role}: {message['content']}"
+        (cost,) = self._need_encoder("add_messages").count_tokens([text])
+        check_cost(int(cost), "messages: step 0")
+        row = StepRow(
+            role=role,
+            text=text,
+            tool_action="",
+            arguments_json="{}",
+            tool_signature="",
+            entities=(),
+            subgoal=f"{source}:sg{users_before + (role == 'user')}",
+            source=source or namespace,
+            cost=int(cost),
+        )
+        return Plan([row], self.embed([row], None), [])
 
     def embed(self, rows: list[StepRow], embeddings: NDArray[Any] | None) -> NDArray[np.float32]:
         """Validated, L2-normalised embeddings of ``rows`` (given or encoded): the one

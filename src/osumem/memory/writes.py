@@ -138,6 +138,38 @@ class MemoryWrites(MemoryReads):
             time: when the messages happened (seconds since the epoch or a
                 ``datetime``; default: now), what ``filter={"time": ...}`` compares.
         """
+        return self._add(
+            messages,
+            None,
+            namespace=namespace,
+            source=source,
+            prefix_namespace=prefix_namespace,
+            hold_open_calls=hold_open_calls,
+            on_duplicate=on_duplicate,
+            log_id=log_id,
+            format=format,
+            metadata=metadata,
+            time=time,
+        )
+
+    def _add(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        text: dict[str, str] | None,
+        *,
+        namespace: str,
+        source: str | None,
+        prefix_namespace: bool | None,
+        hold_open_calls: bool,
+        on_duplicate: str | None,
+        log_id: str | None,
+        format: str,
+        metadata: Mapping[str, Any] | None,
+        time: Any,
+    ) -> list[int]:
+        """:meth:`add_messages`; ``text``: the messages are this one turn of
+        :meth:`add`, read without the chat reader when every check accepts it as it
+        is."""
         check_namespace(namespace)
         if on_duplicate is None:
             on_duplicate = self.config.on_duplicate
@@ -151,7 +183,11 @@ class MemoryWrites(MemoryReads):
             check_namespace(source, "source")
         if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
             raise InvalidInputError("messages: expected a list of message dicts")
-        clean = canonical(check_messages(messages, self.config.max_text_chars), format)
+        plain = False
+        if text is not None and self._planner.plain_text(text):
+            plain, clean = True, [dict(text)]  # its own canonical form (plain_text)
+        else:
+            clean = canonical(check_messages(messages, self.config.max_text_chars), format)
         digest = log_digest(clean, log_id)
         src = namespace if source is None else source
         meta = check_metadata(metadata, "metadata", self.config.max_text_chars)
@@ -161,7 +197,7 @@ class MemoryWrites(MemoryReads):
         if on_duplicate != "append" and self._is_duplicate(namespace, digest, on_duplicate):
             return []
         state = self._views.held_state(namespace, src)
-        plan = self._planner.plan(clean, state, namespace, src, prefix, hold_open_calls)
+        plan = self._planner.plan(clean, state, namespace, src, prefix, hold_open_calls, plain)
         with self.store.transaction(namespace):
             now = state
             if self._writers_moved():  # what was read above may be stale: read it again
@@ -169,7 +205,9 @@ class MemoryWrites(MemoryReads):
                     return []
                 now = self._views.held_state(namespace, src)
                 if now != state:  # another writer moved the namespace meanwhile
-                    plan = self._planner.plan(clean, now, namespace, src, prefix, hold_open_calls)
+                    plan = self._planner.plan(
+                        clean, now, namespace, src, prefix, hold_open_calls, plain
+                    )
             # an agent's streaming adds (append, no id) are not logs: no digest kept
             keep = on_duplicate != "append" or log_id is not None
             others, of = now[2], now[3]  # other sources' held messages stay held
@@ -190,6 +228,7 @@ class MemoryWrites(MemoryReads):
         self._retrievers.prepare(namespace)  # a bulk add builds now, not at the next query
         return ids
 
+    @limited
     def add(
         self,
         text: str,
@@ -210,12 +249,17 @@ class MemoryWrites(MemoryReads):
 
         >>> mem.add("I prefer aisle seats", namespace="ana", metadata={"kind": "pref"})  # doctest: +SKIP
         """
-        return self.add_messages(
-            [text_message(text, role)],
+        message = text_message(text, role)
+        return self._add(
+            [message],
+            message,
             namespace=namespace,
             source=source,
+            prefix_namespace=None,
+            hold_open_calls=True,
             on_duplicate=on_duplicate,
             log_id=log_id,
+            format="auto",
             metadata=metadata,
             time=time,
         )
