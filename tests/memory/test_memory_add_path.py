@@ -50,10 +50,13 @@ def test_a_plain_add_reads_once_and_leaves_held_messages_alone(tmp_path: Path) -
         # (in SQLite its statement journal is a temporary file written at every add)
         assert not [s for s in sql if s.startswith(("SAVEPOINT", "RELEASE"))]
         assert mem.n_steps("a") == 2
-        # the recorded encoder is read once, not at every add, and the new position
-        # comes from the write itself: one count of the steps before, one inside
-        assert not [s for s in sql if "FROM meta" in s and "max_step_id" not in s]
-        assert sum("MAX(pos)" in s for s in sql) == 2
+        # the recorded encoder is read once, not at every add; the new position and id
+        # are where the last append left them (nobody wrote since): one count of the
+        # steps, before the transaction, none inside, no read of the next id; one
+        # data_version inside the transaction
+        assert not [s for s in sql if "FROM meta" in s]
+        assert sum("MAX(pos)" in s for s in sql) == 1
+        assert sum("data_version" in s for s in sql) == 2  # before it and inside it
 
 
 def test_two_memories_on_one_store_object_see_each_others_adds(tmp_path: Path) -> None:

@@ -203,6 +203,11 @@ class Connection:
         self.created = False
         self._depth = 0
         self._commits = 0
+        #: outermost transactions begun, and rollbacks (of a transaction or savepoint)
+        #: made, on this connection: with ``total_changes`` and ``data_version`` they
+        #: tell whether the database moved since a moment (SQLiteStore's append tail)
+        self.transactions = 0
+        self.rollbacks = 0
         #: set by a write that deleted content: the commit then checkpoints the WAL
         #: into the file and truncates it, so no old page image stays in the -wal file
         self.scrub_on_commit = False
@@ -368,10 +373,13 @@ class Connection:
         except sqlite3.Error as exc:
             raise self.translate(exc) from exc
         self._depth += 1
+        if not nested:
+            self.transactions += 1
         try:
             yield
         except BaseException:
             self._depth -= 1
+            self.rollbacks += 1
             if not nested:
                 self.scrub_on_commit = False
             try:
@@ -388,6 +396,7 @@ class Connection:
             conn.execute(f"RELEASE sp{self._depth}" if nested else "COMMIT")
         except sqlite3.Error as exc:
             err = self.translate(exc)
+            self.rollbacks += 1
             if not nested and conn.in_transaction:
                 with suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")

@@ -121,6 +121,13 @@ class SQLiteStore(SQLiteEdits):
             self.conn.abandon()
             raise
         self.present = frozenset(present)
+        #: ``data_version`` as read in the open write transaction (which one, value):
+        #: with the write lock held no other connection commits, so it cannot move
+        self._tx_version: tuple[int, int] | None = None
+        #: where the last append left the database: (the moment, as ``data_version``,
+        #: ``total_changes`` and the connection's rollbacks; namespace; its next
+        #: position; the next step id)
+        self._tail: tuple[tuple[int, int, int], str, int, int] | None = None
 
     # --- identity and lifecycle -------------------------------------------------------
 
@@ -163,8 +170,23 @@ class SQLiteStore(SQLiteEdits):
 
     @guarded
     def data_version(self) -> int:
-        """SQLite's ``data_version``: changes whenever another connection commits."""
-        return int(self.conn.execute(sql.DATA_VERSION).fetchone()[0])
+        """SQLite's ``data_version``: changes whenever another connection commits (read
+        once per write transaction: under its lock nobody else commits)."""
+        conn = self.conn
+        memo = self._tx_version
+        if conn.in_transaction and memo is not None and memo[0] == conn.transactions:
+            return memo[1]
+        version = int(conn.execute(sql.DATA_VERSION).fetchone()[0])
+        if conn.in_transaction and not conn.read_only:
+            self._tx_version = (conn.transactions, version)
+        return version
+
+    def _moment(self) -> tuple[int, int, int]:
+        """Inside a write transaction: what says whether the database moved since
+        another moment of this store (another connection's commit moves
+        ``data_version``, this one's own writes ``total_changes``, a rollback the
+        count of rollbacks)."""
+        return (self.data_version(), self.conn.raw.total_changes, self.conn.rollbacks)
 
     @guarded
     def meta(self) -> dict[str, str]:
@@ -257,12 +279,19 @@ class SQLiteStore(SQLiteEdits):
                         f"{self.name}: made with encoder {model!r} "
                         f"(dim {dim}); got {encoder_id!r} (dim {emb.shape[1]})"
                     )
-            start = self.n_steps(namespace)
+            # the namespace's next position and the next id: where the last append of
+            # this store left them when nothing moved since (no other writer, no other
+            # write or rollback of this one), else read
+            tail = self._tail
+            if tail is not None and tail[1] == namespace and tail[0] == self._moment():
+                start, first = tail[2], tail[3]
+            else:
+                start = self.n_steps(namespace)
+                (first,) = conn.execute(sql.NEXT_STEP_ID, (sql.RETIRED_ID_KEY,)).fetchone()
             batch = 0
             if len(rows):
                 cur = conn.execute(sql.INSERT_BATCH, (namespace, start + len(rows)))
                 batch = int(cur.lastrowid or 0)
-            (first,) = conn.execute(sql.NEXT_STEP_ID, (sql.RETIRED_ID_KEY,)).fetchone()
             ids = list(range(first, first + len(rows)))
             conn.executemany(
                 sql.INSERT_STEP,
@@ -280,6 +309,7 @@ class SQLiteStore(SQLiteEdits):
                 self._set_pending(namespace, add.pending, add.pending_sources)
             if add.digest is not None and self._has_digests:
                 conn.execute(sql.INSERT_DIGEST, (namespace, add.digest, start + len(rows)))
+            self._tail = (self._moment(), namespace, start + len(rows), first + len(rows))
         self.last_append = (namespace, start)
         return ids
 
