@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pytest
+
 from osumem.errors import ForeignStoreError, NewerSchemaError, StoreCorruptError
 
 
@@ -239,3 +241,19 @@ ROW_DAMAGE: dict[str, tuple[str, tuple[Any, ...], str, str | None]] = {
         "invalid_text",
     ),
 }
+
+
+# The fixtures of every conformance test module: ``from store_backends import
+# backend_fixture, location_fixture`` registers them as ``backend`` (one per backend,
+# a server backend bound to the session's server) and ``location`` (a fresh store's).
+@pytest.fixture(name="backend", scope="module", params=sorted(BACKENDS))
+def backend_fixture(request: pytest.FixtureRequest) -> Any:
+    found = BACKENDS[request.param]
+    if found.fixture is not None:  # a server backend: the session's server
+        found.bind(request.getfixturevalue(found.fixture))
+    return found
+
+
+@pytest.fixture(name="location")
+def location_fixture(backend: Any, tmp_path: Path) -> str:
+    return str(backend.location(tmp_path))

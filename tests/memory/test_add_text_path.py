@@ -13,21 +13,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_memory_add_path import ANSWER, CALL
 
 from osumem.memory import Memory
 
-CALL = {
-    "role": "assistant",
-    "content": None,
-    "tool_calls": [
-        {
-            "id": "c1",
-            "type": "function",
-            "function": {"name": "get_reservation", "arguments": '{"reservation_id": "R1"}'},
-        }
-    ],
-}
-ANSWER = {"role": "tool", "tool_call_id": "c1", "content": "R1: flight HAT001, aisle"}
 LIMIT = 60  # max_text_chars: texts near it take both sides of the length check
 
 texts = st.one_of(

@@ -11,22 +11,12 @@ from test_store_conformance import row, vectors
 
 from osumem.errors import IncompatibleStoreError
 from osumem.memory import open_store
-from store_backends import BACKENDS
+from store_backends import (  # the two fixtures: registered by the import
+    backend_fixture,  # noqa: F401
+    location_fixture,  # noqa: F401
+)
 
 ENC_ID = "enc:d16"
-
-
-@pytest.fixture(scope="module", params=sorted(BACKENDS))
-def backend(request):
-    found = BACKENDS[request.param]
-    if found.fixture is not None:  # a server backend: the session's server
-        found.bind(request.getfixturevalue(found.fixture))
-    return found
-
-
-@pytest.fixture
-def location(backend, tmp_path):
-    return backend.location(tmp_path)
 
 
 def _add(store, namespace, k, **kw):

@@ -41,23 +41,16 @@ from osumem.errors import (
 )
 from osumem.memory import SCHEMA_VERSION, Memory, MemoryStore, open_store
 from osumem.memory.rows import SnapshotRow, StepRow
-from store_backends import BACKENDS, LOG, ROW_DAMAGE, SCHEMA_DAMAGE
+from store_backends import (  # the two fixtures: registered by the import
+    LOG,
+    ROW_DAMAGE,
+    SCHEMA_DAMAGE,
+    backend_fixture,  # noqa: F401
+    location_fixture,  # noqa: F401
+)
 
 DIM = 16
 ENC = HashingEncoder(DIM)
-
-
-@pytest.fixture(scope="module", params=sorted(BACKENDS))
-def backend(request):
-    found = BACKENDS[request.param]
-    if found.fixture is not None:  # a server backend: the session's server
-        found.bind(request.getfixturevalue(found.fixture))
-    return found
-
-
-@pytest.fixture
-def location(backend, tmp_path):
-    return backend.location(tmp_path)
 
 
 def row(k: int, role: str = "user", **changes) -> StepRow:
