@@ -41,12 +41,12 @@ from osumem.errors import (
 )
 from osumem.memory import SCHEMA_VERSION, Memory, MemoryStore, open_store
 from osumem.memory.rows import SnapshotRow, StepRow
-from store_backends import (  # the two fixtures: registered by the import
+from store_backends import (
     LOG,
     ROW_DAMAGE,
     SCHEMA_DAMAGE,
-    backend_fixture,  # noqa: F401
-    location_fixture,  # noqa: F401
+    backend_fixture,  # noqa: F401 (a fixture: registered by the import)
+    location_fixture,  # noqa: F401 (a fixture: registered by the import)
 )
 
 DIM = 16
