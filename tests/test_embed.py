@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+import osumem.embed as embed_module
 from conftest import sbert_available
 from osumem.embed import CachedEncoder, Encoder, HashingEncoder, word_tokens
 from osumem.errors import InvalidInputError
@@ -53,6 +59,65 @@ def test_hashing_encoder_counts_word_tokens() -> None:
         "mia_li_3668",
     ]
     assert enc.count_tokens(["a b c", "", "x"]).tolist() == [3, 1, 1]
+
+
+def _hashing_reference(texts: list[str], dim: int, ngram: int) -> np.ndarray:
+    """The hashing encoder as first written: a BLAKE2b hash per feature occurrence,
+    ``np.add.at`` of the signs, ``np.linalg.norm``."""
+    out = np.zeros((len(texts), dim), dtype=np.float32)
+    for i, text in enumerate(texts):
+        feats = word_tokens(text)
+        if ngram == 2:
+            feats = feats + [f"{a} {b}" for a, b in itertools.pairwise(feats)]
+        if not feats:
+            continue
+        digests = [hashlib.blake2b(f.encode(), digest_size=8).digest() for f in feats]
+        h = np.frombuffer(b"".join(digests), dtype="<u8")
+        buckets = (h % np.uint64(dim)).astype(np.int64)
+        signs = np.where((h >> np.uint64(63)) == 1, -1.0, 1.0).astype(np.float32)
+        np.add.at(out[i], buckets, signs)
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    return (out / np.where(norms > 0, norms, 1.0)).astype(np.float32, copy=False)
+
+
+_WORDS = st.sampled_from(["alpha", "Beta", "gamma", "straße", "ünï", "x1", "_", "9", "aisle"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    texts=st.lists(
+        st.lists(st.one_of(_WORDS, st.text(max_size=6)), max_size=40).map(" ".join),
+        min_size=1,
+        max_size=4,
+    ),
+    dim=st.sampled_from([1, 7, 64, 256]),
+    ngram=st.sampled_from([1, 2]),
+)
+def test_hashing_encoder_equals_its_reference_bit_for_bit(texts, dim, ngram) -> None:
+    """The cached hashes and the exact norm of integer counts change no bit of any
+    vector (or token count) the per-occurrence hashing gave, in any order of calls."""
+    enc = HashingEncoder(dim, ngram=ngram)
+    want = _hashing_reference(texts, dim, ngram)
+    assert enc.encode(texts).tobytes() == want.tobytes()
+    assert enc.encode(texts[::-1]).tobytes() == want[::-1].tobytes()  # from the cache
+    for t, row in zip(texts, want, strict=True):  # the token count, then the text alone
+        assert enc.count_tokens([t])[0] == max(1, len(word_tokens(t)))
+        assert enc.encode([t]).tobytes() == row.tobytes()
+
+
+def test_hashing_encoder_large_counts_and_a_full_cache(monkeypatch) -> None:
+    """Bucket counts of 4,097 and 114 (a sum of squares past float32's exact integers,
+    where float32 and exact arithmetic round apart) take ``np.linalg.norm``; a full
+    hash cache starts again; both give the reference."""
+    texts = ["seat " * 4097 + "aisle " * 114, "seat aisle window", ""]
+    enc = HashingEncoder(32)
+    assert enc.encode(texts).tobytes() == _hashing_reference(texts, 32, 1).tobytes()
+    assert enc.encode([]).shape == (0, 32) and enc.encode([]).dtype == np.float32
+    monkeypatch.setattr(embed_module, "HASH_SLOTS_MAX", 2)
+    small = HashingEncoder(32, ngram=2)
+    many = [" ".join(f"w{i}" for i in range(j, j + 7)) for j in range(20)]
+    assert small.encode(many).tobytes() == _hashing_reference(many, 32, 2).tobytes()
+    assert len(small._slots) <= 2
 
 
 @pytest.mark.parametrize("dim", [0, -3, 2.5, True])

@@ -5,7 +5,7 @@ import pytest
 
 from conftest import make_view
 from osumem.errors import DimensionError, InvalidInputError, NonFiniteError
-from osumem.types import MemoryView, distinct, l2_normalise
+from osumem.types import MemoryView, distinct, l2_normalise, row_norms
 
 
 def test_rows_are_normalised_and_costs_int():
@@ -59,6 +59,16 @@ def test_check_query_normalises_as_l2_normalise_bit_for_bit(dtype):
     if dtype is not np.int64:
         with pytest.raises(NonFiniteError, match="query: row 0"):
             v.check_query(np.r_[np.inf, np.ones(15)].astype(dtype))
+
+
+@pytest.mark.parametrize("shape", [(1, 256), (3, 384), (7, 1), (5, 33), (0, 8)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_row_norms_are_numpys_bit_for_bit(shape, dtype):
+    rng = np.random.default_rng(1)
+    for scale in (1e-20, 1.0, 3e15):
+        x = (rng.standard_normal(shape) * scale).astype(dtype)
+        want = np.linalg.norm(x, axis=1, keepdims=True)
+        assert row_norms(x).dtype == want.dtype and row_norms(x).tobytes() == want.tobytes()
 
 
 def test_prefix_is_causal_view():

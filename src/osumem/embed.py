@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 import os
 import re
 import sqlite3
@@ -198,6 +199,14 @@ class SBERTEncoder(_ModelIdAlias):
 
 _WORD_RE = re.compile(r"\w+", re.UNICODE)
 
+#: The hashing encoder keeps the bucket and sign of at most this many distinct features
+#: (then starts again), so a word's hash is computed once, not at every occurrence.
+HASH_SLOTS_MAX = 1 << 16
+
+#: A text's bucket counts are integers: while their sum of squares stays below 2**24 it
+#: is exact in float32, whatever the order of summation.
+EXACT_SQUARES = float(1 << 24)
+
 
 def word_tokens(text: str) -> list[str]:
     """Lower-cased word tokens (``\\w+`` runs) of ``text``."""
@@ -225,6 +234,10 @@ class HashingEncoder(_ModelIdAlias):
             raise InvalidInputError(f"HashingEncoder: ngram must be 1 or 2, got {ngram!r}")
         self._dim = dim
         self._ngram = ngram
+        # feature -> (bucket, sign): BLAKE2b once per distinct word, not per occurrence
+        self._slots: dict[str, tuple[int, float]] = {}
+        # the word tokens of the last text read (count_tokens, then encode, of one text)
+        self._last_words: tuple[str, list[str]] = ("", [])
 
     @property
     def encoder_id(self) -> str:
@@ -234,28 +247,58 @@ class HashingEncoder(_ModelIdAlias):
     def dim(self) -> int:
         return self._dim
 
-    def _features(self, text: str) -> list[str]:
+    def _words(self, text: str) -> list[str]:
+        """:func:`word_tokens` of ``text``, kept for the next call with the same text (an
+        add counts a text's tokens, then encodes it). Callers do not change the list."""
+        last = self._last_words
+        if last[0] == text:
+            return last[1]
         words = word_tokens(text)
+        self._last_words = (text, words)
+        return words
+
+    def _features(self, text: str) -> list[str]:
+        words = self._words(text)
         if self._ngram == 2:
             words = words + [f"{a} {b}" for a, b in itertools.pairwise(words)]
         return words
 
+    def _slot(self, feature: str) -> tuple[int, float]:
+        """The bucket and sign of one feature: its 64-bit BLAKE2b hash (little-endian)
+        modulo ``dim``, and -1 when the hash's top bit is set."""
+        slot = self._slots.get(feature)
+        if slot is None:
+            h = int.from_bytes(hashlib.blake2b(feature.encode(), digest_size=8).digest(), "little")
+            slot = (h % self._dim, -1.0 if h >> 63 else 1.0)
+            if len(self._slots) >= HASH_SLOTS_MAX:
+                self._slots.clear()
+            self._slots[feature] = slot
+        return slot
+
     def encode(self, texts: Sequence[str]) -> NDArray[np.float32]:
         out = np.zeros((len(texts), self._dim), dtype=np.float32)
+        squares: list[float] = []
+        slot = self._slot
         for i, text in enumerate(texts):
-            feats = self._features(text)
-            if not feats:
-                continue
-            digests = [hashlib.blake2b(f.encode(), digest_size=8).digest() for f in feats]
-            h = np.frombuffer(b"".join(digests), dtype="<u8")
-            buckets = (h % np.uint64(self._dim)).astype(np.int64)
-            signs = np.where((h >> np.uint64(63)) == 1, -1.0, 1.0).astype(np.float32)
-            np.add.at(out[i], buckets, signs)
+            counts: dict[int, float] = {}
+            for feature in self._features(text):
+                bucket, sign = slot(feature)
+                counts[bucket] = counts.get(bucket, 0.0) + sign
+            row = out[i]
+            for bucket, count in counts.items():
+                row[bucket] = count
+            squares.append(sum(c * c for c in counts.values()))
+        if all(s < EXACT_SQUARES for s in squares):
+            # integer counts: their sum of squares is exact in float32 and its square root
+            # correctly rounded either way, so this is np.linalg.norm's value (1 for a
+            # zero row, which stays zero)
+            norms = np.asarray([math.sqrt(s) if s else 1.0 for s in squares], dtype=np.float32)
+            return out / norms.reshape(-1, 1)
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return (out / np.where(norms > 0, norms, 1.0)).astype(np.float32, copy=False)
 
     def count_tokens(self, texts: Sequence[str]) -> NDArray[np.int64]:
-        return np.asarray([max(1, len(word_tokens(t))) for t in texts], dtype=np.int64)
+        return np.asarray([max(1, len(self._words(t))) for t in texts], dtype=np.int64)
 
 
 class CachedEncoder(_ModelIdAlias):

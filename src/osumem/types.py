@@ -111,12 +111,17 @@ def l2_normalise(matrix: NDArray[Any], *, what: str = "embeddings") -> FloatMatr
         arr = arr[None, :]
     if arr.ndim != 2:
         raise DimensionError(f"{what}: expected a 2-d matrix, got shape {arr.shape}")
-    finite = np.isfinite(arr).all(axis=1)
-    if not finite.all():
-        bad = int(np.flatnonzero(~finite)[0])
+    if not np.isfinite(arr).all():
+        bad = int(np.flatnonzero(~np.isfinite(arr).all(axis=1))[0])
         raise NonFiniteError(f"{what}: row {bad} holds NaN or infinite values")
-    norms = np.linalg.norm(arr, axis=1, keepdims=True)
+    norms = row_norms(arr)
     return (arr / np.where(norms > 0, norms, 1.0)).astype(np.float32, copy=False)
+
+
+def row_norms(arr: NDArray[np.floating]) -> NDArray[np.floating]:
+    """``np.linalg.norm(arr, axis=1, keepdims=True)`` of a real matrix, computed as that
+    function computes it (the same bits) without its argument handling."""
+    return np.sqrt(np.add.reduce(arr * arr, axis=1, keepdims=True))
 
 
 def _column(values: Sequence[Any] | NDArray[Any] | None, n: int, name: str) -> NDArray[Any]:
