@@ -20,7 +20,8 @@ from osumem.memory import Memory
 LIMIT = 60  # max_text_chars: texts near it take both sides of the length check
 
 texts = st.one_of(
-    st.text(min_size=1, max_size=70),
+    # a blank text is refused by add and stored by add_messages (test below)
+    st.text(min_size=1, max_size=70).filter(str.strip),
     st.sampled_from(
         ["  padded  ", "line\nbreak", "tab\there", "\ud800 lone surrogate", "é" * 54, "x" * 55]
     ),
@@ -118,3 +119,17 @@ def test_the_text_path_is_taken_and_skips_the_chat_reader(
         with pytest.raises(Exception, match="max_text_chars"):
             mem.add("x" * LIMIT, namespace="b")
         assert len(calls) >= n
+
+
+@pytest.mark.parametrize("blank", ["\r", " ", "\n\t "])
+def test_add_refuses_a_blank_text_and_stores_nothing(tmp_path: Path, blank: str) -> None:
+    """``add`` takes a turn of text: a blank one is refused (``add_messages`` stores a
+    message of any content as the chat reader reads it)."""
+    from osumem.errors import InvalidInputError
+
+    with Memory.open(tmp_path / "m.db", encoder="hashing") as mem:
+        mem.add("first", namespace="a")
+        before = _stored(mem)
+        with pytest.raises(InvalidInputError, match="non-empty text"):
+            mem.add(blank, namespace="a")
+        assert _stored(mem) == before
