@@ -12,7 +12,7 @@ from numpy.typing import NDArray
 from osumem.memory.backends import MemoryStore
 from osumem.memory.buffer import NamespaceBuffer
 from osumem.memory.held import HeldSnapshot, split_held
-from osumem.memory.rows import NamespaceData, StepRow
+from osumem.memory.rows import AddContext, NamespaceData, StepRow
 
 
 class NamespaceCache:
@@ -92,10 +92,11 @@ class NamespaceCache:
         """The namespace's steps (loaded at first use)."""
         return self.buffer(namespace).data()
 
-    def users(self, namespace: str) -> int:
+    def users(self, namespace: str, n_steps: int | None = None) -> int:
         """User steps stored in ``namespace`` (the subgoal segment counter), kept
-        incrementally: only steps added since the last count are looked at."""
-        n = self.store.n_steps(namespace)
+        incrementally: only steps added since the last count are looked at.
+        ``n_steps``: the namespace's step count, when the caller has just read it."""
+        n = self.store.n_steps(namespace) if n_steps is None else n_steps
         buf = self._buffers.get(namespace)
         if buf is not None and buf.n == n:
             return buf.users
@@ -107,13 +108,16 @@ class NamespaceCache:
         self._counts[namespace] = (n, users)
         return users
 
-    def held_state(self, namespace: str, source: str) -> HeldSnapshot:
+    def held_state(
+        self, namespace: str, source: str, context: AddContext | None = None
+    ) -> HeldSnapshot:
         """What an add from ``source`` continues: its held messages, the namespace's
         user-step count, and the other sources' held messages with their sources
-        (:mod:`osumem.memory.held`)."""
-        held, sources = self.store.pending_with_sources(namespace)
-        mine, others, of = split_held(held, sources, source)
-        return mine, self.users(namespace), others, of
+        (:mod:`osumem.memory.held`); from ``context`` when the add has read it."""
+        if context is None:
+            context = self.store.add_context(namespace, None)
+        mine, others, of = split_held(context.held, context.held_sources, source)
+        return mine, self.users(namespace, context.n_steps), others, of
 
     def count_added(
         self, namespace: str, users_before: int, rows: Sequence[StepRow], start: int | None

@@ -51,6 +51,37 @@ class StepRow:
     time: float | None = None
     updated: float | None = None
 
+    def stamped(self, metadata_json: str, time: float | None) -> StepRow:
+        """This row with its metadata and time: ``dataclasses.replace(row,
+        metadata_json=..., time=...)`` without its per-field lookups (an add stamps
+        every row it writes)."""
+        return StepRow(
+            self.role,
+            self.text,
+            self.tool_action,
+            self.arguments_json,
+            self.tool_signature,
+            self.entities,
+            self.subgoal,
+            self.source,
+            self.cost,
+            metadata_json,
+            time,
+            self.updated,
+        )
+
+
+@dataclass(frozen=True)
+class AddContext:
+    """What an add reads of its namespace before it writes (:meth:`MemoryStore.add_context
+    <osumem.memory.backends.base.MemoryStore.add_context>`): whether its log digest is
+    recorded, the held messages with the source of each, and the step count."""
+
+    logged: bool
+    held: list[dict[str, Any]]
+    held_sources: list[str | None]
+    n_steps: int
+
 
 @dataclass(frozen=True)
 class AddBatch:

@@ -177,8 +177,13 @@ def log_digest(messages: Sequence[Mapping[str, Any]], log_id: str | None = None)
     ``sha256:<hash of its canonical JSON>``."""
     if log_id is not None:
         return f"id:{log_id}"
-    data = json.dumps(list(messages), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    data = _CANONICAL_JSON.encode(list(messages))
     return "sha256:" + hashlib.sha256(data.encode("utf-8")).hexdigest()
+
+
+#: What ``json.dumps(..., ensure_ascii=False, sort_keys=True, separators=(",", ":"))``
+#: builds at every call (its only arguments here), made once.
+_CANONICAL_JSON = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"))
 
 
 #: The largest token cost one step may carry (a sanity bound: sums of costs stay exact).
@@ -283,10 +288,10 @@ def check_metadata(metadata: Any, where: str, max_text_chars: int) -> str:
 def check_time(value: Any, where: str) -> float | None:
     """A step time (``None``: unknown): seconds since the epoch, or a ``datetime``
     (UTC when naive)."""
-    from datetime import UTC, datetime
-
     if value is None:
         return None
+    from datetime import UTC, datetime
+
     if isinstance(value, datetime):
         return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time as _time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -74,7 +73,7 @@ class MemoryWrites(MemoryReads):
             limit = self.config.max_text_chars
             texts = [check_metadata(m, f"metadata[{i}]", limit) for i, m in enumerate(metadata)]
             at = check_time(time, "time") if time is not None else _time.time()
-            rows = [replace(r, metadata_json=m, time=at) for r, m in zip(rows, texts, strict=True)]
+            rows = [r.stamped(m, at) for r, m in zip(rows, texts, strict=True)]
         else:
             rows = self._stamped(rows, metadata, time)
         emb = self._planner.embed(rows, embeddings)
@@ -194,16 +193,19 @@ class MemoryWrites(MemoryReads):
         at = check_time(time, "time")
         prefix = self.config.prefix_namespace if prefix_namespace is None else prefix_namespace
         self._refresh()
-        if on_duplicate != "append" and self._is_duplicate(namespace, digest, on_duplicate):
+        check = digest if on_duplicate != "append" else None
+        context = self.store.add_context(namespace, check)  # one read of the store
+        if self._is_duplicate(namespace, context.logged, digest, on_duplicate):
             return []
-        state = self._views.held_state(namespace, src)
+        state = self._views.held_state(namespace, src, context)
         plan = self._planner.plan(clean, state, namespace, src, prefix, hold_open_calls, plain)
         with self.store.transaction(namespace):
             now = state
             if self._writers_moved():  # what was read above may be stale: read it again
-                if on_duplicate != "append" and self._is_duplicate(namespace, digest, on_duplicate):
+                context = self.store.add_context(namespace, check)
+                if self._is_duplicate(namespace, context.logged, digest, on_duplicate):
                     return []
-                now = self._views.held_state(namespace, src)
+                now = self._views.held_state(namespace, src, context)
                 if now != state:  # another writer moved the namespace meanwhile
                     plan = self._planner.plan(
                         clean, now, namespace, src, prefix, hold_open_calls, plain
@@ -276,7 +278,7 @@ class MemoryWrites(MemoryReads):
         )
         at = check_time(time, "time")
         stamp = _time.time() if at is None else at
-        return [replace(r, metadata_json=meta, time=stamp) for r in rows]
+        return [r.stamped(meta, stamp) for r in rows]
 
     @limited
     def delete(
@@ -359,8 +361,10 @@ class MemoryWrites(MemoryReads):
         self._filtered.forget()
         return self.steps(namespace, positions=[p])[0]
 
-    def _is_duplicate(self, namespace: str, digest: str, on_duplicate: str) -> bool:
-        if not self.store.has_digest(namespace, digest):
+    def _is_duplicate(self, namespace: str, logged: bool, digest: str, on_duplicate: str) -> bool:
+        """Whether the add is skipped: its log is recorded (``logged``, read with
+        ``digest`` unless ``on_duplicate`` is ``"append"``); ``"error"`` raises."""
+        if not logged:
             return False
         if on_duplicate == "error":
             raise DuplicateInputError(

@@ -570,3 +570,39 @@ def test_held_messages_keep_their_sources(location):
         store.append("ns", [], none, encoder_id="e", pending=held, pending_sources=["x", "y"])
         store.delete_namespace("ns")
         assert store.pending_with_sources("ns") == ([], []) and store.integrity_problems() == []
+
+
+def test_the_add_context_is_the_three_reads_in_one(location):
+    """``add_context`` (one statement) answers what ``has_digest``,
+    ``pending_with_sources`` and ``n_steps`` answer, in every state an add meets."""
+    held = [
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "a"}]},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "b"}]},
+    ]
+    none = np.zeros((0, DIM), np.float32)
+
+    def separate(store: MemoryStore, ns: str, digest: str | None) -> tuple:
+        logged = digest is not None and store.has_digest(ns, digest)
+        return (logged, *store.pending_with_sources(ns), store.n_steps(ns))
+
+    with open_store(location) as store:
+        states = []
+        states.append(store.add_context("ns", "d1"))  # nothing stored
+        store.append("ns", [row(0), row(1)], vectors(2), encoder_id="e", digest="d1")
+        store.append("ns", [], none, encoder_id="e", pending=held, pending_sources=["x", "y"])
+        for ns in ("ns", "other"):
+            for digest in ("d1", "d2", None):
+                got = store.add_context(ns, digest)
+                assert (got.logged, got.held, got.held_sources, got.n_steps) == separate(
+                    store, ns, digest
+                )
+                states.append(got)
+        store.append("ns", [row(2)], vectors(1), encoder_id="e", pending=held[:1])  # no sources
+        got = store.add_context("ns", "d1")
+        assert (got.logged, got.held, got.held_sources, got.n_steps) == separate(store, "ns", "d1")
+        assert (got.logged, got.held, got.held_sources, got.n_steps) == (True, held[:1], [None], 3)
+        with store.transaction("ns"):  # inside a write transaction too
+            got = store.add_context("ns", "d2")
+            assert (got.logged, got.n_steps) == (False, 3)
+    assert (states[0].logged, states[0].held, states[0].n_steps) == (False, [], 0)
+    assert (states[1].logged, states[1].held, states[1].held_sources) == (True, held, ["x", "y"])

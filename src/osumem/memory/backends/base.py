@@ -49,7 +49,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from osumem.errors import StoreCorruptError, StoreError
-from osumem.memory.rows import AddBatch, NamespaceData, SnapshotRow, StepRow
+from osumem.memory.rows import AddBatch, AddContext, NamespaceData, SnapshotRow, StepRow
 
 #: The format name written into every store.
 STORE_FORMAT = "osumem-memory"
@@ -330,6 +330,15 @@ class MemoryStore(ABC, metaclass=_Constructible):
     @abstractmethod
     def has_digest(self, namespace: str, digest: str) -> bool:
         """Whether a log with ``digest`` was recorded in ``namespace``."""
+
+    def add_context(self, namespace: str, digest: str | None) -> AddContext:
+        """What an add reads of ``namespace`` before it writes: whether ``digest`` is
+        recorded (``False`` for ``None``), the held messages with their sources
+        (:meth:`pending_with_sources`) and the step count (:meth:`n_steps`). A backend
+        answers it in one statement (one round trip); this default asks the three."""
+        logged = digest is not None and self.has_digest(namespace, digest)
+        held, sources = self.pending_with_sources(namespace)
+        return AddContext(logged, held, sources, self.n_steps(namespace))
 
     @abstractmethod
     def digests(self, namespace: str) -> list[tuple[str, int]]:

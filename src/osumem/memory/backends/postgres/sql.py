@@ -89,6 +89,22 @@ UPSERT_HELD_SOURCES = (
 DELETE_HELD_SOURCES = "DELETE FROM held_sources WHERE ns = %s"
 
 HAS_DIGEST = "SELECT 1 FROM digests WHERE ns = %s AND digest = %s"
+
+
+def add_context(digests: bool, held_sources: bool) -> str:
+    """One round trip for what an add needs (parameters: the namespace, the digest):
+    whether the digest is recorded, the held messages, their sources, the step count;
+    a table the store lacks reads as NULL."""
+    logged = (
+        "(SELECT 1 FROM digests WHERE ns = %(ns)s AND digest = %(digest)s)" if digests else "NULL"
+    )
+    sources = "(SELECT sources FROM held_sources WHERE ns = %(ns)s)" if held_sources else "NULL"
+    return (
+        f"SELECT {logged}, (SELECT messages FROM pending WHERE ns = %(ns)s), {sources}, "
+        "(SELECT COALESCE(MAX(pos) + 1, 0) FROM steps WHERE ns = %(ns)s)"
+    )
+
+
 SELECT_DIGESTS = "SELECT digest, end_pos FROM digests WHERE ns = %s ORDER BY end_pos, digest"
 INSERT_DIGEST = (
     "INSERT INTO digests (ns, digest, end_pos) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING"

@@ -55,7 +55,7 @@ from osumem.memory.backends.postgres.rows import (
     register_vector,
     step_params,
 )
-from osumem.memory.rows import AddBatch, NamespaceData, SnapshotRow
+from osumem.memory.rows import AddBatch, AddContext, NamespaceData, SnapshotRow
 
 
 def _library_version() -> str:
@@ -322,6 +322,16 @@ class PostgresStore(PostgresEdits):
             return [], []
         held = decode_pending(row[0], self.name, namespace)
         return held, held_sources(held, row[1])
+
+    @guarded
+    def add_context(self, namespace: str, digest: str | None) -> AddContext:
+        query = sql.add_context(self._has_digests, self._has_held_sources)
+        row = self.conn.fetchone(query, {"ns": namespace, "digest": digest})
+        logged, messages, sources, n = row if row is not None else (None, None, None, 0)
+        if messages is None:
+            return AddContext(logged is not None, [], [], int(n))
+        held = decode_pending(messages, self.name, namespace)
+        return AddContext(logged is not None, held, held_sources(held, sources), int(n))
 
     @guarded
     def discard_pending(self, namespace: str) -> list[dict[str, Any]]:

@@ -93,6 +93,20 @@ UPSERT_HELD_SOURCES = (
 DELETE_HELD_SOURCES = "DELETE FROM held_sources WHERE ns = ?"
 
 HAS_DIGEST = "SELECT 1 FROM digests WHERE ns = ? AND digest = ?"
+
+
+def add_context(digests: bool, held_sources: bool) -> str:
+    """One read of what an add needs (``?1`` the namespace, ``?2`` the digest): whether
+    the digest is recorded, the held messages, their sources, the step count; a table
+    the file lacks reads as NULL."""
+    logged = "(SELECT 1 FROM digests WHERE ns = ?1 AND digest = ?2)" if digests else "NULL"
+    sources = "(SELECT sources FROM held_sources WHERE ns = ?1)" if held_sources else "NULL"
+    return (
+        f"SELECT {logged}, (SELECT messages FROM pending WHERE ns = ?1), {sources}, "
+        "(SELECT COALESCE(MAX(pos) + 1, 0) FROM steps WHERE ns = ?1)"
+    )
+
+
 SELECT_DIGESTS = "SELECT digest, end_pos FROM digests WHERE ns = ? ORDER BY end_pos, digest"
 INSERT_DIGEST = "INSERT OR IGNORE INTO digests (ns, digest, end_pos) VALUES (?, ?, ?)"
 
