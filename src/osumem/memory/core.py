@@ -69,9 +69,10 @@ class MemoryCore:
             )
         return enc
 
-    def _refresh(self) -> None:
-        """Bring the cached namespaces up to what other writers committed."""
-        if self.follow_writers and self._views.refresh():
+    def _refresh(self, data_version: int | None = None) -> None:
+        """Bring the cached namespaces up to what other writers committed
+        (``data_version``: the store's, when the caller has just read it)."""
+        if self.follow_writers and self._views.refresh(data_version):
             self._methods.drop_causal()
 
     def _writers_moved(self) -> bool:

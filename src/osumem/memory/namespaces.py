@@ -31,13 +31,14 @@ class NamespaceCache:
         self._starts: dict[str, int] = {}  # namespace -> first position of the add just written
         self._version = store.data_version()
 
-    def refresh(self) -> bool:
+    def refresh(self, data_version: int | None = None) -> bool:
         """Bring the cached namespaces up to what other writers committed: new steps
         are appended to the cached columns (the retriever then takes them as an
         ``update`` along the stored batch ends); a namespace that shrank, or whose steps
         were deleted, replaced or given new metadata (its edit count moved), is dropped.
-        Returns whether anything was committed since the last call."""
-        version = self.store.data_version()
+        Returns whether anything was committed since the last call. ``data_version``:
+        the store's, when the caller has just read it."""
+        version = self.store.data_version() if data_version is None else data_version
         if version == self._version:
             return False
         self._version = version

@@ -74,9 +74,11 @@ class StepRow:
 @dataclass(frozen=True)
 class AddContext:
     """What an add reads of its namespace before it writes (:meth:`MemoryStore.add_context
-    <osumem.memory.backends.base.MemoryStore.add_context>`): whether its log digest is
-    recorded, the held messages with the source of each, and the step count."""
+    <osumem.memory.backends.base.MemoryStore.add_context>`): the store's
+    ``data_version``, whether the add's log digest is recorded, the held messages with
+    the source of each, and the step count."""
 
+    data_version: int
     logged: bool
     held: list[dict[str, Any]]
     held_sources: list[str | None]

@@ -192,9 +192,9 @@ class MemoryWrites(MemoryReads):
         meta = check_metadata(metadata, "metadata", self.config.max_text_chars)
         at = check_time(time, "time")
         prefix = self.config.prefix_namespace if prefix_namespace is None else prefix_namespace
-        self._refresh()
         check = digest if on_duplicate != "append" else None
         context = self.store.add_context(namespace, check)  # one read of the store
+        self._refresh(context.data_version)
         if self._is_duplicate(namespace, context.logged, digest, on_duplicate):
             return []
         state = self._views.held_state(namespace, src, context)

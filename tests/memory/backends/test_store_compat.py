@@ -68,3 +68,39 @@ def test_old_store_answers_as_recorded(old_store, monkeypatch):
     # the first open (the method that wrote them) loaded the stored snapshots
     first = next(iter(by_method))
     assert (first, True) in restored and (first, False) not in restored
+
+
+def test_digests_without_rowid_in_new_stores_and_the_rowid_table_of_older_ones(tmp_path):
+    """A new store keys its log digests in a WITHOUT ROWID table (one page per add); a
+    store made before, whose digests table has a rowid and a key index, skips and
+    records logs the same way."""
+    import sqlite3
+
+    def layout(path: Path) -> str:
+        with sqlite3.connect(path) as conn:
+            return conn.execute("SELECT sql FROM sqlite_master WHERE name = 'digests'").fetchone()[
+                0
+            ]
+
+    outcomes = []
+    for old in (False, True):
+        path = tmp_path / f"{old}.db"
+        Memory.open(path, encoder="hashing").close()
+        if old:  # the layout of earlier releases, rows kept
+            with sqlite3.connect(path) as conn:
+                conn.executescript(
+                    "ALTER TABLE digests RENAME TO d0;"
+                    "CREATE TABLE digests (ns TEXT NOT NULL, digest TEXT NOT NULL, "
+                    "end_pos INTEGER NOT NULL, PRIMARY KEY (ns, digest));"
+                    "INSERT INTO digests SELECT * FROM d0; DROP TABLE d0;"
+                )
+        assert ("WITHOUT ROWID" in layout(path)) is not old
+        with Memory.open(path, encoder="hashing") as mem:
+            got = [mem.add("aisle seat", namespace="a"), mem.add("aisle seat", namespace="a")]
+            got.append(mem.add_messages([{"role": "user", "content": "x"}], namespace="a"))
+            got.append(mem.add_messages([{"role": "user", "content": "x"}], namespace="a"))
+            got.append(mem.store.digests("a"))
+            assert mem.store.integrity_problems() == []
+        outcomes.append(got)
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][1] == [] and outcomes[0][3] == [] and len(outcomes[0][4]) == 2

@@ -596,6 +596,7 @@ def test_the_add_context_is_the_three_reads_in_one(location):
                 assert (got.logged, got.held, got.held_sources, got.n_steps) == separate(
                     store, ns, digest
                 )
+                assert got.data_version == store.data_version()
                 states.append(got)
         store.append("ns", [row(2)], vectors(1), encoder_id="e", pending=held[:1])  # no sources
         got = store.add_context("ns", "d1")
@@ -604,5 +605,12 @@ def test_the_add_context_is_the_three_reads_in_one(location):
         with store.transaction("ns"):  # inside a write transaction too
             got = store.add_context("ns", "d2")
             assert (got.logged, got.n_steps) == (False, 3)
+        own = store.add_context("ns", None).data_version
+        store.append("y", [row(4)], vectors(1), encoder_id="e")
+        assert store.add_context("ns", None).data_version == own  # its own write
+        with open_store(location) as other:  # another writer's commit moves it
+            other.append("x", [row(5)], vectors(1), encoder_id="e")
+        moved = store.add_context("ns", None).data_version
+        assert moved != own and moved == store.data_version()
     assert (states[0].logged, states[0].held, states[0].n_steps) == (False, [], 0)
     assert (states[1].logged, states[1].held, states[1].held_sources) == (True, held, ["x", "y"])

@@ -332,13 +332,15 @@ class MemoryStore(ABC, metaclass=_Constructible):
         """Whether a log with ``digest`` was recorded in ``namespace``."""
 
     def add_context(self, namespace: str, digest: str | None) -> AddContext:
-        """What an add reads of ``namespace`` before it writes: whether ``digest`` is
-        recorded (``False`` for ``None``), the held messages with their sources
-        (:meth:`pending_with_sources`) and the step count (:meth:`n_steps`). A backend
-        answers it in one statement (one round trip); this default asks the three."""
+        """What an add reads of ``namespace`` before it writes: :meth:`data_version`,
+        whether ``digest`` is recorded (``False`` for ``None``), the held messages with
+        their sources (:meth:`pending_with_sources`) and the step count
+        (:meth:`n_steps`). A backend answers it in one statement (one round trip); this
+        default asks each."""
+        version = self.data_version()
         logged = digest is not None and self.has_digest(namespace, digest)
         held, sources = self.pending_with_sources(namespace)
-        return AddContext(logged, held, sources, self.n_steps(namespace))
+        return AddContext(version, logged, held, sources, self.n_steps(namespace))
 
     @abstractmethod
     def digests(self, namespace: str) -> list[tuple[str, int]]:

@@ -93,14 +93,16 @@ HAS_DIGEST = "SELECT 1 FROM digests WHERE ns = %s AND digest = %s"
 
 def add_context(digests: bool, held_sources: bool) -> str:
     """One round trip for what an add needs (parameters: the namespace, the digest):
-    whether the digest is recorded, the held messages, their sources, the step count;
-    a table the store lacks reads as NULL."""
+    the sum of the namespace versions (:data:`DATA_VERSION`), whether the digest is
+    recorded, the held messages, their sources, the step count; a table the store lacks
+    reads as NULL."""
     logged = (
         "(SELECT 1 FROM digests WHERE ns = %(ns)s AND digest = %(digest)s)" if digests else "NULL"
     )
     sources = "(SELECT sources FROM held_sources WHERE ns = %(ns)s)" if held_sources else "NULL"
     return (
-        f"SELECT {logged}, (SELECT messages FROM pending WHERE ns = %(ns)s), {sources}, "
+        "SELECT (SELECT COALESCE(SUM(version), 0)::bigint FROM versions), "
+        f"{logged}, (SELECT messages FROM pending WHERE ns = %(ns)s), {sources}, "
         "(SELECT COALESCE(MAX(pos) + 1, 0) FROM steps WHERE ns = %(ns)s)"
     )
 

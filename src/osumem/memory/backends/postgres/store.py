@@ -327,11 +327,11 @@ class PostgresStore(PostgresEdits):
     def add_context(self, namespace: str, digest: str | None) -> AddContext:
         query = sql.add_context(self._has_digests, self._has_held_sources)
         row = self.conn.fetchone(query, {"ns": namespace, "digest": digest})
-        logged, messages, sources, n = row if row is not None else (None, None, None, 0)
-        if messages is None:
-            return AddContext(logged is not None, [], [], int(n))
-        held = decode_pending(messages, self.name, namespace)
-        return AddContext(logged is not None, held, held_sources(held, sources), int(n))
+        total, logged, messages, sources, n = row if row is not None else (0, None, None, None, 0)
+        version = int(total) - self.conn.own_versions()  # as data_version() counts
+        held = [] if messages is None else decode_pending(messages, self.name, namespace)
+        of = [] if messages is None else held_sources(held, sources)
+        return AddContext(version, logged is not None, held, of, int(n))
 
     @guarded
     def discard_pending(self, namespace: str) -> list[dict[str, Any]]:

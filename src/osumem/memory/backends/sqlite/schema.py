@@ -47,12 +47,15 @@ TABLES: dict[str, str] = {
     UNIQUE (ns, end_pos)
 )""",
     "pending": "CREATE TABLE IF NOT EXISTS pending (ns TEXT PRIMARY KEY, messages TEXT NOT NULL)",
+    # the key is the table (WITHOUT ROWID): an add writes one page of it, not a rowid
+    # table's and its key index's; a store made before keeps its rowid table (the same
+    # columns, key and statements)
     "digests": """CREATE TABLE IF NOT EXISTS digests (
     ns TEXT NOT NULL,
     digest TEXT NOT NULL,
     end_pos INTEGER NOT NULL,
     PRIMARY KEY (ns, digest)
-)""",
+) WITHOUT ROWID""",
     # the source of each held message of ``pending`` (a JSON list, in the same order);
     # no row: the held messages belong to whichever source adds next
     "held_sources": (

@@ -96,13 +96,14 @@ HAS_DIGEST = "SELECT 1 FROM digests WHERE ns = ? AND digest = ?"
 
 
 def add_context(digests: bool, held_sources: bool) -> str:
-    """One read of what an add needs (``?1`` the namespace, ``?2`` the digest): whether
-    the digest is recorded, the held messages, their sources, the step count; a table
-    the file lacks reads as NULL."""
+    """One read of what an add needs (``?1`` the namespace, ``?2`` the digest):
+    ``data_version``, whether the digest is recorded, the held messages, their sources,
+    the step count; a table the file lacks reads as NULL."""
     logged = "(SELECT 1 FROM digests WHERE ns = ?1 AND digest = ?2)" if digests else "NULL"
     sources = "(SELECT sources FROM held_sources WHERE ns = ?1)" if held_sources else "NULL"
     return (
-        f"SELECT {logged}, (SELECT messages FROM pending WHERE ns = ?1), {sources}, "
+        "SELECT (SELECT data_version FROM pragma_data_version()), "
+        f"{logged}, (SELECT messages FROM pending WHERE ns = ?1), {sources}, "
         "(SELECT COALESCE(MAX(pos) + 1, 0) FROM steps WHERE ns = ?1)"
     )
 

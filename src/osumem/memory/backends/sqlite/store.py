@@ -350,11 +350,12 @@ class SQLiteStore(SQLiteEdits):
     @guarded
     def add_context(self, namespace: str, digest: str | None) -> AddContext:
         query = sql.add_context(self._has_digests, self._has_held_sources)
-        logged, messages, sources, n = self.conn.execute(query, (namespace, digest)).fetchone()
-        if messages is None:
-            return AddContext(logged is not None, [], [], int(n))
-        held = decode_pending(messages, self.name, namespace)
-        return AddContext(logged is not None, held, held_sources(held, sources), int(n))
+        version, logged, messages, sources, n = self.conn.execute(
+            query, (namespace, digest)
+        ).fetchone()
+        held = [] if messages is None else decode_pending(messages, self.name, namespace)
+        of = [] if messages is None else held_sources(held, sources)
+        return AddContext(int(version), logged is not None, held, of, int(n))
 
     @guarded
     def discard_pending(self, namespace: str) -> list[dict[str, Any]]:
