@@ -169,6 +169,17 @@ def batch_end_moves(
     return drops, moves, top
 
 
+def decode_held(
+    messages: Any, sources: Any, where: str, namespace: str
+) -> tuple[list[dict[str, Any]], list[str | None]]:
+    """A namespace's held messages and the source of each from their stored columns
+    (``messages`` ``None``: no row, nothing held)."""
+    if messages is None:
+        return [], []
+    held = decode_pending(messages, where, namespace)
+    return held, held_sources(held, sources)
+
+
 def held_sources(held: Sequence[Any], raw: Any) -> list[str | None]:
     """The sources of the held messages ``held`` from their stored JSON list ``raw``;
     unknown (``None`` each) when missing, unreadable or of another length."""

@@ -29,12 +29,12 @@ from numpy.typing import NDArray
 from osumem.errors import IncompatibleStoreError, StoreError
 from osumem.memory.backends.codec import (
     check_meta,
+    decode_held,
     decode_pending,
     decode_steps,
     discarded,
     encode_pending,
     hash_tables,
-    held_sources,
     snapshot_row,
 )
 from osumem.memory.backends.postgres import schema, sql
@@ -320,8 +320,7 @@ class PostgresStore(PostgresEdits):
         row = self.conn.fetchone(query, (namespace,))
         if row is None:
             return [], []
-        held = decode_pending(row[0], self.name, namespace)
-        return held, held_sources(held, row[1])
+        return decode_held(row[0], row[1], self.name, namespace)
 
     @guarded
     def add_context(self, namespace: str, digest: str | None) -> AddContext:
@@ -329,8 +328,7 @@ class PostgresStore(PostgresEdits):
         row = self.conn.fetchone(query, {"ns": namespace, "digest": digest})
         total, logged, messages, sources, n = row if row is not None else (0, None, None, None, 0)
         version = int(total) - self.conn.own_versions()  # as data_version() counts
-        held = [] if messages is None else decode_pending(messages, self.name, namespace)
-        of = [] if messages is None else held_sources(held, sources)
+        held, of = decode_held(messages, sources, self.name, namespace)
         return AddContext(version, logged is not None, held, of, int(n))
 
     @guarded

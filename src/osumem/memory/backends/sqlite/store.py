@@ -47,9 +47,9 @@ from osumem.errors import (
 )
 from osumem.memory.backends.codec import (
     check_meta,
+    decode_held,
     discarded,
     hash_tables,
-    held_sources,
     snapshot_row,
 )
 from osumem.memory.backends.sqlite import schema, sql
@@ -344,8 +344,7 @@ class SQLiteStore(SQLiteEdits):
         row = self.conn.execute(query, (namespace,)).fetchone()
         if row is None:
             return [], []
-        held = decode_pending(row[0], self.name, namespace)
-        return held, held_sources(held, row[1])
+        return decode_held(row[0], row[1], self.name, namespace)
 
     @guarded
     def add_context(self, namespace: str, digest: str | None) -> AddContext:
@@ -353,8 +352,7 @@ class SQLiteStore(SQLiteEdits):
         version, logged, messages, sources, n = self.conn.execute(
             query, (namespace, digest)
         ).fetchone()
-        held = [] if messages is None else decode_pending(messages, self.name, namespace)
-        of = [] if messages is None else held_sources(held, sources)
+        held, of = decode_held(messages, sources, self.name, namespace)
         return AddContext(int(version), logged is not None, held, of, int(n))
 
     @guarded
