@@ -29,7 +29,7 @@ _SERVER_HELP = (
 
 
 def _one_of(store: Path | str | None, server: str | None) -> None:
-    from osumem.cli.serve import store_or_server
+    from osumem.cli.remote import store_or_server
 
     store_or_server(store, server)
 

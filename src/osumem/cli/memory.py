@@ -93,7 +93,7 @@ def ingest_cmd(
     as_json: bool,
 ) -> None:
     """Add the chat log(s) in LOG to a memory store (all of the file, or nothing)."""
-    from osumem.cli.serve import remote_ingest, store_or_server
+    from osumem.cli.remote import remote_ingest, store_or_server
     from osumem.errors import ConfigError, InvalidInputError, OSUMemError
     from osumem.ingest import read_logs, skip_summary
     from osumem.memory import Memory
@@ -263,7 +263,7 @@ def query_cmd(
     as_json: bool,
 ) -> None:
     """Print the context retrieved from a memory store for TEXT."""
-    from osumem.cli.serve import remote_query, store_or_server
+    from osumem.cli.remote import remote_query, store_or_server
     from osumem.errors import ConfigError
     from osumem.memory import Memory
 
