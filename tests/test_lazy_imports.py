@@ -21,16 +21,21 @@ HEAVY = ("scipy.sparse", "scipy", "igraph", "leidenalg", "sklearn", "pandas", "h
 QUERY_PATH_LEAN = ("numpy.ma",)
 
 
-def _loaded_after(code: str) -> list[str]:
-    probe = f"{code}\nimport json, sys\nprint(json.dumps([m for m in {HEAVY + QUERY_PATH_LEAN!r} if m in sys.modules]))"
+def _last_line(code: str) -> str:
+    """The last line ``code`` prints, run in a fresh interpreter on the source tree."""
     out = subprocess.run(
-        [sys.executable, "-c", probe],
+        [sys.executable, "-c", code],
         capture_output=True,
         text=True,
         env={"PYTHONPATH": SRC, "PATH": ""},
         check=True,
     )
-    return list(json.loads(out.stdout.strip().splitlines()[-1]))
+    return out.stdout.strip().splitlines()[-1]
+
+
+def _loaded_after(code: str) -> list[str]:
+    probe = f"{code}\nimport json, sys\nprint(json.dumps([m for m in {HEAVY + QUERY_PATH_LEAN!r} if m in sys.modules]))"
+    return list(json.loads(_last_line(probe)))
 
 
 @pytest.mark.parametrize(
@@ -117,3 +122,74 @@ def test_a_lazy_module_is_not_imported_by_probes_or_a_failed_name() -> None:
     assert _loaded_after(code) == []
     with pytest.raises(ModuleNotFoundError):
         _ = lazy_module("osumem_no_such_module").anything
+
+
+#: What a cold ``osumem query`` on a warm store has no use for: the serving commands,
+#: the explanation classes (until ``--explain``), the annotators and log readers, the
+#: C-library loader of the heap trim, and hnswlib below the ANN size.
+NOT_FOR_A_QUERY = (
+    "osumem.cli.serve",
+    "osumem.memory.explain",
+    "osumem.annotate",
+    "osumem.ingest",
+    "ctypes.util",
+    "hnswlib",
+)
+
+
+def test_a_cold_command_line_query_imports_only_what_it_uses(tmp_path) -> None:
+    db = tmp_path / "q.db"
+    _loaded_after(
+        "from osumem.memory import Memory\n"
+        f"with Memory.open({str(db)!r}, encoder='hashing') as m:\n"
+        "    for k in range(60):\n"
+        "        m.add(f'book HAT{k % 30:03d} for P{k % 11}')\n"
+        "    m.retrieve('which flight?', 256)\n"
+    )
+
+    def query(*flags: str) -> tuple[list[str], str]:
+        probe = (
+            "import io, json, sys, contextlib\n"
+            "from osumem.cli import main\n"
+            f"sys.argv = ['osumem', 'query', 'which flight did P3 book?', '--store', {str(db)!r}, *{flags!r}]\n"
+            "out = io.StringIO()\n"
+            "with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):\n"
+            "    main()\n"
+            f"print(json.dumps([[m for m in {NOT_FOR_A_QUERY!r} if m in sys.modules], out.getvalue()]))"
+        )
+        loaded, printed = json.loads(_last_line(probe))
+        return loaded, printed
+
+    loaded, printed = query()
+    assert loaded == [] and "HAT" in printed
+    loaded, printed = query("--explain")
+    assert loaded == ["osumem.memory.explain"] and "cosine" in printed
+
+
+def test_the_explanation_class_is_still_where_it_was() -> None:
+    import osumem.memory
+    import osumem.memory.explain
+    from osumem.errors import StaleResultError
+
+    assert osumem.memory.Explanation is osumem.memory.explain.Explanation
+    assert osumem.memory.StaleResultError is osumem.memory.explain.StaleResultError
+    assert osumem.memory.StaleResultError is StaleResultError
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        _ = osumem.memory.Nothing  # type: ignore[attr-defined]
+
+
+def test_a_command_freezes_the_collector_at_exit_and_a_library_import_does_not() -> None:
+    """The interpreter's last collection skips what the command made (``gc.freeze`` in
+    an ``atexit`` handler, about 15 ms of a cold query); importing the command line
+    as a library registers nothing."""
+    check = (
+        "import atexit, gc, os\n"
+        "atexit.register(lambda: os.write(1, b'frozen=%d' % (gc.get_freeze_count() > 0)))\n"
+    )
+    runs = {
+        "command": check + "import sys\nfrom osumem.cli import main\n"
+        "sys.argv = ['osumem', 'methods']\nmain()\n",
+        "import": check + "from osumem.cli import main\n",
+    }
+    seen = {name: _last_line(code)[-8:] for name, code in runs.items()}
+    assert seen == {"command": "frozen=1", "import": "frozen=0"}

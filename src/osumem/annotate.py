@@ -7,10 +7,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-#: Tools that get no tool OSU (configurable everywhere a reader takes ``boilerplate``).
-DEFAULT_BOILERPLATE: frozenset[str] = frozenset(
-    {"think", "finish", "calculate", "transfer_to_human_agents"}
-)
+from osumem.types import DEFAULT_BOILERPLATE
 
 MIN_ENTITY_LEN = 2
 MAX_ENTITY_LEN = 80

@@ -145,3 +145,8 @@ class MemoryProcessError(OSUMemError):
     """The process holding a memory (``AsyncMemory.open(..., process=True)``) could not
     be started, ended, or sent back an error that cannot cross processes; the message
     says which, with the process's exit code or the original error's type."""
+
+
+class StaleResultError(OSUMemError):
+    """The namespace changed after the retrieval, so it can no longer be explained
+    (retrieve again)."""

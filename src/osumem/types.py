@@ -24,6 +24,13 @@ from osumem.errors import DimensionError, InvalidInputError, NonFiniteError
 FloatMatrix = NDArray[np.float32]
 IntArray = NDArray[np.int64]
 
+#: Tools that get no tool OSU (configurable everywhere a reader takes ``boilerplate``;
+#: also importable from :mod:`osumem.annotate`, where the readers use it). Here, in the
+#: data model, so that a memory's config does not import the annotators.
+DEFAULT_BOILERPLATE: frozenset[str] = frozenset(
+    {"think", "finish", "calculate", "transfer_to_human_agents"}
+)
+
 #: Cell labels: T+ when the evidence pairwise shares a tool signature,
 #: E+ when it pairwise shares an entity.
 CELLS: tuple[str, ...] = ("T+E+", "T+E-", "T-E+", "T-E-")

@@ -140,3 +140,49 @@ def test_a_memory_used_from_worker_threads_gets_the_limit_too() -> None:
             list(pool.map(lambda q: mem.retrieve(q, 64, namespace="a"), ["seat?", "aisle?"]))
         assert set(_blas_counts()) == {3}
     assert len(enc.seen) >= 3 and all(set(s) == {1} for s in enc.seen)
+
+
+def test_libraries_are_looked_up_again_only_after_a_compiled_import(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pure-Python import between two calls keeps the list of BLAS libraries (a cold
+    command's first retrieve imports its method's modules); a compiled extension's
+    import may bring another BLAS, so the list is looked up again."""
+    import importlib.machinery
+    import sys
+    import types
+
+    import threadpoolctl
+
+    from osumem.memory import blas
+
+    lookups: list[int] = []
+
+    class Counting(threadpoolctl.ThreadpoolController):
+        def __init__(self) -> None:
+            lookups.append(1)
+            super().__init__()
+
+    monkeypatch.setattr(threadpoolctl, "ThreadpoolController", Counting)
+    monkeypatch.setattr(blas, "_modules_seen", -1)
+    monkeypatch.setattr(blas, "_extensions_seen", -1)
+
+    def fake_module(name: str, origin: str) -> None:
+        module = types.ModuleType(name)
+        module.__spec__ = importlib.machinery.ModuleSpec(name, None, origin=origin)
+        monkeypatch.setitem(sys.modules, name, module)
+
+    with blas_threads(1):
+        pass
+    assert len(lookups) == 1
+    fake_module("_osumem_test_pure", "/somewhere/pure.py")
+    with blas_threads(1):
+        pass
+    assert len(lookups) == 1
+    fake_module("_osumem_test_compiled", "/somewhere/compiled.cpython-311-x86_64-linux-gnu.so")
+    with blas_threads(1):
+        pass
+    assert len(lookups) == 2
+    with blas_threads(1):
+        pass
+    assert len(lookups) == 2

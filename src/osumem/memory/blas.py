@@ -26,10 +26,12 @@ setting, so it calls threadpoolctl's unrestricted setter where there is one
 process's BLAS threads once at start, from the main thread (:func:`limit_process`):
 they own their process, and a call then finds nothing to change.
 
-The list of loaded BLAS libraries is looked up once (about 2 ms) and again only when
-:data:`sys.modules` has grown since (a new import may have loaded another BLAS, e.g.
-SciPy's own OpenBLAS); a call then costs a lock and a get/set of each library's
-count (microseconds).
+The list of loaded BLAS libraries is looked up once (about 3 ms) and again only when
+a compiled extension module has been imported since (a new import may have loaded
+another BLAS, e.g. SciPy's own OpenBLAS); imports of pure-Python modules between two
+calls (a cold command's first retrieve imports the method's modules) cost a count of
+the extensions, about 0.1 ms, and a call with no import since costs a lock and a
+get/set of each library's count (microseconds).
 """
 
 from __future__ import annotations
@@ -48,18 +50,34 @@ _depth = 0
 _restore: list[tuple[Any, int]] = []  # (library controller, the caller's thread count)
 _libraries: list[Any] = []
 _modules_seen = -1
+_extensions_seen = -1
+
+
+def _extension_modules() -> int:
+    """How many modules in :data:`sys.modules` are compiled extensions (a BLAS comes
+    into the process with one: NumPy's, SciPy's, torch's)."""
+    count = 0
+    for module in list(sys.modules.values()):
+        spec = getattr(module, "__spec__", None)
+        origin = getattr(spec, "origin", None)
+        if isinstance(origin, str) and not origin.endswith(".py") and "." in origin:
+            count += 1
+    return count
 
 
 def _blas_libraries() -> list[Any]:
     """threadpoolctl's controllers of the BLAS libraries loaded now (call under the
     lock)."""
-    global _libraries, _modules_seen
+    global _libraries, _modules_seen, _extensions_seen
     n = len(sys.modules)
     if n != _modules_seen:
-        from threadpoolctl import ThreadpoolController
+        extensions = _extension_modules()
+        if extensions != _extensions_seen:
+            from threadpoolctl import ThreadpoolController
 
-        _libraries = list(ThreadpoolController().select(user_api="blas").lib_controllers)
-        _modules_seen = len(sys.modules)  # threadpoolctl's own imports included
+            _libraries = list(ThreadpoolController().select(user_api="blas").lib_controllers)
+            extensions = _extension_modules()  # threadpoolctl's own imports included
+        _modules_seen, _extensions_seen = len(sys.modules), extensions
     return _libraries
 
 

@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from osumem.annotate import DEFAULT_BOILERPLATE
 from osumem.frozen import Constraints, FrozenConfig, Interval, Options
 from osumem.retrieve.budget import check_budget
+from osumem.types import DEFAULT_BOILERPLATE
 
 #: The namespace used when none is given.
 DEFAULT_NAMESPACE = "default"

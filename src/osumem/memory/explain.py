@@ -22,17 +22,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from osumem.errors import InvalidInputError, OSUMemError
+from osumem.errors import InvalidInputError, StaleResultError
 from osumem.retrieve.explain import Part, SelectionParts, lexical_scores, unit_ranks
 from osumem.types import IntArray
 
 #: How many left-out candidates an explanation lists.
 MAX_LEFT_OUT = 10
-
-
-class StaleResultError(OSUMemError):
-    """The namespace changed after the retrieval, so it can no longer be explained
-    (retrieve again)."""
 
 
 @dataclass(frozen=True)
@@ -350,27 +345,24 @@ def remap_positions(why: Explanation, place: Callable[[int], int]) -> Explanatio
     return replace(why, steps=steps, left_out=left)
 
 
-def explainer(
+def explain_current(
     retriever: Any,
+    seen: Any,
     q: NDArray[Any],
     text: str | None,
     budget: int,
     positions: IntArray,
     method: str,
-) -> Callable[[], Explanation]:
-    """A call that explains this selection later, while the retriever still holds the
-    steps it answered from (a later add makes it raise :class:`StaleResultError`)."""
-    seen = retriever.view_
-
-    def run() -> Explanation:
-        if retriever.view_ is not seen:
-            raise StaleResultError(
-                "the namespace was written after this retrieval; retrieve again to explain it"
-            )
-        unit = seen.check_query(q)  # what retrieve() used: float32, unit length
-        return explain(retriever, unit, text, budget, positions, method=method)
-
-    return run
+) -> Explanation:
+    """:func:`explain` for a selection made over ``seen`` (the retriever's steps when it
+    answered); :class:`StaleResultError` when the retriever has moved on since (a later
+    add). The lazy explainer of a :class:`~osumem.memory.Retrieved` calls this."""
+    if retriever.view_ is not seen:
+        raise StaleResultError(
+            "the namespace was written after this retrieval; retrieve again to explain it"
+        )
+    unit = seen.check_query(q)  # what retrieve() used: float32, unit length
+    return explain(retriever, unit, text, budget, positions, method=method)
 
 
 def _units(

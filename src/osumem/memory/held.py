@@ -15,8 +15,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from osumem.ingest.openai_chat import LogFormatError
-
 #: What an add continues: its source's held messages, the namespace's user-step count,
 #: the other sources' held messages and their sources.
 HeldSnapshot = tuple[list[dict[str, Any]], int, list[dict[str, Any]], list[str | None]]
@@ -66,6 +64,9 @@ def check_answers(
     for i, message in enumerate(messages):
         cid = message.get("tool_call_id") if message.get("role") == "tool" else None
         if isinstance(cid, str) and cid in foreign and cid not in own:
+            # here, not at the top: the log readers are not on a query's path
+            from osumem.ingest.openai_chat import LogFormatError
+
             raise LogFormatError(
                 f"messages[{i}]: answers tool call {cid!r}, which is held for source "
                 f"{foreign[cid]!r}, not {source!r}; add the result with "

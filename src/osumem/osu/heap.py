@@ -7,8 +7,6 @@ library (through ``ctypes``); elsewhere (no glibc) it does nothing.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 from typing import Any
 
 _LIBC: Any = None
@@ -19,6 +17,9 @@ def release_free_memory() -> None:
     ``malloc_trim``; nothing elsewhere)."""
     global _LIBC
     if _LIBC is None:
+        import ctypes  # here: ctypes.util pulls in subprocess, shutil and tempfile
+        import ctypes.util
+
         try:
             _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
             _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]

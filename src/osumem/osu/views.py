@@ -148,11 +148,11 @@ HNSW_EF_SEARCH = 40
 def hnsw_available() -> bool:
     """Whether hnswlib (the ``scale`` extra) is installed; without it every path is
     exact (correct, but quadratic for the similarity view of large memories)."""
-    try:
-        import hnswlib  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    import importlib.util
+
+    # found, not imported: a cold query asks this of a snapshot before it knows
+    # whether any index will be used (importing hnswlib costs about 1 ms)
+    return importlib.util.find_spec("hnswlib") is not None
 
 
 def knn_edges(embeddings: NDArray[np.float32], k: int) -> tuple[IntArray, IntArray]:
