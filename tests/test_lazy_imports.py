@@ -125,11 +125,10 @@ def test_a_lazy_module_is_not_imported_by_probes_or_a_failed_name() -> None:
 
 
 #: What a cold ``osumem query`` on a warm store has no use for: the serving commands,
-#: the explanation classes (until ``--explain``), the annotators and log readers, the
-#: C-library loader of the heap trim, and hnswlib below the ANN size.
+#: the annotators and log readers, the C-library loader of the heap trim, and hnswlib
+#: below the ANN size.
 NOT_FOR_A_QUERY = (
     "osumem.cli.serve",
-    "osumem.memory.explain",
     "osumem.annotate",
     "osumem.ingest",
     "ctypes.util",
@@ -163,19 +162,16 @@ def test_a_cold_command_line_query_imports_only_what_it_uses(tmp_path) -> None:
     loaded, printed = query()
     assert loaded == [] and "HAT" in printed
     loaded, printed = query("--explain")
-    assert loaded == ["osumem.memory.explain"] and "cosine" in printed
+    assert loaded == [] and "cosine" in printed
 
 
-def test_the_explanation_class_is_still_where_it_was() -> None:
+def test_the_stale_result_error_is_importable_where_it_was() -> None:
     import osumem.memory
     import osumem.memory.explain
     from osumem.errors import StaleResultError
 
-    assert osumem.memory.Explanation is osumem.memory.explain.Explanation
-    assert osumem.memory.StaleResultError is osumem.memory.explain.StaleResultError
     assert osumem.memory.StaleResultError is StaleResultError
-    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
-        _ = osumem.memory.Nothing  # type: ignore[attr-defined]
+    assert osumem.memory.explain.StaleResultError is StaleResultError
 
 
 def test_a_command_freezes_the_collector_at_exit_and_a_library_import_does_not() -> None:

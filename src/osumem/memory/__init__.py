@@ -7,8 +7,6 @@ See :class:`Memory` (``Memory.open(path, encoder=..., method="osumem")``),
 :mod:`osumem.memory.export` exports a memory to JSON Lines and imports it back.
 """
 
-from typing import TYPE_CHECKING, Any
-
 from osumem.errors import (
     ForeignStoreError,
     IncompatibleStoreError,
@@ -22,11 +20,9 @@ from osumem.errors import (
 )
 from osumem.memory.api import DEFAULT_NAMESPACE, Memory, MemoryConfig, OversizedInputError
 from osumem.memory.backends import SCHEMA_VERSION, MemoryStore, open_store
+from osumem.memory.explain import Explanation
 from osumem.memory.filters import StepFilter
 from osumem.memory.retrieved import OSUHandle, Retrieved, RetrievedStep, StoredStep
-
-if TYPE_CHECKING:
-    from osumem.memory.explain import Explanation
 
 #: The error :meth:`MemoryStore.check` raises (the corrupt-store error under its old name).
 StoreIntegrityError = StoreCorruptError
@@ -56,13 +52,3 @@ __all__ = [
     "StoredStep",
     "open_store",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    """:class:`~osumem.memory.explain.Explanation`, imported on first use: a cold
-    ``osumem query`` that explains nothing does not build its classes."""
-    if name == "Explanation":
-        from osumem.memory.explain import Explanation
-
-        return Explanation
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -345,24 +345,27 @@ def remap_positions(why: Explanation, place: Callable[[int], int]) -> Explanatio
     return replace(why, steps=steps, left_out=left)
 
 
-def explain_current(
+def explainer(
     retriever: Any,
-    seen: Any,
     q: NDArray[Any],
     text: str | None,
     budget: int,
     positions: IntArray,
     method: str,
-) -> Explanation:
-    """:func:`explain` for a selection made over ``seen`` (the retriever's steps when it
-    answered); :class:`StaleResultError` when the retriever has moved on since (a later
-    add). The lazy explainer of a :class:`~osumem.memory.Retrieved` calls this."""
-    if retriever.view_ is not seen:
-        raise StaleResultError(
-            "the namespace was written after this retrieval; retrieve again to explain it"
-        )
-    unit = seen.check_query(q)  # what retrieve() used: float32, unit length
-    return explain(retriever, unit, text, budget, positions, method=method)
+) -> Callable[[], Explanation]:
+    """A call that explains this selection later, while the retriever still holds the
+    steps it answered from (a later add makes it raise :class:`StaleResultError`)."""
+    seen = retriever.view_
+
+    def run() -> Explanation:
+        if retriever.view_ is not seen:
+            raise StaleResultError(
+                "the namespace was written after this retrieval; retrieve again to explain it"
+            )
+        unit = seen.check_query(q)  # what retrieve() used: float32, unit length
+        return explain(retriever, unit, text, budget, positions, method=method)
+
+    return run
 
 
 def _units(

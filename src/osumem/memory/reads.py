@@ -19,6 +19,7 @@ from osumem.memory.config import (
     DEFAULT_NAMESPACE,
 )
 from osumem.memory.core import MemoryCore
+from osumem.memory.explain import Explanation
 from osumem.memory.filters import compile_filter
 from osumem.memory.planner import canonical
 from osumem.memory.query import query_vector
@@ -150,8 +151,6 @@ class MemoryReads(MemoryCore):
         self._refresh()
         retriever = cache.sync(namespace)
         if retriever is None or before == 0:
-            from osumem.memory.explain import Explanation  # only for an empty answer
-
             empty = Explanation(cache.method, b, 0)
             return Retrieved(namespace, cache.method, b, (), text, explanation=empty)
         data = self._views.data(namespace)
@@ -161,8 +160,6 @@ class MemoryReads(MemoryCore):
                 mask[before:] = False
             keep = np.flatnonzero(mask).astype(np.int64)
             if keep.size == 0:
-                from osumem.memory.explain import Explanation
-
                 empty = Explanation(cache.method, b, 0)
                 return Retrieved(namespace, cache.method, b, (), text, explanation=empty)
             if keep.size < data.view.n:

@@ -6,18 +6,16 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from osumem.errors import InvalidInputError
+from osumem.memory.explain import Explanation, explainer, remap_positions
 from osumem.memory.filters import metadata_at, parsed_metadata
 from osumem.memory.rows import NamespaceData
 from osumem.retrieve.base import Retriever
-
-if TYPE_CHECKING:  # imported when an explanation is asked for: not on a query's path
-    from osumem.memory.explain import Explanation
 
 
 @dataclass(frozen=True)
@@ -304,8 +302,6 @@ class Retrieved:
             raise InvalidInputError("retrieved: expected a dict with a list of steps")
         query = data.get("query")
         why = data.get("explanation")
-        if why is not None:
-            from osumem.memory.explain import Explanation
         try:
             return cls(
                 namespace=str(data["namespace"]),
@@ -456,7 +452,7 @@ def retrieved_from(
         )
         for rank, p in enumerate(positions.tolist())
     )
-    why = _explainer(retriever, query, text, budget, positions, method)
+    why = explainer(retriever, query, text, budget, positions, method)
     if mapping is not None:
         why = _remapped(why, mapping)
     return Retrieved(namespace, method, budget, steps, text, _explainer=why)
@@ -466,35 +462,7 @@ def _remapped(
     why: Callable[[], Explanation], mapping: NDArray[np.int64]
 ) -> Callable[[], Explanation]:
     """``why`` with every position it names mapped through ``mapping``."""
-
-    def remapped() -> Explanation:
-        from osumem.memory.explain import remap_positions
-
-        return remap_positions(why(), lambda p: int(mapping[p]))
-
-    return remapped
-
-
-def _explainer(
-    retriever: Retriever,
-    query: NDArray[Any],
-    text: str | None,
-    budget: int,
-    positions: NDArray[np.int64],
-    method: str,
-) -> Callable[[], Explanation]:
-    """A call that explains this selection later, while the retriever still holds the
-    steps it answered from (a later add makes it raise
-    :class:`~osumem.errors.StaleResultError`). :mod:`osumem.memory.explain` is imported
-    only then: most answers are never explained."""
-    seen = retriever.view_
-
-    def run() -> Explanation:
-        from osumem.memory.explain import explain_current
-
-        return explain_current(retriever, seen, query, text, budget, positions, method)
-
-    return run
+    return lambda: remap_positions(why(), lambda p: int(mapping[p]))
 
 
 def osu_handles(
