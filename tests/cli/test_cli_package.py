@@ -203,6 +203,7 @@ def test_run_experiment_writes_rows_and_the_method_table(tmp_path: Path) -> None
         (["osumem", "ingest", "log.json", "--blas-threads=2"], {}, "2"),
         (["osumem", "query", "q", "--blas-threads", "0"], {}, None),  # the library's own
         (["osumem", "query", "q"], {"OPENBLAS_NUM_THREADS": "4"}, "4"),  # the user's
+        (["osumem", "query", "q"], {"MKL_NUM_THREADS": "4"}, None),  # the user chose
         (["osumem", "bench", "serve"], {}, None),  # not a memory command
         (["osumem", "--help"], {}, None),
         (["/usr/bin/myagent", "query", "q"], {}, None),  # another program importing the CLI
@@ -211,8 +212,15 @@ def test_run_experiment_writes_rows_and_the_method_table(tmp_path: Path) -> None
 def test_a_memory_command_starts_numpy_with_its_blas_threads(argv, environ, expected) -> None:
     from osumem.cli import blas_at_start
 
+    from osumem.process import BLAS_THREAD_VARIABLES
+
+    chosen = dict(environ)
     blas_at_start(argv, environ, modules=set())
     assert environ.get("OPENBLAS_NUM_THREADS") == expected
+    if not chosen:  # every BLAS's variable, or none
+        assert {environ.get(v) for v in BLAS_THREAD_VARIABLES} == {expected}
+    else:
+        assert environ == chosen
     environ = {}
     assert blas_at_start([*argv[:1], "query"], environ, modules={"numpy"}) is None
     assert environ == {}  # NumPy already loaded: too late, nothing changes
@@ -226,3 +234,32 @@ def test_osumem_query_runs_numpy_with_one_blas_thread() -> None:
         " if i['user_api'] == 'blas'))\n"
     )
     assert _python(code).split() == ["1"]
+
+
+def test_a_command_that_started_its_blas_limited_skips_the_lookup() -> None:
+    """After the command line set every BLAS variable before NumPy loaded, a memory
+    call with that limit (or more) has nothing to lower and does not look the
+    libraries up (threadpoolctl is not even imported); the BLAS runs with one thread.
+    A variable changed since, or a lower limit, brings the lookup back."""
+    code = (
+        "import os, sys; sys.argv = ['/venv/bin/osumem', 'query', 'q']\n"
+        "import osumem.cli\n"
+        "from osumem.memory import Memory\n"
+        "with Memory.open(None, encoder='hashing') as m:\n"
+        "    m.add('book the aisle seat on HAT001')\n"
+        "    m.retrieve('which seat?', 64)\n"
+        "print('threadpoolctl' in sys.modules)\n"
+        "from osumem.memory.blas import _limited_at_start\n"
+        "print(_limited_at_start(1), _limited_at_start(2))\n"
+        "os.environ['MKL_NUM_THREADS'] = '8'\n"
+        "print(_limited_at_start(1))\n"
+        "import threadpoolctl\n"
+        "print(max(i['num_threads'] for i in threadpoolctl.threadpool_info()"
+        " if i['user_api'] == 'blas'))\n"
+    )
+    assert _python(code).split() == ["False", "True", "True", "False", "1"]
+    library = (
+        "from osumem.memory.blas import _limited_at_start\n"
+        "print(_limited_at_start(1))\n"
+    )
+    assert _python(library).split() == ["False"]  # a program using the library

@@ -15,6 +15,9 @@ import sys
 from collections.abc import Container, MutableMapping
 from pathlib import PurePath
 
+import osumem.process
+from osumem.process import BLAS_THREAD_VARIABLES
+
 #: The commands that own a memory for their whole process, and take ``--blas-threads``.
 MEMORY_COMMANDS = frozenset({"query", "ingest", "serve"})
 
@@ -24,22 +27,25 @@ def blas_at_start(
     environ: MutableMapping[str, str],
     modules: Container[str] = sys.modules,
 ) -> int | None:
-    """Set ``OPENBLAS_NUM_THREADS`` for a memory command before NumPy is imported.
+    """Set the BLAS libraries' thread variables (``OPENBLAS_NUM_THREADS`` and the
+    others of :data:`osumem.process.BLAS_THREAD_VARIABLES`) for a memory command
+    before NumPy is imported.
 
     OpenBLAS starts its thread pool when NumPy loads: one thread per core, about 100 ms
     of CPU on a 2-core machine, for a process whose memory then runs with one BLAS
     thread (``--blas-threads``, default 1). Only for the ``osumem`` program itself
     (``argv[0]`` is ``osumem`` or ``osumem/__main__.py``) running one of
-    :data:`MEMORY_COMMANDS`; a variable the user set wins, and so does
-    ``--blas-threads 0``; a process that has NumPy already is left alone. The memory
-    still applies its own limit in each call (another BLAS may load later). Returns
-    the count set, else ``None``."""
+    :data:`MEMORY_COMMANDS`; a variable the user set wins (then none is set), and so
+    does ``--blas-threads 0``; a process that has NumPy already is left alone. The
+    count is recorded in :data:`osumem.process.blas_threads_at_start`: every BLAS the
+    process loads then starts with it, so the memory's calls skip looking the
+    libraries up (about 5 ms of a cold query). Returns the count set, else ``None``."""
     program = PurePath(argv[0]) if argv else PurePath()
     ours = program.name == "osumem" or (program.name, program.parent.name) == (
         "__main__.py",
         "osumem",
     )
-    if not ours or "numpy" in modules or "OPENBLAS_NUM_THREADS" in environ:
+    if not ours or "numpy" in modules or any(v in environ for v in BLAS_THREAD_VARIABLES):
         return None
     words = [w for w in argv[1:] if not w.startswith("-")]
     if not words or words[0] not in MEMORY_COMMANDS:
@@ -52,7 +58,10 @@ def blas_at_start(
             count = word.partition("=")[2]
     if not count.isdigit() or int(count) == 0:
         return None  # 0: the library's own setting; a bad value: click says so
-    environ["OPENBLAS_NUM_THREADS"] = count
+    for variable in BLAS_THREAD_VARIABLES:
+        environ[variable] = count
+    if environ is os.environ:
+        osumem.process.blas_threads_at_start = int(count)
     return int(count)
 
 

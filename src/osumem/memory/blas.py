@@ -31,17 +31,25 @@ a compiled extension module has been imported since (a new import may have loade
 another BLAS, e.g. SciPy's own OpenBLAS); imports of pure-Python modules between two
 calls (a cold command's first retrieve imports the method's modules) cost a count of
 the extensions, about 0.1 ms, and a call with no import since costs a lock and a
-get/set of each library's count (microseconds).
+get/set of each library's count (microseconds). In a process whose ``osumem`` command
+set every BLAS library's thread variable before NumPy loaded
+(:data:`osumem.process.blas_threads_at_start`), a call whose limit is that count or
+more has nothing to lower and looks nothing up: a cold ``osumem query`` imports no
+threadpoolctl at all.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import wraps
 from typing import Any, TypeVar
+
+import osumem.process
+from osumem.process import BLAS_THREAD_VARIABLES
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
@@ -81,6 +89,18 @@ def _blas_libraries() -> list[Any]:
     return _libraries
 
 
+def _limited_at_start(limit: int) -> bool:
+    """Whether every BLAS library of the process started with at most ``limit`` threads
+    (the ``osumem`` command set their variables before any loaded,
+    :data:`osumem.process.blas_threads_at_start`) and the variables still say so: then
+    no call has anything to lower, and the libraries are not looked up."""
+    start = osumem.process.blas_threads_at_start
+    if start is None or start > limit:
+        return False
+    wanted = str(start)
+    return all(os.environ.get(v) == wanted for v in BLAS_THREAD_VARIABLES)
+
+
 def _set_threads(lib: Any, count: int) -> None:
     """Set ``lib``'s thread count from whichever thread calls (see the module doc)."""
     setter = getattr(lib, "_real_set_num_threads", None) or lib.set_num_threads
@@ -92,7 +112,7 @@ def limit_process(limit: int | None) -> None:
     nothing): for a command or a server that owns its process. Call it from the main
     thread after the libraries are imported; later calls of the library find nothing
     to change."""
-    if limit is None:
+    if limit is None or _limited_at_start(limit):
         return
     with _lock:
         for lib in _blas_libraries():
@@ -106,7 +126,7 @@ def blas_threads(limit: int | None) -> Iterator[None]:
     """At most ``limit`` BLAS threads inside the block (``None``: leave them as they
     are); the caller's counts come back when the last overlapping block ends."""
     global _depth, _restore
-    if limit is None:
+    if limit is None or _limited_at_start(limit):
         yield
         return
     with _lock:
