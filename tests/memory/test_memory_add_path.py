@@ -135,3 +135,17 @@ def test_an_add_inside_a_callers_transaction_is_still_one_savepoint(tmp_path: Pa
         sql = _statements(mem, two_adds)
         assert sum(s.startswith("SAVEPOINT") for s in sql) == 2  # one per add
         assert mem.n_steps("a") == 3
+
+
+def test_an_add_only_loop_reads_nothing_after_its_commit(tmp_path: Path) -> None:
+    """With no retrieve yet (the namespace's steps not loaded: an ingest, a logger), the
+    add takes the step count it needs afterwards (whether a bulk add should build the
+    structure now) from its own append, not from a read after the commit."""
+    with Memory.open(tmp_path / "m.db", encoder="hashing") as mem:
+        for k in range(3):
+            mem.add(f"turn {k}", namespace="a")
+        sql = _statements(mem, lambda: mem.add("book the aisle seat", namespace="a"))
+        top = [s for s in sql if not s.startswith("--")]
+        assert top[-1] == "COMMIT"
+        assert sum(s.startswith("SELECT") for s in top) == 1  # the add's one read
+        assert mem.n_steps("a") == 4

@@ -113,12 +113,18 @@ class RetrieverCache:
             self.save_snapshot(namespace, force=False)
         return retriever
 
-    def prepare(self, namespace: str) -> None:
+    def prepare(self, namespace: str, n_steps: int | None = None) -> None:
         """Bring the namespace's retriever up to date now when at least
         :data:`PREPARE_MIN_STEPS` steps are not in it yet (called after an add, so a
-        bulk ingest builds the structure and the next retrieve does not)."""
+        bulk ingest builds the structure and the next retrieve does not); ``n_steps``:
+        the namespace's step count when the caller knows it (else it is read)."""
         buf = self.namespaces.cached(namespace)
-        n = self.store.n_steps(namespace) if buf is None else buf.n
+        if buf is not None:
+            n = buf.n
+        elif n_steps is not None:
+            n = n_steps
+        else:
+            n = self.store.n_steps(namespace)
         _, fitted = self._fitted.get(namespace, (None, 0))
         if n - fitted >= PREPARE_MIN_STEPS:
             self.sync(namespace)

@@ -81,7 +81,7 @@ class MemoryWrites(MemoryReads):
             self._refresh()
             ids = self._write(namespace, rows, emb, embeddings is not None, pending=None)
         self._views.extend(namespace, rows, emb, ids)
-        self._retrievers.prepare(namespace)  # a bulk add builds now, not at the next query
+        self._prepare(namespace, rows)
         return ids
 
     @limited
@@ -227,7 +227,7 @@ class MemoryWrites(MemoryReads):
                 users=now[1],
             )
         self._views.extend(namespace, rows, plan.embeddings, ids)
-        self._retrievers.prepare(namespace)  # a bulk add builds now, not at the next query
+        self._prepare(namespace, rows)
         return ids
 
     @limited
@@ -408,6 +408,17 @@ class MemoryWrites(MemoryReads):
         if encoder_id.startswith(EXTERNAL_PREFIX) and self._encoder is None:
             self._encoder_spec = None  # a vectors-only store: never guess an encoder
         return ids
+
+    def _prepare(self, namespace: str, rows: list[StepRow]) -> None:
+        """After a committed write: a bulk add builds the structure now, not at the next
+        query (:meth:`RetrieverCache.prepare`). The namespace's step count comes from
+        the append just made (its start plus its rows) rather than from a read of the
+        store, which an add-only loop paid on every add."""
+        last = self.store.last_append
+        known = None
+        if rows and last is not None and last[0] == namespace:
+            known = last[1] + len(rows)
+        self._retrievers.prepare(namespace, known)
 
     def _encoder_id_for(self, external: bool, dim: int) -> str:
         recorded = self.store.encoder_id
