@@ -211,7 +211,6 @@ def test_run_experiment_writes_rows_and_the_method_table(tmp_path: Path) -> None
 )
 def test_a_memory_command_starts_numpy_with_its_blas_threads(argv, environ, expected) -> None:
     from osumem.cli import blas_at_start
-
     from osumem.process import BLAS_THREAD_VARIABLES
 
     chosen = dict(environ)
@@ -258,8 +257,5 @@ def test_a_command_that_started_its_blas_limited_skips_the_lookup() -> None:
         " if i['user_api'] == 'blas'))\n"
     )
     assert _python(code).split() == ["False", "True", "True", "False", "1"]
-    library = (
-        "from osumem.memory.blas import _limited_at_start\n"
-        "print(_limited_at_start(1))\n"
-    )
+    library = "from osumem.memory.blas import _limited_at_start\nprint(_limited_at_start(1))\n"
     assert _python(library).split() == ["False"]  # a program using the library
