@@ -55,18 +55,8 @@ def test_importing_the_query_path_loads_no_heavy_library(code: str) -> None:
 def test_the_command_line_loads_no_asyncio() -> None:
     """`osumem query` reads the server's option defaults from a module of constants,
     not from the connection guard (which needs asyncio)."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys\nfrom osumem.cli import main\nprint('asyncio' in sys.modules)",
-        ],
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": SRC, "PATH": ""},
-        check=True,
-    )
-    assert out.stdout.strip() == "False"
+    code = "import sys\nfrom osumem.cli import main\nprint('asyncio' in sys.modules)"
+    assert _last_line(code) == "False"
 
 
 def test_a_hashing_memory_answers_without_sklearn_or_pandas() -> None:
@@ -161,9 +151,9 @@ def test_a_cold_command_line_query_imports_only_what_it_uses(tmp_path) -> None:
 
     loaded, printed = query()
     assert loaded == [] and "HAT" in printed
-    # the store's snapshot is behind, so the query starts a background refresh whose
-    # daemon thread is still alive at exit: the exit must not freeze (it crashed about
-    # one run in three when it did)
+    # the store's snapshot recorded a similarity refresh under way, so the query
+    # resumes it and its daemon thread is still alive at exit: the exit must not freeze
+    # (it crashed about one run in three when it did)
     for _ in range(4):
         assert query()[0] == []
     loaded, printed = query("--explain")

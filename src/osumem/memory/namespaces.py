@@ -122,15 +122,15 @@ class NamespaceCache:
 
     def count_added(
         self, namespace: str, users_before: int, rows: Sequence[StepRow], start: int | None
-    ) -> None:
+    ) -> int | None:
         """Record an add of ``rows`` just written at positions from ``start`` (inside
         the caller's transaction; ``None``: the store did not say) to a namespace that
         held ``users_before`` user steps. A loaded namespace's buffer counts the user steps it is extended with
         (:meth:`extend`, told where the rows start); the count of a namespace that is
         not loaded is recorded, and caught up from there when another writer moves it
-        on."""
+        on. Returns the namespace's step count after the add (``None``: no rows)."""
         if not rows:
-            return
+            return None
         if start is None:
             self._starts.pop(namespace, None)
             n = self.store.n_steps(namespace)
@@ -139,6 +139,7 @@ class NamespaceCache:
             n = start + len(rows)
         if namespace not in self._buffers:
             self._counts[namespace] = (n, users_before + sum(r.role == "user" for r in rows))
+        return n
 
     def extend(
         self,

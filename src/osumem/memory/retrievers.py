@@ -120,13 +120,11 @@ class RetrieverCache:
         the namespace's step count when the caller knows it (else it is read)."""
         buf = self.namespaces.cached(namespace)
         if buf is not None:
-            n = buf.n
-        elif n_steps is not None:
-            n = n_steps
-        else:
-            n = self.store.n_steps(namespace)
+            n_steps = buf.n
+        elif n_steps is None:
+            n_steps = self.store.n_steps(namespace)
         _, fitted = self._fitted.get(namespace, (None, 0))
-        if n - fitted >= PREPARE_MIN_STEPS:
+        if n_steps - fitted >= PREPARE_MIN_STEPS:
             self.sync(namespace)
 
     def wait_ready(self) -> None:

@@ -79,9 +79,9 @@ class MemoryWrites(MemoryReads):
         emb = self._planner.embed(rows, embeddings)
         with self.store.transaction(namespace):
             self._refresh()
-            ids = self._write(namespace, rows, emb, embeddings is not None, pending=None)
+            ids, n_steps = self._write(namespace, rows, emb, embeddings is not None, pending=None)
         self._views.extend(namespace, rows, emb, ids)
-        self._prepare(namespace, rows)
+        self._retrievers.prepare(namespace, n_steps)  # a bulk add builds now, not at the next query
         return ids
 
     @limited
@@ -216,7 +216,7 @@ class MemoryWrites(MemoryReads):
             rows = self._stamped(plan.rows, meta, at)
             # nothing was held and nothing is: the store's held messages stay as they are
             unchanged = not now[0] and not others and not plan.held
-            ids = self._write(
+            ids, n_steps = self._write(
                 namespace,
                 rows,
                 plan.embeddings,
@@ -227,7 +227,7 @@ class MemoryWrites(MemoryReads):
                 users=now[1],
             )
         self._views.extend(namespace, rows, plan.embeddings, ids)
-        self._prepare(namespace, rows)
+        self._retrievers.prepare(namespace, n_steps)  # a bulk add builds now, not at the next query
         return ids
 
     @limited
@@ -384,11 +384,13 @@ class MemoryWrites(MemoryReads):
         pending_sources: Sequence[str | None] | None = None,
         digest: str | None = None,
         users: int | None = None,
-    ) -> list[int]:
+    ) -> tuple[list[int], int | None]:
         """Store validated rows (inside the caller's transaction; the store checks the
         vectors' dimension against what it holds under its write lock); ``users``: the
         namespace's user steps before them, when the caller read it in this
-        transaction."""
+        transaction. Returns the new steps' ids and the namespace's step count after
+        them (``None`` when no row was written), which the caller hands to
+        :meth:`RetrieverCache.prepare` so that it reads nothing after the commit."""
         encoder_id = self._encoder_id_for(external, emb.shape[1])
         if users is None:
             users = self._views.users(namespace) if rows else 0
@@ -404,21 +406,10 @@ class MemoryWrites(MemoryReads):
         )
         last = self.store.last_append
         start = last[1] if last is not None and last[0] == namespace else None
-        self._views.count_added(namespace, users, rows, start)
+        n_steps = self._views.count_added(namespace, users, rows, start)
         if encoder_id.startswith(EXTERNAL_PREFIX) and self._encoder is None:
             self._encoder_spec = None  # a vectors-only store: never guess an encoder
-        return ids
-
-    def _prepare(self, namespace: str, rows: list[StepRow]) -> None:
-        """After a committed write: a bulk add builds the structure now, not at the next
-        query (:meth:`RetrieverCache.prepare`). The namespace's step count comes from
-        the append just made (its start plus its rows) rather than from a read of the
-        store, which an add-only loop paid on every add."""
-        last = self.store.last_append
-        known = None
-        if rows and last is not None and last[0] == namespace:
-            known = last[1] + len(rows)
-        self._retrievers.prepare(namespace, known)
+        return ids, n_steps
 
     def _encoder_id_for(self, external: bool, dim: int) -> str:
         recorded = self.store.encoder_id
