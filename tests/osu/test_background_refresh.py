@@ -273,3 +273,36 @@ def test_the_community_child_ends_quietly_when_the_parent_has_gone():
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err.decode()
     assert err == b""
+
+
+def test_the_community_child_ends_quietly_when_the_parent_left_its_answer_unread():
+    """The parent closed its end with the child's answer unread (a memory closed, or a
+    process ending, while a refresh thread waited for it): the socket is reset rather
+    than closed, and the child still exits 0 without a traceback."""
+    import socket
+    import subprocess
+    import sys
+    from multiprocessing.connection import Connection
+
+    from osumem.child import child_env
+
+    ours, theirs = socket.socketpair()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "osumem.osu.community_process", str(theirs.fileno())],
+        pass_fds=(theirs.fileno(),),
+        env=child_env(),
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    theirs.close()
+    conn = Connection(ours.detach())
+    rng = np.random.default_rng(0)
+    n = 200
+    src = rng.integers(0, n, 4 * n).astype(np.int64)
+    dst = rng.integers(0, n, 4 * n).astype(np.int64)
+    conn.send((n, src, dst, "leiden", 0, None))
+    assert conn.poll(60), "no answer from the child"
+    conn.close()  # the answer is still unread
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()
+    assert err == b""

@@ -155,7 +155,8 @@ def main(argv: list[str]) -> int:
         while True:
             try:
                 request = conn.recv()
-            except EOFError:
+            except (EOFError, ConnectionResetError):
+                # closed, or reset (closed with an answer it never read): done, quietly
                 return 0
             try:
                 reply = _answer(_communities(*request))
