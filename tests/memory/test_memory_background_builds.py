@@ -206,3 +206,53 @@ def test_a_memory_add_does_not_wait_for_a_similarity_refresh(data, held_detectio
         got = [s.position for s in mem.retrieve(q, budget).steps]
         assert got == inline.retrieve(q, budget).positions.tolist()
     mem.close()
+
+
+def test_a_tight_loop_of_small_adds_never_waits_for_a_refresh(data, held_detection):
+    """Single-step adds back to back: the add that brings the structure up to date
+    (every ``PREPARE_MIN_STEPS`` steps) replays the adds so far, and within microseconds
+    reaches the point where a refresh it made due must be applied. It stops there
+    instead of waiting (the refresh is still being computed); ``wait_ready`` takes the
+    rest, and the memory then answers what a retriever that refreshed in place at the
+    same adds answers."""
+    from osumem.osu.construct import grown_prefix
+
+    params = {"similarity_refresh": 12, "similarity_refresh_ratio": 0.1, "similarity_scope": "all"}
+    n = PREPARE_MIN_STEPS + 40
+    mem = Memory.open(None, encoder="hashing", seed=0, params=params)
+
+    def adds() -> None:
+        for p in range(n):
+            mem.add_steps([step_of(data, p)])
+
+    _in_thread(adds)
+    retriever, fitted = mem._retrievers._fitted["default"]
+    assert 0 < fitted < n  # stopped at the first refresh's application point
+    assert retriever.fitted_pool.refresh_pending
+    held_detection.set()
+    mem.wait_ready()
+    retriever, fitted = mem._retrievers._fitted["default"]
+    assert fitted == n and not retriever.fitted_pool.refresh_pending
+    view = mem.view()
+    inline = create("osumem", params, seed=0)
+    inline.ann_min_steps = mem.config.ann_min_steps
+    inline.fit(grown_prefix(view, 1))
+    for t in range(2, n + 1):
+        inline.update(grown_prefix(view, t))
+    for p in (3, 200, n - 1):
+        q = view.embeddings[p]
+        for budget in (32, 256):
+            got = [s.position for s in mem.retrieve(q, budget).steps]
+            assert got == inline.retrieve(q, budget).positions.tolist()
+    mem.close()
+
+
+def test_a_bounded_replay_stops_at_whole_batches():
+    from osumem.memory.retrievers import _batch_end_within
+
+    ends = (3, 10, 11, 700, 720)
+    assert _batch_end_within(ends, 3, 8, 720) == 11  # the last end within 8 steps
+    assert _batch_end_within(ends, 11, 512, 720) == 700  # one batch longer than the bound
+    assert _batch_end_within(ends, 0, 2, 720) == 3
+    assert _batch_end_within(ends, 700, 512, 720) == 720
+    assert _batch_end_within(ends, 720, 512, 720) == 720  # nothing left

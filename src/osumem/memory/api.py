@@ -176,6 +176,9 @@ class Memory(MemoryWrites):
         A similarity refresh of the OSUs (due every quarter of growth) is also
         computed in the background; the memory takes it at a fixed step count, so
         its answers do not depend on timing. This call waits for it and takes it now.
+        An add never waits for one: a run of small adds can leave the structure
+        behind the stored steps until a refresh is ready (the next retrieve takes the
+        rest, waiting if it must); this call brings it up to date first.
         """
         self._methods.wait_ready()
 

@@ -11,6 +11,7 @@ the steps before it alone.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping
 from contextlib import suppress
 from typing import Any
@@ -26,8 +27,10 @@ from osumem.retrieve.base import Retriever
 #: Most other methods a memory keeps built for ``retrieve(method=...)`` at once.
 MAX_OTHER_METHODS = 4
 
-#: An add of at least this many steps brings the memory's own retriever up to date at
-#: once (a bulk ingest pays its build, so the first retrieve after it does not).
+#: An add that leaves at least this many steps out of the memory's own retriever
+#: brings it up to date at once (a bulk ingest pays its build, so the first retrieve
+#: after it does not); in a run of small adds, by at most the batches ending within
+#: this many steps, and never waiting for a refresh (see :meth:`RetrieverCache.prepare`).
 PREPARE_MIN_STEPS = 512
 
 
@@ -99,15 +102,25 @@ class RetrieverCache:
             retriever.step_index.source = self.store.nearest(namespace)
         return retriever
 
-    def sync(self, namespace: str) -> Retriever | None:
-        """The namespace's retriever, brought up to date (``None`` while it is empty)."""
+    def sync(
+        self, namespace: str, *, wait: bool = True, most: int | None = None
+    ) -> Retriever | None:
+        """The namespace's retriever, brought up to date (``None`` while it is empty).
+        ``wait=False``: only as far as it gets without waiting for background work (the
+        replay stops before an add batch whose update would wait for a similarity
+        refresh still being computed); ``most``: by at most the add batches ending
+        within that many more steps (at least one batch). The next call goes on from
+        where either stopped."""
         data = self.namespaces.data(namespace)
         if data.view.n == 0:
             return None
         retriever, fitted = self._fitted.get(namespace, (None, 0))
         if retriever is None:
             retriever, fitted = self._restore(namespace, data)
-        retriever, fitted = self._replay(namespace, data, data.view.n, retriever, fitted)
+        upto = data.view.n
+        if most is not None and fitted:
+            upto = _batch_end_within(data.batch_ends, fitted, most, upto)
+        retriever, fitted = self._replay(namespace, data, upto, retriever, fitted, wait=wait)
         self._fitted[namespace] = (retriever, fitted)
         if not self.store.in_transaction:
             self.save_snapshot(namespace, force=False)
@@ -116,19 +129,32 @@ class RetrieverCache:
     def prepare(self, namespace: str, n_steps: int | None = None) -> None:
         """Bring the namespace's retriever up to date now when at least
         :data:`PREPARE_MIN_STEPS` steps are not in it yet (called after an add, so a
-        bulk ingest builds the structure and the next retrieve does not); ``n_steps``:
-        the namespace's step count when the caller knows it (else it is read)."""
+        bulk ingest builds the structure and the next retrieve does not), as far as it
+        gets without waiting for background work: a run of small adds in a tight loop
+        does not stall on a similarity refresh that the replay makes due and reaches
+        the application point of within microseconds (the next prepare, retrieve or
+        :meth:`wait_ready` goes on); ``n_steps``: the namespace's step count when the
+        caller knows it (else it is read)."""
         buf = self.namespaces.cached(namespace)
         if buf is not None:
             n_steps = buf.n
         elif n_steps is None:
             n_steps = self.store.n_steps(namespace)
-        _, fitted = self._fitted.get(namespace, (None, 0))
-        if n_steps - fitted >= PREPARE_MIN_STEPS:
-            self.sync(namespace)
+        retriever, fitted = self._fitted.get(namespace, (None, 0))
+        if n_steps - fitted < PREPARE_MIN_STEPS:
+            return
+        if retriever is not None and retriever.update_waits(fitted + 1):
+            return  # its next batch waits for a refresh being computed: a later call's
+        # an add never waits for background work, and replays a bounded run of batches
+        self.sync(namespace, wait=False, most=PREPARE_MIN_STEPS)
 
     def wait_ready(self) -> None:
-        """Wait for every retriever's background index builds."""
+        """Bring every built retriever up to date with its namespace's steps (the adds
+        an after-add :meth:`prepare` left) and wait for its background index builds."""
+        for namespace in list(self._fitted):
+            buf = self.namespaces.cached(namespace)
+            if buf is not None and buf.n > self._fitted[namespace][1]:
+                self.sync(namespace)
         for retriever, _ in self._fitted.values():
             retriever.wait_ready()
         if self._causal is not None:
@@ -201,10 +227,13 @@ class RetrieverCache:
         retriever: Retriever | None = None,
         fitted: int = 0,
         buf: NamespaceBuffer | None = None,
+        *,
+        wait: bool = True,
     ) -> tuple[Retriever, int]:
         """Bring ``retriever`` (a new one when ``None``) from ``fitted`` steps up to
         ``upto`` along the stored add boundaries, as the writing session did (over the
-        namespace's buffer, or ``buf``)."""
+        namespace's buffer, or ``buf``); ``wait=False``: stop before an update that
+        would wait for background work (see :meth:`sync`)."""
         if retriever is None:
             retriever = self.new(namespace)
         ends = data.batch_ends if self.replay_batches or fitted else (data.view.n,)
@@ -212,15 +241,29 @@ class RetrieverCache:
             ends = ()  # its update is a fresh fit: one fit of the prefix is the same state
         if buf is None:
             buf = self.namespaces.buffer(namespace)
-        for end in [*(e for e in ends if fitted < e < upto), upto]:
+        # the ends strictly between fitted and upto (increasing: found by bisection,
+        # not by a pass over every batch of the namespace at each query)
+        inside = ends[bisect.bisect_right(ends, fitted) : bisect.bisect_left(ends, upto)]
+        for end in [*inside, upto]:
             if end <= fitted:
                 continue
+            if not wait and fitted and retriever.update_waits(end):
+                break
             # intermediate batches go through copy-free prefix views; the last one is
             # a plain view, which the retriever keeps
             v = data.view.prefix(end) if end == upto else buf.prefix_view(end)
             retriever = retriever.fit(v) if fitted == 0 else retriever.update(v)
             fitted = end
         return retriever, fitted
+
+
+def _batch_end_within(ends: tuple[int, ...], fitted: int, most: int, n: int) -> int:
+    """The last add-batch end at most ``most`` steps past ``fitted`` (the first end
+    after ``fitted`` when that one is further), at most ``n``."""
+    i = bisect.bisect_right(ends, fitted + most)
+    if i == 0 or ends[i - 1] <= fitted:
+        i = bisect.bisect_right(ends, fitted) + 1
+    return min(n, ends[i - 1]) if 0 < i <= len(ends) else n
 
 
 class MethodCaches:

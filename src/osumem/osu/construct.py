@@ -199,7 +199,7 @@ def add(pool: OSUPool, view: MemoryView) -> None:
     job = state.job
     if job is not None:
         job.record(view)
-        if view.n < job.apply_at and view.n - job.upto < _due(cfg, job.upto):
+        if not _applies(cfg, job, view.n):
             _update(pool, view, touched)  # the similarity groups stay as they are meanwhile
         else:
             finish_refresh(pool)  # the shadow took this add too (a refresh it made due included)
@@ -210,6 +210,21 @@ def add(pool: OSUPool, view: MemoryView) -> None:
         state.job = RefreshJob(pool, view)
     else:
         rebuild(pool, view, refresh_similarity(pool, view))
+
+
+def _applies(cfg: OSUConfig, job: RefreshJob, n_steps: int) -> bool:
+    """Whether the add reaching ``n_steps`` steps applies the background refresh
+    ``job``: at its fixed step count, or at the next refresh's due point."""
+    return n_steps >= job.apply_at or n_steps - job.upto >= _due(cfg, job.upto)
+
+
+def refresh_blocks(pool: OSUPool, n_steps: int) -> bool:
+    """Whether the add extending ``pool`` to ``n_steps`` steps would now wait: it
+    applies the pool's background refresh, whose thread has not built the refreshed
+    state yet (once built, applying it waits only for the replay of the adds taken
+    meanwhile, as cheap as the adds were)."""
+    job = pool.similarity.job
+    return job is not None and not job.ready and _applies(pool.config, job, n_steps)
 
 
 def _due(cfg: OSUConfig, upto: int) -> float:
@@ -358,6 +373,12 @@ class RefreshJob:
         self._call = BackgroundCall(work, "osumem-similarity-refresh")
 
     @property
+    def ready(self) -> bool:
+        """Whether the refreshed state is built: the thread replays the adds taken
+        since ``upto`` on it, or has ended."""
+        return self._inbox.replaying or not self._call.running
+
+    @property
     def adds(self) -> list[MemoryView]:
         """The views of the pool's adds since ``upto``, in order (replayed on the
         shadow)."""
@@ -392,10 +413,13 @@ class _Inbox:
         self.adds: list[MemoryView] = list(adds)
         self.wake = threading.Condition()
         self.stop = False
+        #: set by the thread once the shadow is built and it replays the adds
+        self.replaying = False
 
     def replay(self, shadow: OSUPool, alive: weakref.ref[RefreshJob]) -> OSUPool | None:
         """Replay the recorded adds on ``shadow`` as they come, until told to stop and
         caught up; ``None`` once the job is gone."""
+        self.replaying = True
         done = 0
         while True:
             with self.wake:

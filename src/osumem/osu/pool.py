@@ -101,6 +101,12 @@ class OSUPool:
         """Whether a background similarity refresh is computed or waits to be applied."""
         return self.similarity.job is not None
 
+    def refresh_blocks(self, n_steps: int) -> bool:
+        """Whether extending the pool to ``n_steps`` steps would now wait for its
+        background similarity refresh (the add applies it there and it is still being
+        computed; see :func:`~osumem.osu.construct.refresh_blocks`)."""
+        return construct.refresh_blocks(self, n_steps)
+
     def finish_refresh(self) -> bool:
         """Wait for the background similarity refresh, if there is one, and apply it
         (see :func:`~osumem.osu.construct.finish_refresh`). Returns whether there was

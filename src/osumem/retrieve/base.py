@@ -168,6 +168,12 @@ class Retriever(ABC, Generic[ConfigT]):
         """
         return self.fit(view)
 
+    def update_waits(self, n_steps: int) -> bool:
+        """Whether :meth:`update` to a view of ``n_steps`` steps would now wait for work
+        running in the background (a memory's after-add preparation stops before such an
+        update and leaves it to the next query). The default: never."""
+        return False
+
     def _build(self, view: MemoryView) -> None:
         """Build the index; the default keeps nothing but the view."""
 

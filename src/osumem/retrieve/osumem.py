@@ -257,6 +257,12 @@ class _PoolRetriever(Retriever[PoolConfigT]):
         the same pool, and the evaluation runner shares them between methods)."""
         return None
 
+    def update_waits(self, n_steps: int) -> bool:
+        """Whether :meth:`update` to ``n_steps`` steps would wait for the pool's
+        background similarity refresh (see :meth:`OSUPool.refresh_blocks
+        <osumem.osu.pool.OSUPool.refresh_blocks>`)."""
+        return self.pool_ is not None and self.pool_.refresh_blocks(n_steps)
+
     def update(self, view: MemoryView) -> Self:
         """Add the new tail steps of ``view`` to the OSU pool incrementally."""
         if self.pool_ is None or self.view_ is None:
