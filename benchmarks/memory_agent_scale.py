@@ -21,7 +21,8 @@ memory pays at its first query when it uses them) and the overlap of the two sel
 
 ``rounds`` runs an agent loop through the memory API (``Memory``, not the retrievers
 ``osumem bench scale`` times): the synthetic scale data's steps up to ``--n`` minus
-``--k`` added in batches of 5,000, then ``--k`` rounds of one ``add_steps`` of the next
+``--k`` added in batches of ``--batch`` steps (5,000; 1: one add batch per step, as an
+agent's memory grows), then ``--k`` rounds of one ``add_steps`` of the next
 step and one ``retrieve`` of a query text (hashing encoder, B = 256, a store file in a
 temporary folder); it reports the rounds' wall and CPU p50/p99/max, the slowest rounds,
 the cyclic garbage collector's full collections inside the rounds and what one full
@@ -134,9 +135,9 @@ def _ann(sizes: list[int], dim: int, method: str) -> None:
         )
 
 
-def _rounds(n: int, k: int, method: str) -> None:
+def _rounds(n: int, k: int, method: str, batch: int = 5000) -> None:
     """One JSON line: ``k`` agent rounds (add one step, retrieve) of a memory grown to
-    ``n - k`` steps."""
+    ``n - k`` steps in add batches of ``batch`` steps."""
     from osumem.bench.scale import generate, step_of
 
     data = generate(n, 384, 0, 100)
@@ -152,8 +153,8 @@ def _rounds(n: int, k: int, method: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         mem = Memory.open(Path(tmp) / "m.db", encoder="hashing", method=method, seed=0, budget=256)
         first = n - k
-        for lo in range(0, first, 5000):
-            mem.add_steps([step_of(data, p) for p in range(lo, min(first, lo + 5000))])
+        for lo in range(0, first, batch):
+            mem.add_steps([step_of(data, p) for p in range(lo, min(first, lo + batch))])
         mem.retrieve(data.query_texts[0])
         mem.wait_ready()
         wall: list[float] = []
@@ -181,6 +182,7 @@ def _rounds(n: int, k: int, method: str) -> None:
                 "what": "rounds",
                 "method": method,
                 "n": n,
+                "batch": batch,
                 "rounds": k,
                 "wall": {**_pct(wall), "max_ms": round(max(wall) * 1000, 3)},
                 "cpu": {**_pct(cpu), "max_ms": round(max(cpu) * 1000, 3)},
@@ -202,6 +204,7 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=384, help="ann: embedding dimension")
     ap.add_argument("--n", type=int, default=50_000)
     ap.add_argument("--k", type=int, default=1000)
+    ap.add_argument("--batch", type=int, default=5000, help="rounds: steps per add before")
     ap.add_argument("--method", default="osumem")
     ap.add_argument("--group", type=int, default=1, help="build: adds per commit")
     ap.add_argument("--views", default=None, help="osumem views, e.g. entity,tool,subgoal")
@@ -210,7 +213,9 @@ def main() -> None:
         _ann([int(x) for x in args.sizes.split(",")], args.dim, args.method)
         return
     if args.what == "rounds":
-        _rounds(args.n, args.k, args.method)
+        if args.batch < 1:
+            ap.error("--batch must be at least 1")
+        _rounds(args.n, args.k, args.method, args.batch)
         return
     if args.store is None:
         ap.error(f"{args.what} needs --store")
