@@ -165,7 +165,7 @@ class NamespaceBuffer:
                 view=view,
                 step_ids=self._ids[:n],
                 arguments=cast(tuple[str, ...], ListPrefix(self._arguments, n)),
-                batch_ends=tuple(self.batch_ends),
+                batch_ends=cast(tuple[int, ...], ListPrefix(self.batch_ends, len(self.batch_ends))),
                 metadata=cast(tuple[str, ...], ListPrefix(self._metadata, n)),
                 times=self._times[:n],
                 updated=self._updated[:n],
