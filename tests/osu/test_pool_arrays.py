@@ -9,7 +9,7 @@ import scipy.sparse as sp
 
 from conftest import make_view
 from osumem.osu import OSUConfig, OSUPool, construct
-from osumem.osu.sums import STATS_CHUNK, member_stats, segment_stats
+from osumem.osu.sums import STATS_CHUNK, member_stats, row_sum, segment_stats
 from osumem.osu.views import (
     annotation_group_arrays,
     community_group_arrays,
@@ -50,6 +50,26 @@ def test_segment_stats_equal_member_stats_bit_for_bit(n_groups):
     assert got_c.tobytes() == want_c.tobytes()
     assert segment_stats(emb, steps, bounds).tobytes() == want.tobytes()
     assert got[0] == 0.0 and not got_c[0].any()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_row_sum_is_a_loop_of_additions_bit_for_bit(seed):
+    """The incremental path's group sum: the bits (zeros' signs included) of adding the
+    rows one after another to 0.0 in float64, in the given order, for any row count."""
+    rng = np.random.default_rng(seed)
+    n, d = 300, 40
+    emb = rng.standard_normal((n, d)).astype(np.float32) * 10.0 ** rng.integers(-6, 6, (n, 1))
+    emb[rng.random((n, d)) < 0.2] = 0.0
+    emb[rng.random((n, d)) < 0.1] = -0.0
+    emb[:5] = -0.0
+    for k in (0, 1, 2, 3, 17, 64, 299):
+        rows = [int(r) for r in rng.permutation(n)[:k]] if k > 5 else list(range(k))
+        want = np.zeros((1, d), dtype=np.float64)
+        for r in rows:
+            want[0] += emb[r]
+        got = row_sum(emb, rows)
+        assert got.shape == (1, d) and got.dtype == np.float64
+        assert got.tobytes() == want.tobytes()
 
 
 @pytest.mark.parametrize("seed", [0, 1])

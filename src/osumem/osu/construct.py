@@ -678,7 +678,7 @@ def _update(pool: OSUPool, view: MemoryView, touched: set[int]) -> None:
     kept = slots.kept.a
     for p in affected:
         new = _cap(pool, p)
-        old = [int(g) for g in kept[p] if g >= 0]
+        old = [g for g in kept[p].tolist() if g >= 0]
         if sorted(new) != sorted(old):
             changed.update(old)
             changed.update(new)
@@ -691,7 +691,8 @@ def _update(pool: OSUPool, view: MemoryView, touched: set[int]) -> None:
 def _derive_one(pool: OSUPool, view: MemoryView, g: int) -> None:
     slots = pool.slots
     kept = slots.kept.a
-    members = [p for p in slots.members[g] if (kept[p] == g).any()]
+    rows = slots.members[g]
+    members = np.asarray(rows)[(kept[rows] == g).any(axis=1)].tolist() if rows else []
     k = len(members)
     if k < max(pool.config.min_osu_size, 1):
         slots.k_size.a[g] = 0

@@ -102,8 +102,7 @@ def row_norms(sums: NDArray[np.float64]) -> NDArray[np.float64]:
 
 
 def row_sum(embeddings: NDArray[np.float32], rows: list[int]) -> NDArray[np.float64]:
-    """``(1, d)`` float64 sum of ``rows`` added one after another."""
-    acc = np.zeros((1, embeddings.shape[1]), dtype=np.float64)
-    for r in rows:
-        acc[0] += embeddings[r]
-    return acc
+    """``(1, d)`` float64 sum of ``rows`` added one after another, from 0.0 (NumPy
+    reduces a C-ordered matrix along its first axis row after row, adding each row to
+    the running sum: the bits, zeros' signs included, of a Python loop of ``+=``)."""
+    return np.add.reduce(embeddings[rows].astype(np.float64), axis=0, initial=0.0, keepdims=True)
