@@ -5,6 +5,7 @@ full replay."""
 
 from __future__ import annotations
 
+import io
 import sqlite3
 
 import numpy as np
@@ -321,3 +322,39 @@ def test_snapshots_are_written_as_the_memory_grows(tmp_path, monkeypatch):
     assert len(seen) >= 3
     mem.close()
     assert _snapshot_rows(path)[0][1] == n
+
+
+def test_payload_is_an_npz_that_numpy_reads_back_exactly():
+    rng = np.random.default_rng(0)
+    arrays = {
+        "ints": rng.integers(-5, 5, (40, 3)),
+        "floats": rng.standard_normal(17).astype(np.float32),
+        "bytes": np.frombuffer(b"abc\x00def", dtype=np.uint8),
+        "empty": np.zeros((0, 4), dtype=np.float64),
+    }
+    with np.load(io.BytesIO(snap_mod.npz_bytes(arrays)), allow_pickle=False) as npz:
+        assert sorted(npz.files) == sorted(arrays)
+        for name, arr in arrays.items():
+            assert npz[name].dtype == arr.dtype and npz[name].shape == arr.shape
+            np.testing.assert_array_equal(npz[name], arr)
+
+
+def test_a_snapshot_numpy_compressed_at_its_default_level_still_restores(tmp_path, monkeypatch):
+    """Snapshots written before the payload's level changed (``savez_compressed``)
+    load as they did: the reopened memory replays only the batches after them."""
+
+    def savez(arrays):
+        buf = io.BytesIO()
+        np.savez_compressed(buf, **arrays)
+        return buf.getvalue()
+
+    monkeypatch.setattr(snap_mod, "npz_bytes", savez)
+    path = tmp_path / "m.db"
+    control, _n = _build(path)
+    monkeypatch.undo()
+    monkeypatch.setattr(construct_mod, "EXACT_KNN_MAX", 40)
+    counter = _CountAdds(monkeypatch)
+    with Memory.open(path, params=PARAMS) as mem:
+        assert _answers(mem) == _answers(control)
+        assert counter.calls == 0  # the snapshot covered every step: nothing replayed
+    control.close()

