@@ -29,6 +29,11 @@ the cyclic garbage collector's full collections inside the rounds and what one f
 collection costs after them:
 
     PYTHONPATH=src python benchmarks/memory_agent_scale.py rounds --n 100000 --k 2000
+
+``snapshot`` times the encoding of a namespace's snapshot on an existing store (what
+the retrieve or add that makes one due pays before writing it) and gives its size:
+
+    PYTHONPATH=src python benchmarks/memory_agent_scale.py snapshot --store /tmp/m.db
 """
 
 from __future__ import annotations
@@ -196,9 +201,39 @@ def _rounds(n: int, k: int, method: str, batch: int = 5000) -> None:
     )
 
 
+def _snapshot(store: str, method: str) -> None:
+    """One JSON line: the CPU time of encoding the namespace's snapshot (what the call
+    that makes one due pays before writing it), min and median of 5, and its size."""
+    from osumem.memory import snapshot
+
+    with Memory.open(store, encoder="hashing", method=method) as mem:
+        mem.retrieve("refund request for user U7", 256, namespace="agent")
+        mem.wait_ready()
+        cache = mem._retrievers
+        retriever, fitted = cache._fitted["agent"]
+        data = cache.namespaces.data("agent")
+        cpu = []
+        for _ in range(5):
+            c0 = time.thread_time()
+            row = snapshot.encode(retriever, data, fitted)
+            cpu.append(time.thread_time() - c0)
+    print(
+        json.dumps(
+            {
+                "what": "snapshot",
+                "steps": fitted,
+                "encode_cpu_ms_min": round(min(cpu) * 1000, 1),
+                "encode_cpu_ms_median": round(float(np.median(cpu)) * 1000, 1),
+                "payload_mb": round(len(row.payload) / 1e6, 3),
+            }
+        ),
+        flush=True,
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["build", "adds", "reopen", "ann", "rounds"])
+    ap.add_argument("what", choices=["build", "adds", "reopen", "ann", "rounds", "snapshot"])
     ap.add_argument("--store", default=None, help="the memory file (build/adds/reopen)")
     ap.add_argument("--sizes", default="20000,50000,100000", help="ann: memory sizes")
     ap.add_argument("--dim", type=int, default=384, help="ann: embedding dimension")
@@ -219,6 +254,9 @@ def main() -> None:
         return
     if args.store is None:
         ap.error(f"{args.what} needs --store")
+    if args.what == "snapshot":
+        _snapshot(args.store, args.method)
+        return
     out: dict = {"what": args.what, "method": args.method, "views": args.views}
     params = None if args.views is None else {"views": tuple(args.views.split(","))}
     if args.what in ("build", "adds"):
