@@ -317,6 +317,7 @@ def test_snapshots_are_written_as_the_memory_grows(tmp_path, monkeypatch):
     for _ in range(12):
         n = _add([mem], rng, [20], n)
         mem.retrieve(np.ones(DIM), 64)
+        mem.wait_ready()  # a due snapshot is encoded in the background: stored by now
         seen.update(s for _, s, _ in _snapshot_rows(path))
     # written while open (geometrically: every 50 steps and a quarter of the last)
     assert len(seen) >= 3
@@ -358,3 +359,71 @@ def test_a_snapshot_numpy_compressed_at_its_default_level_still_restores(tmp_pat
         assert _answers(mem) == _answers(control)
         assert counter.calls == 0  # the snapshot covered every step: nothing replayed
     control.close()
+
+
+def _held_encoding(monkeypatch):
+    """Snapshot payloads wait for the returned event before they are compressed."""
+    import threading
+
+    gate = threading.Event()
+    real = snap_mod.npz_bytes
+
+    def held(arrays):
+        assert gate.wait(30), "the encoding was never let go"
+        return real(arrays)
+
+    monkeypatch.setattr(snap_mod, "npz_bytes", held)
+    return gate
+
+
+def _returns_soon(call):
+    import threading
+
+    out = []
+    t = threading.Thread(target=lambda: out.append(call()), daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "the call waited for the snapshot's encoding"
+    return out[0]
+
+
+def test_a_due_snapshot_is_encoded_off_the_call_that_made_it_due(tmp_path, monkeypatch):
+    """The retrieve that makes a snapshot due reads the state and returns; the payload
+    is compressed and hashed on a background thread and stored by a later call
+    (here ``wait_ready``), and the reopened memory restores from it."""
+    monkeypatch.setattr(snap_mod, "SNAPSHOT_MIN_STEPS", 50)
+    gate = _held_encoding(monkeypatch)
+    path = tmp_path / "m.db"
+    rng = np.random.default_rng(11)
+    control = Memory.open(None, params=PARAMS)
+    mem = Memory.open(path, params=PARAMS)
+    n = _add([mem, control], rng, [40, 30], 0)
+    _returns_soon(lambda: mem.retrieve(np.ones(DIM), 64))  # 70 steps: one is due
+    assert _snapshot_rows(path) == []
+    n = _add([mem, control], rng, [5], n)
+    _returns_soon(lambda: mem.retrieve(np.ones(DIM), 64))  # still encoding: not stored
+    assert _snapshot_rows(path) == []
+    gate.set()
+    mem.wait_ready()
+    assert [s for _, s, _ in _snapshot_rows(path)] == [70]
+    counter = _CountAdds(monkeypatch)
+    mem.store.close()  # no snapshot at close: the reopen must use the one stored above
+    with Memory.open(path, params=PARAMS) as again:
+        assert _answers(again) == _answers(control)
+        assert counter.calls == 1  # the batch of 5 after the snapshot's 70 steps
+    control.close()
+
+
+def test_a_snapshot_encoding_whose_steps_changed_meanwhile_is_dropped(tmp_path, monkeypatch):
+    monkeypatch.setattr(snap_mod, "SNAPSHOT_MIN_STEPS", 50)
+    gate = _held_encoding(monkeypatch)
+    path = tmp_path / "m.db"
+    rng = np.random.default_rng(12)
+    mem = Memory.open(path, params=PARAMS)
+    _add([mem], rng, [40, 30], 0)
+    _returns_soon(lambda: mem.retrieve(np.ones(DIM), 64))
+    mem.delete("default", [3])  # the encoding read 70 steps that no longer exist
+    gate.set()
+    mem.wait_ready()
+    assert all(s != 70 for _, s, _ in _snapshot_rows(path))
+    mem.close()

@@ -21,7 +21,8 @@ from osumem.memory import snapshot
 from osumem.memory.buffer import NamespaceBuffer
 from osumem.memory.config import MemoryConfig
 from osumem.memory.namespaces import NamespaceCache
-from osumem.memory.rows import NamespaceData
+from osumem.memory.rows import NamespaceData, SnapshotRow
+from osumem.osu.background import BackgroundCall
 from osumem.retrieve.base import Retriever
 
 #: Most other methods a memory keeps built for ``retrieve(method=...)`` at once.
@@ -67,15 +68,19 @@ class RetrieverCache:
         self.snapshots = snapshots and self.store.persistent and replay_batches
         self._fitted: dict[str, tuple[Retriever, int]] = {}
         self._snapshot_steps: dict[str, int] = {}  # steps the stored snapshot covers
+        # per namespace: a snapshot being encoded on a background thread (the steps it
+        # covers, the retriever it was read from, the call)
+        self._encoding: dict[str, tuple[int, Retriever, BackgroundCall[SnapshotRow]]] = {}
         self._causal: tuple[tuple[str, int, int], Retriever] | None = None
 
     def forget(self, namespace: str | None = None) -> None:
         """Drop the retrievers (of one namespace, or all)."""
         if namespace is None:
-            self._fitted, self._snapshot_steps = {}, {}
+            self._fitted, self._snapshot_steps, self._encoding = {}, {}, {}
         else:
             self._fitted.pop(namespace, None)
             self._snapshot_steps.pop(namespace, None)
+            self._encoding.pop(namespace, None)  # its steps may have changed: discarded
         self._causal = None
 
     def snapshot_steps(self, namespace: str) -> int:
@@ -159,6 +164,9 @@ class RetrieverCache:
             retriever.wait_ready()
         if self._causal is not None:
             self._causal[1].wait_ready()
+        for namespace in list(self._encoding):
+            if not self.store.in_transaction:
+                self._store_encoded(namespace, wait=True)
 
     def causal(self, namespace: str, before: int) -> Retriever:
         """A retriever built from the steps before ``before`` only (no later step can
@@ -192,19 +200,49 @@ class RetrieverCache:
     def save_snapshot(self, namespace: str, *, force: bool) -> None:
         """Store a snapshot of the namespace's retriever when one is due (``force``:
         whenever it covers more than the stored one); a busy or read-only store skips
-        it."""
+        it. A due one is encoded on a background thread (the retrieve or add that made
+        it due reads the state and goes on) and stored by the first call here after
+        the encoding is done; ``force`` (at close) encodes and stores it now."""
         if not self.snapshots or self.store.read_only:
             return
         retriever, fitted = self._fitted.get(namespace, (None, 0))
         buf = self.namespaces.cached(namespace)
         if retriever is None or buf is None or buf.n < fitted or not snapshot.supports(retriever):
             return
+        if force:
+            self._encoding.pop(namespace, None)  # this one covers at least as much
+        else:
+            self._store_encoded(namespace, wait=False)
         last = self._snapshot_steps.get(namespace, 0)
         if fitted <= last or not (force or snapshot.due(fitted, last)):
             return
-        row = snapshot.encode(retriever, buf.data(), fitted)
+        if force:
+            row = snapshot.encode(retriever, buf.data(), fitted)
+            if self.store.save_snapshot(namespace, row):
+                self._snapshot_steps[namespace] = fitted
+        elif namespace not in self._encoding:  # one at a time per namespace
+            finish = snapshot.gather(retriever, buf.data(), fitted)
+            call = BackgroundCall(finish, "osumem-snapshot")
+            self._encoding[namespace] = (fitted, retriever, call)
+
+    def _store_encoded(self, namespace: str, *, wait: bool) -> None:
+        """Store the namespace's snapshot encoded in the background, once it is done
+        (``wait``: wait for it); one read from a retriever this cache no longer holds
+        for the namespace, or that failed, is dropped (a snapshot is a cache)."""
+        pending = self._encoding.get(namespace)
+        if pending is None or (pending[2].running and not wait):
+            return
+        del self._encoding[namespace]
+        steps, source, call = pending
+        try:
+            row = call.result()
+        except (ValueError, OSError, MemoryError):  # a snapshot is a cache: replay instead
+            return
+        held = self._fitted.get(namespace)
+        if held is None or held[0] is not source or steps <= self._snapshot_steps.get(namespace, 0):
+            return
         if self.store.save_snapshot(namespace, row):
-            self._snapshot_steps[namespace] = fitted
+            self._snapshot_steps[namespace] = steps
 
     def save_all(self) -> None:
         """Snapshots of every retriever built in this session that covers more than the

@@ -28,9 +28,11 @@ import hashlib
 import io
 import json
 import zipfile
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from osumem.memory.rows import NamespaceData, SnapshotRow
 from osumem.retrieve.base import Retriever
@@ -84,11 +86,20 @@ def settings_key(retriever: Retriever) -> str:
 def fingerprint(data: NamespaceData, steps: int) -> str:
     """SHA-256 over the first ``steps`` steps as the retriever saw them: their step
     ids, the add-batch ends up to ``steps``, costs and embeddings."""
+    return _digest(steps, _fingerprint_columns(data, steps))
+
+
+def _fingerprint_columns(data: NamespaceData, steps: int) -> tuple[NDArray[Any], ...]:
     view = data.view
+    ends = data.batch_ends
+    covered = np.asarray(ends[: bisect.bisect_right(ends, steps)], dtype=np.int64)
+    return (data.step_ids[:steps], covered, view.costs[:steps], view.embeddings[:steps])
+
+
+def _digest(steps: int, columns: tuple[NDArray[Any], ...]) -> str:
     h = hashlib.sha256()
     h.update(np.int64(steps).tobytes())
-    ends = np.asarray([e for e in data.batch_ends if e <= steps], dtype=np.int64)
-    for arr in (data.step_ids[:steps], ends, view.costs[:steps], view.embeddings[:steps]):
+    for arr in columns:
         h.update(np.ascontiguousarray(arr).data)
     return h.hexdigest()
 
@@ -116,14 +127,31 @@ def npz_bytes(arrays: dict[str, Any]) -> bytes:
 
 def encode(retriever: Retriever, data: NamespaceData, steps: int) -> SnapshotRow:
     """The snapshot row of ``retriever``, fitted on the first ``steps`` steps of ``data``."""
-    payload = npz_bytes(retriever.state_arrays())
-    return SnapshotRow(
-        steps=steps,
-        config=settings_key(retriever),
-        fingerprint=fingerprint(data, steps),
-        checksum=hashlib.sha256(payload).hexdigest(),
-        payload=payload,
-    )
+    return gather(retriever, data, steps)()
+
+
+def gather(retriever: Retriever, data: NamespaceData, steps: int) -> Callable[[], SnapshotRow]:
+    """:func:`encode` in two parts: what must be read now, while ``retriever`` covers
+    ``steps`` steps (its state arrays, copied, and its settings), and the rest,
+    returned as a function that may run on another thread (the compression of the
+    payload and the hashes, which release the interpreter lock). That function reads
+    the steps' columns of ``data`` when it runs: a caller whose steps may change
+    meanwhile (deleted, replaced) discards its result."""
+    arrays = {name: np.array(arr, copy=True) for name, arr in retriever.state_arrays().items()}
+    config = settings_key(retriever)
+    columns = _fingerprint_columns(data, steps)
+
+    def finish() -> SnapshotRow:
+        payload = npz_bytes(arrays)
+        return SnapshotRow(
+            steps=steps,
+            config=config,
+            fingerprint=_digest(steps, columns),
+            checksum=hashlib.sha256(payload).hexdigest(),
+            payload=payload,
+        )
+
+    return finish
 
 
 def restore(retriever: Retriever, row: SnapshotRow, data: NamespaceData, view: MemoryView) -> bool:
