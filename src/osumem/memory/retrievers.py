@@ -232,7 +232,8 @@ class RetrieverCache:
         pending = self._encoding.get(namespace)
         if pending is None or (pending[2].running and not wait):
             return
-        del self._encoding[namespace]
+        if self._encoding.pop(namespace, None) is not pending:
+            return  # another thread took it
         steps, source, call = pending
         try:
             row = call.result()
