@@ -18,7 +18,9 @@ memory replays, as without a snapshot.
 When: at :meth:`Memory.close` and, while the memory is used, whenever the retriever has
 grown by :data:`SNAPSHOT_MIN_STEPS` steps and :data:`SNAPSHOT_RATIO` of the last
 snapshot (so the writes cost O(1) amortised per step and a crash replays a bounded
-tail). Writes never wait for another writer's lock; a busy store skips one.
+tail); such a one is compressed and hashed on a background thread (:func:`gather`) and
+stored by the next call. Writes never wait for another writer's lock; a busy store
+skips one.
 """
 
 from __future__ import annotations
