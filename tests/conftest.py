@@ -90,6 +90,17 @@ def tool_call_log(
     return log
 
 
+def returns_soon(call: Any, what: str = "the call waited for background work") -> Any:
+    """Run ``call`` on a thread; fail unless it returns within 10 s (a call that
+    waited for work held by the test would not); its result."""
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(call()), daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), what
+    return out[0]
+
+
 @pytest.fixture
 def held_detection(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
     """The background similarity refresh's community detection waits until the

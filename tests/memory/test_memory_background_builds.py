@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("hnswlib")
 
+from conftest import returns_soon
 from osumem.bench.scale import generate, step_of
 from osumem.memory import Memory
 from osumem.memory.retrievers import PREPARE_MIN_STEPS
@@ -52,14 +53,7 @@ class _Gate:
 
 
 def _in_thread(call):
-    """Run ``call`` on a thread; fail unless it returns within 10 s (a call that
-    waited for a gated build would not)."""
-    out: list = []
-    t = threading.Thread(target=lambda: out.append(call()), daemon=True)
-    t.start()
-    t.join(10)
-    assert not t.is_alive(), "the call waited for the index build"
-    return out[0]
+    return returns_soon(call, "the call waited for the index build")
 
 
 def test_background_step_index_answers_exactly_while_it_builds(data, monkeypatch):

@@ -11,6 +11,7 @@ import sqlite3
 import numpy as np
 import pytest
 
+from conftest import returns_soon
 from osumem.bench.synthetic import SyntheticConfig, generate_episode
 from osumem.memory import Memory
 from osumem.memory import snapshot as snap_mod
@@ -377,14 +378,7 @@ def _held_encoding(monkeypatch):
 
 
 def _returns_soon(call):
-    import threading
-
-    out = []
-    t = threading.Thread(target=lambda: out.append(call()), daemon=True)
-    t.start()
-    t.join(10)
-    assert not t.is_alive(), "the call waited for the snapshot's encoding"
-    return out[0]
+    return returns_soon(call, "the call waited for the snapshot's encoding")
 
 
 def test_a_due_snapshot_is_encoded_off_the_call_that_made_it_due(tmp_path, monkeypatch):

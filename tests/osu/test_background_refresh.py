@@ -244,9 +244,9 @@ def test_a_refresh_whose_pool_was_dropped_skips_its_detection(view, monkeypatch)
     assert not thread.is_alive() and detected == []
 
 
-def test_the_community_child_ends_quietly_when_the_parent_has_gone():
-    """A detection whose parent closed its end before the answer (a memory closed
-    during a background refresh): the child exits 0 without a traceback."""
+def _community_child():
+    """The community-detection child on a socket pair, its standard error captured:
+    ``(process, this end)``."""
     import socket
     import subprocess
     import sys
@@ -263,46 +263,37 @@ def test_the_community_child_ends_quietly_when_the_parent_has_gone():
         stderr=subprocess.PIPE,
     )
     theirs.close()
-    conn = Connection(ours.detach())
+    return proc, Connection(ours.detach())
+
+
+def _random_graph(n: int, degree: int):
     rng = np.random.default_rng(0)
-    n = 2000
-    src = rng.integers(0, n, 8 * n).astype(np.int64)
-    dst = rng.integers(0, n, 8 * n).astype(np.int64)
-    conn.send((n, src, dst, "leiden", 0, None))
-    conn.close()  # gone before the answer
+    src = rng.integers(0, n, degree * n).astype(np.int64)
+    dst = rng.integers(0, n, degree * n).astype(np.int64)
+    return (n, src, dst, "leiden", 0, None)
+
+
+def _exits_quietly(proc) -> None:
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err.decode()
     assert err == b""
+
+
+def test_the_community_child_ends_quietly_when_the_parent_has_gone():
+    """A detection whose parent closed its end before the answer (a memory closed
+    during a background refresh): the child exits 0 without a traceback."""
+    proc, conn = _community_child()
+    conn.send(_random_graph(2000, 8))
+    conn.close()  # gone before the answer
+    _exits_quietly(proc)
 
 
 def test_the_community_child_ends_quietly_when_the_parent_left_its_answer_unread():
     """The parent closed its end with the child's answer unread (a memory closed, or a
     process ending, while a refresh thread waited for it): the socket is reset rather
     than closed, and the child still exits 0 without a traceback."""
-    import socket
-    import subprocess
-    import sys
-    from multiprocessing.connection import Connection
-
-    from osumem.child import child_env
-
-    ours, theirs = socket.socketpair()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "osumem.osu.community_process", str(theirs.fileno())],
-        pass_fds=(theirs.fileno(),),
-        env=child_env(),
-        stdin=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    theirs.close()
-    conn = Connection(ours.detach())
-    rng = np.random.default_rng(0)
-    n = 200
-    src = rng.integers(0, n, 4 * n).astype(np.int64)
-    dst = rng.integers(0, n, 4 * n).astype(np.int64)
-    conn.send((n, src, dst, "leiden", 0, None))
+    proc, conn = _community_child()
+    conn.send(_random_graph(200, 4))
     assert conn.poll(60), "no answer from the child"
     conn.close()  # the answer is still unread
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err.decode()
-    assert err == b""
+    _exits_quietly(proc)
