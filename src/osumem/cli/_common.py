@@ -376,6 +376,21 @@ def require_store(store: Path | str) -> None:
         raise DataFileError(f"memory store not found: {store}")
 
 
+def echo_ingested(summary: dict[str, Any], where: str, as_json: bool) -> None:
+    """Print an ingest's summary (``osumem ingest``, into a store or a server): as JSON,
+    or as one line naming ``where`` the steps went."""
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+        return
+    skipped = summary.get("logs_skipped_as_duplicates", 0)
+    dup = f", {skipped} skipped as already stored" if skipped else ""
+    click.echo(
+        f"ingested {summary['logs']} log(s){dup}, {summary['steps_added']} steps into "
+        f"namespace {summary['namespace']!r} of {where} ({summary['steps_in_namespace']} "
+        f"steps there; encoder {summary['encoder']})"
+    )
+
+
 def shown_store(store: Path | str | None) -> str:
     """A store location as messages print it (a URL's password masked)."""
     return re.sub(r"(://[^/:@]*):[^/@]*@", r"\1:***@", str(store))

@@ -22,6 +22,7 @@ from osumem.cli._common import (
     blas_setting,
     blas_threads_option,
     budget_option,
+    echo_ingested,
     encoder_option,
     handle_errors,
     json_option,
@@ -162,15 +163,7 @@ def ingest_cmd(
     mem.close()
     if skip_summary(normalized):  # after success: an error stays the only line
         click.echo(f"osumem: note: {skip_summary(normalized)}", err=True)
-    if as_json:
-        click.echo(json.dumps(summary, indent=2))
-    else:
-        dup = f", {skipped} skipped as already stored" if skipped else ""
-        click.echo(
-            f"ingested {summary['logs']} log(s){dup}, {added} steps into namespace "
-            f"{namespace!r} of {shown_store(store)} ({summary['steps_in_namespace']} steps there; "
-            f"encoder {summary['encoder']})"
-        )
+    echo_ingested(summary, shown_store(store), as_json)
 
 
 def _renamed(exc: Exception, message: str) -> Exception:

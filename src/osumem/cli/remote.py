@@ -10,6 +10,8 @@ from typing import Any
 
 import click
 
+from osumem.cli._common import echo_ingested
+
 
 def store_or_server(store: Path | str | None, server: str | None) -> None:
     """Exactly one of ``--store`` and ``--server``."""
@@ -60,13 +62,7 @@ def remote_ingest(
         "encoder": encoder_id,
         "model": encoder_id,  # deprecated name of "encoder", for one release
     }
-    if as_json:
-        click.echo(json.dumps(summary, indent=2))
-    else:
-        click.echo(
-            f"ingested {len(logs)} log(s), {added} steps into namespace {namespace!r} "
-            f"of {server} ({in_namespace} steps there; encoder {encoder_id})"
-        )
+    echo_ingested(summary, server, as_json)
 
 
 def remote_query(
