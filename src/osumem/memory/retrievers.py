@@ -164,8 +164,8 @@ class RetrieverCache:
             retriever.wait_ready()
         if self._causal is not None:
             self._causal[1].wait_ready()
-        for namespace in list(self._encoding):
-            if not self.store.in_transaction:
+        if not self.store.in_transaction:
+            for namespace in list(self._encoding):
                 self._store_encoded(namespace, wait=True)
 
     def causal(self, namespace: str, before: int) -> Retriever:

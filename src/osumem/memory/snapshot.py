@@ -106,10 +106,10 @@ def _digest(steps: int, columns: tuple[NDArray[Any], ...]) -> str:
     return h.hexdigest()
 
 
-#: zlib level of the payload: 1 writes it about 6x faster than NumPy's
-#: ``savez_compressed`` (level 6) for about 12% more bytes (measured on a 30,000-step
-#: pool: 15 against 94 ms, .47 against .42 MB); a snapshot is written inside the call
-#: that makes it due, a retrieve or an add.
+#: zlib level of the payload: 1 compresses it several times faster than NumPy's
+#: ``savez_compressed`` (level 6) for about 7% more bytes (docs/decisions.md,
+#: "snapshots at zlib level 1"); the compression runs on a background thread, or at
+#: close.
 COMPRESS_LEVEL = 1
 
 
