@@ -250,3 +250,30 @@ def test_a_bounded_replay_stops_at_whole_batches():
     assert _batch_end_within(ends, 0, 2, 720) == 3
     assert _batch_end_within(ends, 700, 512, 720) == 720
     assert _batch_end_within(ends, 720, 512, 720) == 720  # nothing left
+
+
+def test_a_bulk_add_builds_even_while_a_refresh_is_pending(data, held_detection):
+    """An add of PREPARE_MIN_STEPS steps or more builds the structure before it returns,
+    also when earlier small adds left a refresh being computed whose application point
+    the bulk passes: it waits for that refresh, as a bulk ingest pays its build (only
+    runs of small adds leave the rest to the next query)."""
+    params = {"similarity_refresh": 12, "similarity_refresh_ratio": 0.1, "similarity_scope": "all"}
+    mem = Memory.open(None, encoder="hashing", seed=0, params=params)
+    n = 20  # a refresh falls due at 12 and is applied at 24 at the earliest
+    for p in range(n):
+        mem.add_steps([step_of(data, p)])
+    _in_thread(lambda: mem.retrieve("a question", 64))  # built; the refresh due is held
+    assert mem.retriever().fitted_pool.refresh_pending
+    done = threading.Event()
+
+    def bulk() -> None:
+        mem.add_steps(_steps(data, n, n + PREPARE_MIN_STEPS))
+        done.set()
+
+    threading.Thread(target=bulk, daemon=True).start()
+    assert not done.wait(0.5)  # it waits for the held refresh
+    held_detection.set()
+    assert done.wait(30)
+    _, fitted = mem._retrievers._fitted["default"]
+    assert fitted == n + PREPARE_MIN_STEPS
+    mem.close()

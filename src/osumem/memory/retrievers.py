@@ -29,9 +29,10 @@ from osumem.retrieve.base import Retriever
 MAX_OTHER_METHODS = 4
 
 #: An add that leaves at least this many steps out of the memory's own retriever
-#: brings it up to date at once (a bulk ingest pays its build, so the first retrieve
-#: after it does not); in a run of small adds, by at most the batches ending within
-#: this many steps, and never waiting for a refresh (see :meth:`RetrieverCache.prepare`).
+#: brings it up to date at once: an add of that many steps itself (a bulk ingest) pays
+#: its build, so the first retrieve after it does not; in a run of small adds, by at
+#: most the batches ending within this many steps, and never waiting for a refresh
+#: (see :meth:`RetrieverCache.prepare`).
 PREPARE_MIN_STEPS = 512
 
 
@@ -131,15 +132,16 @@ class RetrieverCache:
             self.save_snapshot(namespace, force=False)
         return retriever
 
-    def prepare(self, namespace: str, n_steps: int | None = None) -> None:
+    def prepare(self, namespace: str, n_steps: int | None = None, *, added: int = 0) -> None:
         """Bring the namespace's retriever up to date now when at least
-        :data:`PREPARE_MIN_STEPS` steps are not in it yet (called after an add, so a
-        bulk ingest builds the structure and the next retrieve does not), as far as it
-        gets without waiting for background work: a run of small adds in a tight loop
-        does not stall on a similarity refresh that the replay makes due and reaches
-        the application point of within microseconds (the next prepare, retrieve or
-        :meth:`wait_ready` goes on); ``n_steps``: the namespace's step count when the
-        caller knows it (else it is read)."""
+        :data:`PREPARE_MIN_STEPS` steps are not in it yet (called after an add of
+        ``added`` steps). An add of that many steps itself (a bulk ingest) builds the
+        structure whatever it waits for, so the next retrieve does not; after smaller
+        adds, only as far as it gets without waiting for background work: a run of
+        small adds in a tight loop does not stall on a similarity refresh that the
+        replay makes due and reaches the application point of within microseconds (the
+        next prepare, retrieve or :meth:`wait_ready` goes on). ``n_steps``: the
+        namespace's step count when the caller knows it (else it is read)."""
         buf = self.namespaces.cached(namespace)
         if buf is not None:
             n_steps = buf.n
@@ -147,6 +149,9 @@ class RetrieverCache:
             n_steps = self.store.n_steps(namespace)
         retriever, fitted = self._fitted.get(namespace, (None, 0))
         if n_steps - fitted < PREPARE_MIN_STEPS:
+            return
+        if added >= PREPARE_MIN_STEPS:
+            self.sync(namespace)
             return
         if retriever is not None and retriever.update_waits(fitted + 1):
             return  # its next batch waits for a refresh being computed: a later call's

@@ -81,7 +81,8 @@ class MemoryWrites(MemoryReads):
             self._refresh()
             ids, n_steps = self._write(namespace, rows, emb, embeddings is not None, pending=None)
         self._views.extend(namespace, rows, emb, ids)
-        self._retrievers.prepare(namespace, n_steps)  # a bulk add builds now, not at the next query
+        # a bulk add builds now, not at the next query
+        self._retrievers.prepare(namespace, n_steps, added=len(ids))
         return ids
 
     @limited
@@ -227,7 +228,8 @@ class MemoryWrites(MemoryReads):
                 users=now[1],
             )
         self._views.extend(namespace, rows, plan.embeddings, ids)
-        self._retrievers.prepare(namespace, n_steps)  # a bulk add builds now, not at the next query
+        # a bulk add builds now, not at the next query
+        self._retrievers.prepare(namespace, n_steps, added=len(ids))
         return ids
 
     @limited
