@@ -7,6 +7,7 @@ selections are unchanged."""
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -209,8 +210,6 @@ def test_a_tight_loop_of_small_adds_never_waits_for_a_refresh(data, held_detecti
     instead of waiting (the refresh is still being computed); ``wait_ready`` takes the
     rest, and the memory then answers what a retriever that refreshed in place at the
     same adds answers."""
-    from osumem.osu.construct import grown_prefix
-
     params = {"similarity_refresh": 12, "similarity_refresh_ratio": 0.1, "similarity_scope": "all"}
     n = PREPARE_MIN_STEPS + 40
     mem = Memory.open(None, encoder="hashing", seed=0, params=params)
@@ -227,18 +226,27 @@ def test_a_tight_loop_of_small_adds_never_waits_for_a_refresh(data, held_detecti
     mem.wait_ready()
     retriever, fitted = mem._retrievers._fitted["default"]
     assert fitted == n and not retriever.fitted_pool.refresh_pending
+    _answers_like_single_adds_in_place(mem, params, n, (3, 200, n - 1))
+    mem.close()
+
+
+def _answers_like_single_adds_in_place(mem, params, n, positions) -> None:
+    """``mem`` (``n`` steps added one per add) answers, for the embeddings of the steps
+    at ``positions`` as queries, what a retriever that took the same adds and refreshed
+    in place answers."""
+    from osumem.osu.construct import grown_prefix
+
     view = mem.view()
     inline = create("osumem", params, seed=0)
     inline.ann_min_steps = mem.config.ann_min_steps
     inline.fit(grown_prefix(view, 1))
     for t in range(2, n + 1):
         inline.update(grown_prefix(view, t))
-    for p in (3, 200, n - 1):
+    for p in positions:
         q = view.embeddings[p]
         for budget in (32, 256):
             got = [s.position for s in mem.retrieve(q, budget).steps]
             assert got == inline.retrieve(q, budget).positions.tolist()
-    mem.close()
 
 
 def test_a_bounded_replay_stops_at_whole_batches():
@@ -276,4 +284,39 @@ def test_a_bulk_add_builds_even_while_a_refresh_is_pending(data, held_detection)
     assert done.wait(30)
     _, fitted = mem._retrievers._fitted["default"]
     assert fitted == n + PREPARE_MIN_STEPS
+    mem.close()
+
+
+def test_a_large_memory_never_waits_for_a_refresh(data, held_detection, monkeypatch):
+    """From ``DEFER_MIN_STEPS`` steps on, neither an add nor a retrieve waits for a
+    similarity refresh: past its application point the memory answers from its
+    structure without the refresh, and a later retrieve takes the refresh once it is
+    built. After ``wait_ready`` the memory answers what a retriever that refreshed in
+    place at the same adds answers."""
+    from osumem.osu import construct
+
+    monkeypatch.setattr(construct, "DEFER_MIN_STEPS", 16)  # below the first application (24)
+    params = {"similarity_refresh": 12, "similarity_refresh_ratio": 0.1, "similarity_scope": "all"}
+    mem = Memory.open(None, encoder="hashing", seed=0, params=params)
+    n = 90
+
+    def rounds() -> None:  # an agent's loop: add a step, ask
+        for p in range(n):
+            mem.add_steps([step_of(data, p)])
+            mem.retrieve("a question", 64)
+
+    _in_thread(rounds)
+    retriever, fitted = mem._retrievers._fitted["default"]
+    pool = retriever.fitted_pool
+    job = pool.similarity.job
+    assert fitted == n and job is not None and n >= job.apply_at  # went past it
+    upto = pool.similarity.upto
+    held_detection.set()
+    deadline = time.monotonic() + 30
+    while pool.similarity.upto == upto:  # a retrieve takes it once built
+        assert time.monotonic() < deadline, "no retrieve took the built refresh"
+        _in_thread(lambda: mem.retrieve("a question", 64))
+        time.sleep(0.01)
+    mem.wait_ready()
+    _answers_like_single_adds_in_place(mem, params, n, (3, 40, n - 1))
     mem.close()

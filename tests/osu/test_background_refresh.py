@@ -7,6 +7,7 @@ child process and finds what it finds in process."""
 from __future__ import annotations
 
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -111,6 +112,66 @@ def test_an_add_that_makes_a_refresh_due_does_not_wait_for_it(view, monkeypatch,
     assert_same_state(inline, background)
 
 
+def test_a_deferring_pool_goes_on_without_its_refresh_and_takes_it_once_built(
+    view, monkeypatch, held_detection
+):
+    """``defer_refresh``: adds past the application point of a refresh still being
+    computed do not wait for it (the similarity groups stay as they were); once the
+    refreshed state has caught up, ``apply_ready_refresh`` takes it without waiting,
+    and the pool is then, bit for bit, the pool that refreshed in place."""
+    monkeypatch.setattr(construct_mod, "REFRESH_LAG_MIN", 4)
+    monkeypatch.setattr(construct_mod, "DEFER_MIN_STEPS", 0)
+    head, stop = 60, 90  # due at 75, applied from 79; the next due point is 94
+    inline = OSUPool.build(grown_prefix(view, head), CFG, 0)
+    deferring = OSUPool.build(grown_prefix(view, head), CFG, 0)
+    deferring.background_refresh = deferring.defer_refresh = True
+    before = deferring.similarity.partition, deferring.similarity.upto
+    done = threading.Event()
+
+    def adds():
+        for t in range(head + 1, stop + 1):
+            deferring.add(grown_prefix(view, t))
+        done.set()
+
+    threading.Thread(target=adds, daemon=True).start()
+    assert done.wait(10), "an add waited for the held refresh"
+    job = deferring.similarity.job
+    assert job is not None and deferring.n_steps == stop >= job.apply_at
+    assert (deferring.similarity.partition, deferring.similarity.upto) == before
+    assert not deferring.apply_ready_refresh()  # not built: nothing to take
+    held_detection.set()
+    deadline = time.monotonic() + 20
+    while not job.caught_up:
+        assert time.monotonic() < deadline, "the refresh never caught up"
+        time.sleep(0.01)
+    assert deferring.apply_ready_refresh()
+    assert not deferring.refresh_pending
+    for t in range(head + 1, stop + 1):
+        inline.add(grown_prefix(view, t))
+    assert_same_state(inline, deferring)
+
+
+def test_a_pool_below_the_deferring_size_waits_at_the_application_point(
+    view, monkeypatch, held_detection
+):
+    """Deferring starts at ``DEFER_MIN_STEPS`` steps: below it, the add reaching the
+    application point of a refresh still being computed waits for it, as in a pool
+    that does not defer."""
+    monkeypatch.setattr(construct_mod, "REFRESH_LAG_MIN", 4)
+    monkeypatch.setattr(construct_mod, "DEFER_MIN_STEPS", 79)
+    pool = OSUPool.build(grown_prefix(view, 60), CFG, 0)
+    pool.background_refresh = pool.defer_refresh = True
+    for t in range(61, 76):
+        pool.add(grown_prefix(view, t))
+    job = pool.similarity.job
+    assert job is not None and job.apply_at == 79 and not job.ready
+    assert not pool.refresh_blocks(79)  # 79 steps: deferred
+    monkeypatch.setattr(construct_mod, "DEFER_MIN_STEPS", 80)
+    assert pool.refresh_blocks(79)  # one step below the size: it would wait
+    held_detection.set()
+    pool.finish_refresh()
+
+
 def test_a_snapshot_taken_during_a_refresh_restores_the_same_refresh(view, path):
     inline = OSUPool(CFG, seed=0)
     background = OSUPool(CFG, seed=0)
@@ -184,6 +245,40 @@ def test_a_child_that_died_is_replaced(monkeypatch):
         again = cp.communities_in_child(n, src, dst, "leiden", 7)
     assert cp._CHILD is not child
     assert [c.tolist() for c in again] == [c.tolist() for c in first]
+
+
+def test_a_detection_cut_off_by_the_exit_stops_its_thread(monkeypatch):
+    """At exit the hook closes the child's connection under a call in progress, and
+    multiprocessing's read of the closed handle raises a ``TypeError``: on a refresh
+    thread that is the exit (``Cancelled``), not a failure to redo in place; outside
+    the exit the same error still propagates."""
+    from osumem.osu import background
+
+    n, src, dst = _graph()
+    cp.communities_in_child(n, src, dst, "leiden", 7)  # a child to break
+    child = cp._CHILD
+    assert child is not None
+
+    def closed_under_the_call(request):
+        raise TypeError("'NoneType' object cannot be interpreted as an integer")
+
+    monkeypatch.setattr(child, "call", closed_under_the_call)
+    with pytest.raises(TypeError):
+        cp.communities_in_child(n, src, dst, "leiden", 7)
+    cp._CHILD = child
+    monkeypatch.setattr(background, "_exiting", True)
+    out: list[BaseException] = []
+
+    def on_a_thread():
+        try:
+            cp.communities_in_child(n, src, dst, "leiden", 7)
+        except BaseException as exc:
+            out.append(exc)
+
+    t = threading.Thread(target=on_a_thread)
+    t.start()
+    t.join(30)
+    assert len(out) == 1 and isinstance(out[0], background.Cancelled)
 
 
 def test_a_failed_refresh_is_done_in_place_and_says_so(view, monkeypatch):

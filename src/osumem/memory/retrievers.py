@@ -127,6 +127,7 @@ class RetrieverCache:
         if most is not None and fitted:
             upto = _batch_end_within(data.batch_ends, fitted, most, upto)
         retriever, fitted = self._replay(namespace, data, upto, retriever, fitted, wait=wait)
+        retriever.apply_ready()
         self._fitted[namespace] = (retriever, fitted)
         if not self.store.in_transaction:
             self.save_snapshot(namespace, force=False)

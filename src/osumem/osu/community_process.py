@@ -112,7 +112,11 @@ def communities_in_child(
                 if _CHILD is None:
                     _CHILD = _Child()
                 return _CHILD.call(request)
-            except (OSError, EOFError) as exc:
+            except Exception as exc:
+                # the exit hook closed the connection under the call (multiprocessing
+                # then raises whatever its read of a closed handle raises): stop
+                if not isinstance(exc, OSError | EOFError) and not background.exiting():
+                    raise
                 failed, _CHILD = _CHILD, None
                 if failed is not None:
                     failed.close(timeout=0.0)

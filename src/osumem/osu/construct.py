@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from osumem.errors import DimensionError, InvalidInputError
-from osumem.osu.background import BackgroundCall
+from osumem.osu.background import BackgroundCall, check_exit
 from osumem.osu.config import VIEWS
 from osumem.osu.heap import release_free_memory
 from osumem.osu.slots import HEADROOM_MIN, SlotTable, shared_lists
@@ -199,10 +199,10 @@ def add(pool: OSUPool, view: MemoryView) -> None:
     job = state.job
     if job is not None:
         job.record(view)
-        if not _applies(cfg, job, view.n):
-            _update(pool, view, touched)  # the similarity groups stay as they are meanwhile
-        else:
+        if _applies(cfg, job, view.n) and (job.caught_up or not _defers(pool, view.n)):
             finish_refresh(pool)  # the shadow took this add too (a refresh it made due included)
+        else:
+            _update(pool, view, touched)  # the similarity groups stay as they are meanwhile
         return
     if view.n - state.upto < _due(cfg, state.upto):
         _update(pool, view, touched)
@@ -222,9 +222,45 @@ def refresh_blocks(pool: OSUPool, n_steps: int) -> bool:
     """Whether the add extending ``pool`` to ``n_steps`` steps would now wait: it
     applies the pool's background refresh, whose thread has not built the refreshed
     state yet (once built, applying it waits only for the replay of the adds taken
-    meanwhile, as cheap as the adds were)."""
+    meanwhile, as cheap as the adds were), and the pool does not go on without it
+    (:func:`_defers`)."""
     job = pool.similarity.job
-    return job is not None and not job.ready and _applies(pool.config, job, n_steps)
+    return (
+        job is not None
+        and not job.ready
+        and _applies(pool.config, job, n_steps)
+        and not _defers(pool, n_steps)
+    )
+
+
+#: A pool that defers its refreshes (``OSUPool.defer_refresh``: a memory's) and holds
+#: at least this many steps never waits for a background refresh: an add that reaches
+#: its application point while it is still being computed goes on without it (the
+#: similarity groups as they were, as before that point), and the first add after the
+#: refreshed state has caught up with the adds, or :func:`apply_ready_refresh`, or
+#: :func:`finish_refresh`, applies it. Smaller pools wait there, so that their
+#: answers stay those of the fixed application point whatever the timing: what they
+#: wait is under half a second (the retrieve after 2,000 single adds: .35-.45 s), at
+#: 10,000 steps it was 1.5-1.8 s (``python benchmarks/add_loop.py --adds N``).
+DEFER_MIN_STEPS = 2048
+
+
+def _defers(pool: OSUPool, n_steps: int) -> bool:
+    """Whether an add extending ``pool`` to ``n_steps`` steps goes on without a refresh
+    still being computed past its application point (see :data:`DEFER_MIN_STEPS`)."""
+    return pool.defer_refresh and n_steps >= DEFER_MIN_STEPS
+
+
+def apply_ready_refresh(pool: OSUPool) -> bool:
+    """Apply the pool's background refresh when an add went past its application point
+    without it and the refreshed state has caught up with the adds since (no wait: the
+    shadow's state is taken as it is). Returns whether it was applied."""
+    job = pool.similarity.job
+    if job is None or not job.caught_up or pool.view_ is None:
+        return False
+    if not _applies(pool.config, job, pool.view_.n):
+        return False
+    return finish_refresh(pool)
 
 
 def _due(cfg: OSUConfig, upto: int) -> float:
@@ -379,6 +415,13 @@ class RefreshJob:
         return self._inbox.replaying or not self._call.running
 
     @property
+    def caught_up(self) -> bool:
+        """Whether the refreshed state is built and has taken every add recorded so far
+        but the last (applying it then waits for one replayed add at most)."""
+        inbox = self._inbox
+        return (inbox.replaying and inbox.done + 1 >= len(inbox.adds)) or not self._call.running
+
+    @property
     def adds(self) -> list[MemoryView]:
         """The views of the pool's adds since ``upto``, in order (replayed on the
         shadow)."""
@@ -415,6 +458,8 @@ class _Inbox:
         self.stop = False
         #: set by the thread once the shadow is built and it replays the adds
         self.replaying = False
+        #: how many of ``adds`` the shadow has taken
+        self.done = 0
 
     def replay(self, shadow: OSUPool, alive: weakref.ref[RefreshJob]) -> OSUPool | None:
         """Replay the recorded adds on ``shadow`` as they come, until told to stop and
@@ -432,6 +477,7 @@ class _Inbox:
                 nxt = self.adds[done]
             add(shadow, nxt)
             done += 1
+            self.done = done
 
 
 def _annotation_table(
@@ -479,6 +525,7 @@ def finish_refresh(pool: OSUPool) -> bool:
         shadow = job.finish()
     except Exception as exc:  # the pool is as it was without the refresh: do it here
         pool.similarity.job = None
+        check_exit()  # a refresh thread at exit (a shadow's replay) stops here
         warnings.warn(
             f"osumem: the background similarity refresh failed ({type(exc).__name__}: "
             f"{exc}); refreshing in place",

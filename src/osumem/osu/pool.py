@@ -68,6 +68,13 @@ class OSUPool:
         #: :meth:`finish_refresh`). Off: refreshes run in place, as the paper's
         #: construction does.
         self.background_refresh = False
+        #: With :attr:`background_refresh`, from
+        #: :data:`~osumem.osu.construct.DEFER_MIN_STEPS` steps on: an add never waits
+        #: for a refresh still being computed, it goes on without it until it is built
+        #: (a memory's pool, whose queries must not stall; the pool then depends on
+        #: timing until :meth:`finish_refresh`). Off: the refresh is applied at its
+        #: fixed step count, waited for there.
+        self.defer_refresh = False
 
     def invalidate(self) -> None:
         """Forget the assembled public attributes (the slots changed)."""
@@ -106,6 +113,13 @@ class OSUPool:
         background similarity refresh (the add applies it there and it is still being
         computed; see :func:`~osumem.osu.construct.refresh_blocks`)."""
         return construct.refresh_blocks(self, n_steps)
+
+    def apply_ready_refresh(self) -> bool:
+        """Apply the background refresh an add went past without (see
+        :attr:`defer_refresh`) once it is built; never waits (see
+        :func:`~osumem.osu.construct.apply_ready_refresh`). Returns whether it was
+        applied."""
+        return construct.apply_ready_refresh(self)
 
     def finish_refresh(self) -> bool:
         """Wait for the background similarity refresh, if there is one, and apply it

@@ -174,6 +174,11 @@ class Retriever(ABC, Generic[ConfigT]):
         update and leaves it to the next query). The default: never."""
         return False
 
+    def apply_ready(self) -> None:
+        """Take background work that is done and that an update went on without (a
+        pool's similarity refresh; see :meth:`update_waits`); never waits. The
+        default: nothing."""
+
     def _build(self, view: MemoryView) -> None:
         """Build the index; the default keeps nothing but the view."""
 

@@ -263,12 +263,25 @@ class _PoolRetriever(Retriever[PoolConfigT]):
         <osumem.osu.pool.OSUPool.refresh_blocks>`)."""
         return self.pool_ is not None and self.pool_.refresh_blocks(n_steps)
 
+    def _own_refreshes(self) -> None:
+        """A memory's retriever (background index builds) refreshes its pool in the
+        background too, and its updates never wait for a refresh past the pool's
+        :data:`~osumem.osu.construct.DEFER_MIN_STEPS` (see ``OSUPool.defer_refresh``)."""
+        assert self.pool_ is not None
+        self.pool_.background_refresh = self.pool_.defer_refresh = self.step_index.background
+
+    def apply_ready(self) -> None:
+        """Apply the pool's similarity refresh that an update went past without, once it
+        is built (see :meth:`OSUPool.apply_ready_refresh
+        <osumem.osu.pool.OSUPool.apply_ready_refresh>`); never waits."""
+        if self.pool_ is not None:
+            self.pool_.apply_ready_refresh()
+
     def update(self, view: MemoryView) -> Self:
         """Add the new tail steps of ``view`` to the OSU pool incrementally."""
         if self.pool_ is None or self.view_ is None:
             return self.fit(view)
-        # a memory's retriever (background index builds) refreshes in the background too
-        self.pool_.background_refresh = self.step_index.background
+        self._own_refreshes()
         self.pool_.add(view)
         self.step_index.extend_cost_stats(self.view_, view)
         self.step_index.keep_up(view)

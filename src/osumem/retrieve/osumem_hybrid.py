@@ -266,7 +266,7 @@ class HybridOSUMem(AdaptiveOSUMem):
             return self.fit(view)
         if view.n < self.lexical_.n:
             return self.fit(view)
-        self.pool_.background_refresh = self.step_index.background
+        self._own_refreshes()
         self.pool_.add(self._with_text_entities(view))
         self.step_index.extend_cost_stats(self.view_, view)
         self.view_ = view
