@@ -259,14 +259,18 @@ def test_a_detection_cut_off_by_the_exit_stops_its_thread(monkeypatch):
     child = cp._CHILD
     assert child is not None
 
+    exit_begins = False
+
     def closed_under_the_call(request):
+        if exit_begins:  # the exit starts while the call waits for its answer
+            monkeypatch.setattr(background, "_exiting", True)
         raise TypeError("'NoneType' object cannot be interpreted as an integer")
 
     monkeypatch.setattr(child, "call", closed_under_the_call)
     with pytest.raises(TypeError):
         cp.communities_in_child(n, src, dst, "leiden", 7)
-    cp._CHILD = child
-    monkeypatch.setattr(background, "_exiting", True)
+    assert cp._CHILD is child
+    exit_begins = True
     out: list[BaseException] = []
 
     def on_a_thread():
