@@ -320,3 +320,19 @@ def test_a_large_memory_never_waits_for_a_refresh(data, held_detection, monkeypa
     mem.wait_ready()
     _answers_like_single_adds_in_place(mem, params, n, (3, 40, n - 1))
     mem.close()
+
+
+def test_a_filtered_query_s_retriever_waits_for_its_refreshes(data):
+    """The retriever built for a filtered query is never synced again, so it does not
+    defer its refreshes (its answers stay those of the fixed application points); the
+    memory's own retriever does."""
+    from dataclasses import replace
+
+    mem = Memory.open(None, encoder="hashing", seed=0)
+    for p in range(40):
+        mem.add_steps([replace(step_of(data, p), role="user" if p % 5 == 0 else "assistant")])
+    mem.retrieve("a question", 64, filter={"role": "assistant"})
+    assert mem.retriever().fitted_pool.defer_refresh
+    kept = [hit[1] for hit in mem._filtered._kept.values()]
+    assert kept and not any(r.fitted_pool.defer_refresh for r in kept)
+    mem.close()

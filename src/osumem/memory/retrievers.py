@@ -261,7 +261,9 @@ class RetrieverCache:
     def built_from(self, data: NamespaceData) -> Retriever:
         """A new retriever over ``data`` alone (e.g. the steps that pass a filter, in
         their add batches), replayed as a memory holding only them would be."""
-        retriever, _ = self._replay("", data, data.view.n, buf=NamespaceBuffer(data))
+        retriever = self.new()
+        retriever.defer_refresh = False  # built once for its query, never synced again
+        retriever, _ = self._replay("", data, data.view.n, retriever, buf=NamespaceBuffer(data))
         return retriever
 
     def _replay(

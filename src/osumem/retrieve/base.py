@@ -174,6 +174,12 @@ class Retriever(ABC, Generic[ConfigT]):
         update and leaves it to the next query). The default: never."""
         return False
 
+    #: With a background step index (a memory's retriever): whether updates go on
+    #: without a pool's similarity refresh still being computed past its application
+    #: point (``OSUPool.defer_refresh``); a retriever built for one filtered query
+    #: waits there instead, as it is never synced again.
+    defer_refresh = True
+
     def apply_ready(self) -> None:
         """Take background work that is done and that an update went on without (a
         pool's similarity refresh; see :meth:`update_waits`); never waits. The

@@ -268,7 +268,9 @@ class _PoolRetriever(Retriever[PoolConfigT]):
         background too, and its updates never wait for a refresh past the pool's
         :data:`~osumem.osu.construct.DEFER_MIN_STEPS` (see ``OSUPool.defer_refresh``)."""
         assert self.pool_ is not None
-        self.pool_.background_refresh = self.pool_.defer_refresh = self.step_index.background
+        background = self.step_index.background
+        self.pool_.background_refresh = background
+        self.pool_.defer_refresh = background and self.defer_refresh
 
     def apply_ready(self) -> None:
         """Apply the pool's similarity refresh that an update went past without, once it
