@@ -174,11 +174,14 @@ class Memory(MemoryWrites):
         Call this before retrieves whose answers must not (tests, benchmarks).
 
         A similarity refresh of the OSUs (due every quarter of growth) is also
-        computed in the background; the memory takes it at a fixed step count, so
-        its answers do not depend on timing. This call waits for it and takes it now.
-        An add never waits for one: a run of small adds can leave the structure
-        behind the stored steps until a refresh is ready (the next retrieve takes the
-        rest, waiting if it must); this call brings it up to date first.
+        computed in the background; the memory takes it at a fixed step count. Below
+        2,048 steps a call that reaches that count before the refresh is built waits
+        for it, so the answers do not depend on timing; from 2,048 steps on none
+        waits: the memory answers from its structure without the refresh, and the
+        first call after it is built takes it. This call waits for it and takes it
+        now. An add never waits for one: a run of small adds can leave the structure
+        behind the stored steps (the next retrieve takes the rest); this call brings
+        it up to date first.
         """
         self._methods.wait_ready()
 

@@ -240,8 +240,8 @@ def refresh_blocks(pool: OSUPool, n_steps: int) -> bool:
 #: refreshed state has caught up with the adds, or :func:`apply_ready_refresh`, or
 #: :func:`finish_refresh`, applies it. Smaller pools wait there, so that their
 #: answers stay those of the fixed application point whatever the timing: what they
-#: wait is under half a second (the retrieve after 2,000 single adds: .35-.45 s), at
-#: 10,000 steps it was 1.5-1.8 s (``python benchmarks/add_loop.py --adds N``).
+#: wait is under half a second (the retrieve after 2,000 single adds: .35–.45 s), at
+#: 10,000 steps it was 1.5–1.8 s (``python benchmarks/add_loop.py --adds N``).
 DEFER_MIN_STEPS = 2048
 
 
@@ -366,7 +366,8 @@ class RefreshJob:
     <osumem.osu.pool.OSUPool.finish_refresh>`: then it takes the shadow's state,
     which is the state an in-place refresh at ``upto`` followed by the same adds
     gives. A fixed step count, so the pool does not depend on how fast the thread
-    ran. The job takes the HNSW index the pool held (a snapshot taken meanwhile
+    ran (a deferring pool goes past it while the refresh is computed and takes it
+    once it is built: see :data:`DEFER_MIN_STEPS`). The job takes the HNSW index the pool held (a snapshot taken meanwhile
     records the scope steps it covered, as for a dropped index, and the adds since
     ``upto``, so a restored pool computes the same refresh again)."""
 
@@ -465,19 +466,17 @@ class _Inbox:
         """Replay the recorded adds on ``shadow`` as they come, until told to stop and
         caught up; ``None`` once the job is gone."""
         self.replaying = True
-        done = 0
         while True:
             with self.wake:
-                while done == len(self.adds) and not self.stop:
+                while self.done == len(self.adds) and not self.stop:
                     if alive() is None:
                         return None
                     self.wake.wait(1.0)
-                if done == len(self.adds):
+                if self.done == len(self.adds):
                     return shadow
-                nxt = self.adds[done]
+                nxt = self.adds[self.done]
             add(shadow, nxt)
-            done += 1
-            self.done = done
+            self.done += 1  # only this thread writes it
 
 
 def _annotation_table(

@@ -120,6 +120,11 @@ class Retriever(ABC, Generic[ConfigT]):
     Config: ClassVar[type[RetrieverConfig]] = RetrieverConfig
     #: True for methods that read ground-truth evidence (oracles); reports label them.
     is_oracle: ClassVar[bool] = False
+    #: With a background step index (a memory's retriever): whether updates go on
+    #: without a pool's similarity refresh still being computed past its application
+    #: point (``OSUPool.defer_refresh``); a retriever built for one filtered query
+    #: waits there instead, as it is never synced again.
+    defer_refresh: bool = True
 
     def __init__(self, config: ConfigT | None = None, *, seed: int = 0) -> None:
         if config is None:
@@ -173,12 +178,6 @@ class Retriever(ABC, Generic[ConfigT]):
         running in the background (a memory's after-add preparation stops before such an
         update and leaves it to the next query). The default: never."""
         return False
-
-    #: With a background step index (a memory's retriever): whether updates go on
-    #: without a pool's similarity refresh still being computed past its application
-    #: point (``OSUPool.defer_refresh``); a retriever built for one filtered query
-    #: waits there instead, as it is never synced again.
-    defer_refresh = True
 
     def apply_ready(self) -> None:
         """Take background work that is done and that an update went on without (a
