@@ -78,6 +78,22 @@ def test_prefix_is_causal_view():
     assert v.prefix(99) is v
 
 
+def test_prefix_of_a_list_prefix_column_shares_the_list():
+    """A view over a growing list (the memory's entity column) gives a prefix over the
+    same list, without copying it, with the same entries."""
+    import dataclasses
+
+    from osumem.types import EntityPrefix
+
+    v = make_view(10, 4, entities=[{f"e{i}"} for i in range(10)])
+    items = [frozenset(e) for e in v.entities] + [frozenset({"later"})]
+    w = dataclasses.replace(v, entities=EntityPrefix(items, 10))
+    p = w.prefix(4)
+    assert isinstance(p.entities, EntityPrefix) and p.entities._items is items
+    assert len(p.entities) == 4 and p.entities == tuple(v.entities[:4])
+    assert p.prefix(2).entities == tuple(v.entities[:2])
+
+
 def test_take_concat_extend_prefix_go_over_every_column() -> None:
     v = make_view(
         5,

@@ -185,6 +185,15 @@ class ListPrefix(Sequence[T]):
     __hash__ = None  # type: ignore[assignment]
 
 
+def _head(column: Any, t: int) -> Any:
+    """The first ``t`` entries of a view's column: a slice, or for a
+    :class:`ListPrefix` a shorter prefix of the same list (O(1), where slicing it
+    copies)."""
+    if isinstance(column, ListPrefix):
+        return type(column)(column._items, t)
+    return column[:t]
+
+
 class EntityPrefix(ListPrefix[frozenset[str]]):
     """An entity column as a :class:`ListPrefix` of the memory's entity list. The
     memory replays a reopened namespace's add batches through such views;
@@ -321,7 +330,7 @@ class MemoryView:
         t = max(0, min(int(t), self.n))
         if t == self.n:
             return self
-        return MemoryView(**{c: getattr(self, c)[:t] for c in self.column_names()})
+        return MemoryView(**{c: _head(getattr(self, c), t) for c in self.column_names()})
 
     def take(self, rows: Sequence[int] | NDArray[Any]) -> MemoryView:
         """The steps at positions ``rows``, in that order (repeats allowed)."""

@@ -17,7 +17,12 @@ pytest.importorskip("hnswlib")
 from conftest import returns_soon
 from osumem.bench.scale import generate, step_of
 from osumem.memory import Memory
-from osumem.memory.retrievers import PREPARE_MIN_STEPS
+from osumem.memory.retrievers import (
+    PREPARE_BEHIND,
+    PREPARE_INCREMENT,
+    PREPARE_MIN_STEPS,
+    RetrieverCache,
+)
 from osumem.osu.views import KnnIndex
 from osumem.retrieve import centroids
 from osumem.retrieve.packing import top_order
@@ -133,6 +138,37 @@ def test_a_bulk_add_builds_the_structure_at_add_time(data):
     mem.close()
 
 
+def test_a_run_of_single_adds_catches_up_in_bounded_increments(data, monkeypatch):
+    """Single adds back to back (no retrieve): the add that leaves
+    ``PREPARE_MIN_STEPS`` steps out builds the structure; after it, once
+    ``PREPARE_BEHIND`` steps are not in it, an add replays the add batches ending
+    within ``PREPARE_INCREMENT`` steps, so no add replays more than that, the structure
+    stays within ``PREPARE_BEHIND`` steps of the store, and the retrieve after the run
+    has little left to replay. The answers are those of a retriever that took every
+    add in place (no refresh falls due here, so nothing depends on timing)."""
+    spans: list[tuple[int, int]] = []
+    real = RetrieverCache._replay
+
+    def replay(self, namespace, data_, upto, retriever=None, fitted=0, *args, **kwargs):
+        out = real(self, namespace, data_, upto, retriever, fitted, *args, **kwargs)
+        spans.append((fitted, out[1]))
+        return out
+
+    monkeypatch.setattr(RetrieverCache, "_replay", replay)
+    params = {"similarity_refresh": 10**6, "similarity_refresh_ratio": 0.0}
+    mem = Memory.open(None, encoder="hashing", seed=0, params=params)
+    n = PREPARE_MIN_STEPS + 100
+    for p in range(n):
+        mem.add_steps([step_of(data, p)])
+        _, fitted = mem._retrievers._fitted.get("default", (None, 0))
+        assert p + 1 - fitted < (PREPARE_BEHIND if fitted else PREPARE_MIN_STEPS)
+    assert spans[0] == (0, PREPARE_MIN_STEPS)  # the first build, at the add that made it due
+    assert len(spans) > 1
+    assert all(0 < b - a <= PREPARE_INCREMENT for a, b in spans[1:])
+    _answers_like_single_adds_in_place(mem, params, n, (3, 300, n - 1))
+    mem.close()
+
+
 @pytest.mark.parametrize("method", ["osumem", "osumem_adaptive"])
 def test_background_memory_answers_like_a_built_retriever_after_wait_ready(data, method):
     """Above its ANN size, a memory whose indexes were built in the background
@@ -204,12 +240,11 @@ def test_a_memory_add_does_not_wait_for_a_similarity_refresh(data, held_detectio
 
 
 def test_a_tight_loop_of_small_adds_never_waits_for_a_refresh(data, held_detection):
-    """Single-step adds back to back: the add that brings the structure up to date
-    (every ``PREPARE_MIN_STEPS`` steps) replays the adds so far, and within microseconds
-    reaches the point where a refresh it made due must be applied. It stops there
-    instead of waiting (the refresh is still being computed); ``wait_ready`` takes the
-    rest, and the memory then answers what a retriever that refreshed in place at the
-    same adds answers."""
+    """Single-step adds back to back: the adds that bring the structure up to date
+    (in increments, once ``PREPARE_BEHIND`` steps are not in it) reach the point where
+    a refresh they made due must be applied. They stop there instead of waiting (the
+    refresh is still being computed); ``wait_ready`` takes the rest, and the memory
+    then answers what a retriever that refreshed in place at the same adds answers."""
     params = {"similarity_refresh": 12, "similarity_refresh_ratio": 0.1, "similarity_scope": "all"}
     n = PREPARE_MIN_STEPS + 40
     mem = Memory.open(None, encoder="hashing", seed=0, params=params)

@@ -28,12 +28,19 @@ from osumem.retrieve.base import Retriever
 #: Most other methods a memory keeps built for ``retrieve(method=...)`` at once.
 MAX_OTHER_METHODS = 4
 
-#: An add that leaves at least this many steps out of the memory's own retriever
-#: brings it up to date at once: an add of that many steps itself (a bulk ingest) pays
-#: its build, so the first retrieve after it does not; in a run of small adds, by at
-#: most the batches ending within this many steps, and never waiting for a refresh
-#: (see :meth:`RetrieverCache.prepare`).
+#: An add of at least this many steps (a bulk ingest) brings the memory's own retriever
+#: up to date before it returns: it pays its build, so the first retrieve after it does
+#: not (see :meth:`RetrieverCache.prepare`).
 PREPARE_MIN_STEPS = 512
+#: A smaller add that leaves at least this many steps out of the retriever (once it is
+#: built: the first add that leaves ``PREPARE_MIN_STEPS`` out builds it) replays some of
+#: them (:data:`PREPARE_INCREMENT`), never waiting for a refresh: a run of single adds
+#: keeps the structure within about this many steps of the store, so neither an add nor
+#: the retrieve after the run replays more than a bounded increment.
+PREPARE_BEHIND = 64
+#: How far one such add brings the retriever: the add batches ending within this many
+#: steps (at least one batch).
+PREPARE_INCREMENT = 16
 
 
 class RetrieverCache:
@@ -134,30 +141,34 @@ class RetrieverCache:
         return retriever
 
     def prepare(self, namespace: str, n_steps: int | None = None, *, added: int = 0) -> None:
-        """Bring the namespace's retriever up to date now when at least
-        :data:`PREPARE_MIN_STEPS` steps are not in it yet (called after an add of
-        ``added`` steps). An add of that many steps itself (a bulk ingest) builds the
-        structure whatever it waits for, so the next retrieve does not; after smaller
-        adds, only as far as it gets without waiting for background work: a run of
-        small adds in a tight loop does not stall on a similarity refresh that the
-        replay makes due and reaches the application point of within microseconds (the
-        next prepare, retrieve or :meth:`wait_ready` goes on). ``n_steps``: the
-        namespace's step count when the caller knows it (else it is read)."""
+        """Called after an add of ``added`` steps: an add of at least
+        :data:`PREPARE_MIN_STEPS` steps (a bulk ingest) brings the namespace's retriever
+        up to date whatever it waits for, so the next retrieve does not build. After a
+        smaller add that leaves at least :data:`PREPARE_BEHIND` steps out of the
+        retriever (once built: a namespace this memory has not built yet is built by the
+        first add that leaves :data:`PREPARE_MIN_STEPS` out, so a process that only
+        adds to a small stored namespace loads nothing), it replays the add batches
+        ending within :data:`PREPARE_INCREMENT` steps, as far as it gets without
+        waiting for background work: a run of small
+        adds in a tight loop pays the replay in small increments, and does not stall on
+        a similarity refresh that the replay makes due (the next prepare, retrieve or
+        :meth:`wait_ready` goes on). ``n_steps``: the namespace's step count when the
+        caller knows it (else it is read)."""
         buf = self.namespaces.cached(namespace)
         if buf is not None:
             n_steps = buf.n
         elif n_steps is None:
             n_steps = self.store.n_steps(namespace)
         retriever, fitted = self._fitted.get(namespace, (None, 0))
-        if n_steps - fitted < PREPARE_MIN_STEPS:
-            return
         if added >= PREPARE_MIN_STEPS:
             self.sync(namespace)
             return
+        if n_steps - fitted < (PREPARE_BEHIND if retriever is not None else PREPARE_MIN_STEPS):
+            return  # (a namespace not built yet is built by a retrieve, or from this size)
         if retriever is not None and retriever.update_waits(fitted + 1):
             return  # its next batch waits for a refresh being computed: a later call's
         # an add never waits for background work, and replays a bounded run of batches
-        self.sync(namespace, wait=False, most=PREPARE_MIN_STEPS)
+        self.sync(namespace, wait=False, most=PREPARE_INCREMENT)
 
     def wait_ready(self) -> None:
         """Bring every built retriever up to date with its namespace's steps (the adds
