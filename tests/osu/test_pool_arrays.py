@@ -220,3 +220,31 @@ def test_labels_to_incidence_and_coarse_to_fine_read_the_csr_arrays_exactly(seed
     assert np.array_equal(
         _column_sums(csc, np.array([0, 3]), 50), _column_sums(got, np.array([0, 3]), 50)
     )
+
+
+def test_the_state_written_later_is_the_state_at_the_call(monkeypatch):
+    """A snapshot's second part, run after the pool took further adds (which extend
+    slots' member lists and add slots), writes the arrays the pool had at the first
+    part's call, bit for bit, across several pieces of slots."""
+    from osumem.osu import pool_state
+    from osumem.osu.construct import grown_prefix
+
+    monkeypatch.setattr(pool_state, "LATER_PIECE", 7)
+    view = make_view(
+        160,
+        8,
+        seed=4,
+        tool_signatures=[f"t{i % 5}" for i in range(160)],
+        entities=[{f"e{i % 11}"} for i in range(160)],
+    )
+    pool = OSUPool.build(grown_prefix(view, 100), OSUConfig(), seed=0)
+    want = pool_state.pool_arrays(pool)
+    later = pool.state_later()
+    for t in range(101, 161):
+        pool.add(grown_prefix(view, t))
+    got = later()
+    assert list(got) == list(want) == list(pool_state.ORDER)
+    for name in want:
+        assert got[name].dtype == want[name].dtype, name
+        assert got[name].tobytes() == want[name].tobytes(), name
+    assert pool_state.pool_arrays(pool)["g_members"].shape[0] > want["g_members"].shape[0]

@@ -139,12 +139,12 @@ def gather(retriever: Retriever, data: NamespaceData, steps: int) -> Callable[[]
     payload and the hashes, which release the interpreter lock). That function reads
     the steps' columns of ``data`` when it runs: a caller whose steps may change
     meanwhile (deleted, replaced) discards its result."""
-    arrays = {name: np.array(arr, copy=True) for name, arr in retriever.state_arrays().items()}
+    arrays = retriever.state_arrays_later()
     config = settings_key(retriever)
     columns = _fingerprint_columns(data, steps)
 
     def finish() -> SnapshotRow:
-        payload = npz_bytes(arrays)
+        payload = npz_bytes(arrays())
         return SnapshotRow(
             steps=steps,
             config=config,

@@ -12,7 +12,7 @@ priority, first member, key) and are assembled on first read after an add.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -140,6 +140,12 @@ class OSUPool:
         """Everything this pool derived incrementally, as plain arrays (for
         :meth:`from_state`; see :func:`~osumem.osu.pool_state.pool_arrays`)."""
         return pool_state.pool_arrays(self)
+
+    def state_later(self) -> Callable[[], dict[str, NDArray[Any]]]:
+        """:meth:`state` in two parts: what later adds change in place is copied now,
+        the rest is written by the returned function, which may run on another thread
+        while this pool takes adds (see :func:`~osumem.osu.pool_state.pool_arrays_later`)."""
+        return pool_state.pool_arrays_later(self)
 
     @classmethod
     def from_state(

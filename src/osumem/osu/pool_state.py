@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,21 +36,44 @@ else:
 POOL_STATE_FORMAT = 1
 
 
+#: The arrays of :func:`pool_arrays`, in the order they are written.
+ORDER = (
+    "meta", "g_view", "g_keys", "g_sizes", "g_members", "last", "coh_raw", "k_size",
+    "k_cost", "k_coh", "k_span", "row_ptr", "row_slots", "sim_slot", "kept", "live_slot",
+    "partition", "refresh_adds",
+)  # fmt: skip
+#: Slots per piece when :func:`pool_arrays_later`'s second part flattens the member
+#: lists and writes the keys: each piece is one call that holds the interpreter lock
+#: (about a millisecond), so the thread that goes on adding is never held up for long.
+LATER_PIECE = 4096
+
+
 def pool_arrays(pool: OSUPool) -> dict[str, NDArray[Any]]:
     """Everything ``pool`` derived incrementally, as plain arrays. Not included: the
     view (the caller has it) and the centroids (recomputed exactly from the kept
     members)."""
+    return pool_arrays_later(pool)()
+
+
+def pool_arrays_later(pool: OSUPool) -> Callable[[], dict[str, NDArray[Any]]]:
+    """:func:`pool_arrays` in two parts: what later adds change in place is copied now
+    (the per-slot and per-step arrays, the last slot of each key, how many members each
+    slot has), and the returned function, which may run on another thread while the
+    pool takes further adds, writes the rest: the slots' keys and member lists, which
+    adds only extend (a slot's members are read up to the count taken now). Its result
+    is what :func:`pool_arrays` gives at the time of this call."""
     view = pool.view_
     n = 0 if view is None else view.n
     slots, sim = pool.slots, pool.similarity
     part = sim.partition
-    sizes = np.fromiter(map(len, slots.members), np.int64, slots.n_slots)
-    return {
+    n_slots = slots.n_slots
+    sizes = np.fromiter(map(len, slots.members), np.int64, n_slots)
+    now = {
         "meta": np.array(
             [
                 POOL_STATE_FORMAT,
                 n,
-                slots.n_slots,
+                n_slots,
                 sim.upto,
                 sim.knn_size,
                 -1 if part is None else part.shape[0],
@@ -58,11 +82,7 @@ def pool_arrays(pool: OSUPool) -> dict[str, NDArray[Any]]:
             dtype=np.int64,
         ),
         "g_view": slots.view_code.v.copy(),
-        "g_keys": np.frombuffer(json.dumps(slots.keys).encode(), dtype=np.uint8),
         "g_sizes": sizes,
-        "g_members": np.fromiter(
-            itertools.chain.from_iterable(slots.members), np.int64, int(sizes.sum())
-        ),
         "last": np.fromiter(slots.last.values(), np.int64, len(slots.last)),
         "coh_raw": slots.coh_raw.v.copy(),
         "k_size": slots.k_size.v.copy(),
@@ -79,6 +99,36 @@ def pool_arrays(pool: OSUPool) -> dict[str, NDArray[Any]]:
             (v.n for v in ([] if sim.job is None else sim.job.adds)), np.int64
         ),
     }
+    members, keys = slots.members, slots.keys  # only appended to, per slot and in all
+
+    def rest() -> dict[str, NDArray[Any]]:
+        counts = sizes.tolist()
+        flat = np.empty(int(sizes.sum()), np.int64)
+        at = 0
+        text = []
+        for lo in range(0, n_slots, LATER_PIECE):
+            hi = min(lo + LATER_PIECE, n_slots)
+            k = int(sizes[lo:hi].sum())
+            flat[at : at + k] = np.fromiter(
+                itertools.chain.from_iterable(
+                    itertools.starmap(_head, zip(members[lo:hi], counts[lo:hi], strict=True))
+                ),
+                np.int64,
+                k,
+            )
+            at += k
+            text.append(json.dumps(keys[lo:hi])[1:-1])
+        later: dict[str, NDArray[Any]] = {
+            "g_keys": np.frombuffer(f"[{', '.join(text)}]".encode(), dtype=np.uint8),
+            "g_members": flat,
+        }
+        return {name: later[name] if name in later else now[name] for name in ORDER}
+
+    return rest
+
+
+def _head(items: list[int], k: int) -> list[int]:
+    return items if len(items) == k else items[:k]
 
 
 def load_pool_arrays(pool: OSUPool, view: MemoryView, state: dict[str, NDArray[Any]]) -> None:

@@ -19,7 +19,7 @@ methods that keep nothing a snapshot could restore.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, Self, TypeVar, cast
 
@@ -218,6 +218,14 @@ class Retriever(ABC, Generic[ConfigT]):
         method whose snapshot holds more than its shareable structure (an index of
         its own) adds it here."""
         return self.state().arrays()
+
+    def state_arrays_later(self) -> Callable[[], dict[str, NDArray[Any]]]:
+        """:meth:`state_arrays` in two parts, for a snapshot written while this
+        retriever goes on taking updates: what must be read now is read (copied) by
+        this call, and the returned function, which may run on another thread, gives
+        the arrays as they were at this call. The default reads everything now."""
+        arrays = {name: np.array(arr, copy=True) for name, arr in self.state_arrays().items()}
+        return lambda: arrays
 
     def load_state(
         self, view: MemoryView, state: RetrieverState | Mapping[str, NDArray[Any]]

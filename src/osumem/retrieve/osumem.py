@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
@@ -187,6 +187,12 @@ class _PoolRetriever(Retriever[PoolConfigT]):
     def state(self) -> RetrieverState:
         pool = self.fitted_pool
         return RetrieverState(key=self.state_key(), n_steps=pool.n_steps, structure=pool)
+
+    def state_arrays_later(self) -> Callable[[], dict[str, NDArray[Any]]]:
+        """The pool's arrays in two parts (:meth:`OSUPool.state_later
+        <osumem.osu.pool.OSUPool.state_later>`): the member lists and keys, which
+        later adds only extend, are written by the returned function."""
+        return self.fitted_pool.state_later()
 
     def load_state(
         self, view: MemoryView, state: RetrieverState | Mapping[str, NDArray[Any]]

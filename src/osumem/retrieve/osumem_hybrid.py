@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self, cast
 
@@ -275,9 +275,16 @@ class HybridOSUMem(AdaptiveOSUMem):
 
     def state_arrays(self) -> dict[str, Any]:
         """The pool's arrays and the lexical index's (``lexical.``-prefixed)."""
-        out = dict(self.fitted_pool.state())
-        out.update({LEXICAL_KEY + k: v for k, v in self.fitted_lexical.state().items()})
-        return out
+        return self.state_arrays_later()()
+
+    def state_arrays_later(self) -> Callable[[], dict[str, Any]]:
+        """:meth:`state_arrays` in two parts: the pool's (:meth:`OSUPool.state_later
+        <osumem.osu.pool.OSUPool.state_later>`), the lexical index's copied now."""
+        pool = self.fitted_pool.state_later()
+        lexical = {
+            LEXICAL_KEY + k: np.array(v, copy=True) for k, v in self.fitted_lexical.state().items()
+        }
+        return lambda: {**pool(), **lexical}
 
     def load_state(
         self, view: MemoryView, state: RetrieverState | Mapping[str, NDArray[Any]]
