@@ -11,9 +11,11 @@ run's wall and process CPU time (the background refreshes included).
 Once ``PREPARE_BEHIND`` (64) steps are not in the memory's structure, an add replays
 the add batches ending within ``PREPARE_INCREMENT`` (16) steps; a similarity refresh that
 this replay makes due is computed on a background thread and taken at a fixed step
-count. The adds' CPU tail shows what the replays cost them (the wall time also holds
-the commits' disk waits and the background threads' turns), and the retrieve after
-them what was left to replay or wait for.
+count, and an add that finds ``PREPARE_MIN_STEPS`` (512) steps out of the structure
+(the adds outran a refresh) waits for it. The adds' CPU tail shows what the replays
+cost them (the wall time also holds those waits, the commits' disk waits and the
+background threads' turns), and the retrieve after them what was left to replay or
+wait for.
 
 Usage: ``python benchmarks/add_loop.py [--adds 10000] [--slow-ms 20] [--json]``
 """

@@ -246,7 +246,7 @@ def test_a_tight_loop_of_small_adds_never_waits_for_a_refresh(data, held_detecti
     refresh is still being computed); ``wait_ready`` takes the rest, and the memory
     then answers what a retriever that refreshed in place at the same adds answers."""
     params = {"similarity_refresh": 12, "similarity_refresh_ratio": 0.1, "similarity_scope": "all"}
-    n = PREPARE_MIN_STEPS + 40
+    n = PREPARE_MIN_STEPS + 10  # fewer than PREPARE_MIN_STEPS steps left out (see below)
     mem = Memory.open(None, encoder="hashing", seed=0, params=params)
 
     def adds() -> None:
@@ -262,6 +262,33 @@ def test_a_tight_loop_of_small_adds_never_waits_for_a_refresh(data, held_detecti
     retriever, fitted = mem._retrievers._fitted["default"]
     assert fitted == n and not retriever.fitted_pool.refresh_pending
     _answers_like_single_adds_in_place(mem, params, n, (3, 200, n - 1))
+    mem.close()
+
+
+def test_adds_that_outrun_the_refreshes_wait_for_them(data, held_detection):
+    """Once ``PREPARE_MIN_STEPS`` steps are out of the built structure (its replay
+    stopped at a refresh still being computed while the adds went on), an add waits
+    for the refresh instead of leaving an ever longer replay, and a similarity view
+    ever further behind, to the next retrieve."""
+    params = {"similarity_refresh": 12, "similarity_refresh_ratio": 0.1, "similarity_scope": "all"}
+    mem = Memory.open(None, encoder="hashing", seed=0, params=params)
+    n = PREPARE_MIN_STEPS + 10
+    _in_thread(lambda: [mem.add_steps([step_of(data, p)]) for p in range(n)])
+    _, fitted = mem._retrievers._fitted["default"]
+    assert n - fitted < PREPARE_MIN_STEPS
+    done = threading.Event()
+
+    def adds() -> None:
+        for p in range(n, fitted + PREPARE_MIN_STEPS + 1):
+            mem.add_steps([step_of(data, p)])
+        done.set()
+
+    threading.Thread(target=adds, daemon=True).start()
+    assert not done.wait(1.0), "no add waited for the held refresh"
+    held_detection.set()
+    assert done.wait(30)
+    _, now = mem._retrievers._fitted["default"]
+    assert now > fitted
     mem.close()
 
 
@@ -324,16 +351,17 @@ def test_a_bulk_add_builds_even_while_a_refresh_is_pending(data, held_detection)
 
 def test_a_large_memory_never_waits_for_a_refresh(data, held_detection, monkeypatch):
     """From ``DEFER_MIN_STEPS`` steps on, neither an add nor a retrieve waits for a
-    similarity refresh: past its application point the memory answers from its
-    structure without the refresh, and a later retrieve takes the refresh once it is
-    built. After ``wait_ready`` the memory answers what a retriever that refreshed in
-    place at the same adds answers."""
+    similarity refresh between its application point and the next refresh's due
+    point: the memory answers from its structure without the refresh, and a later
+    retrieve takes the refresh once it is built. After ``wait_ready`` the memory
+    answers what a retriever that refreshed in place at the same adds answers."""
     from osumem.osu import construct
 
-    monkeypatch.setattr(construct, "DEFER_MIN_STEPS", 16)  # below the first application (24)
+    monkeypatch.setattr(construct, "DEFER_MIN_STEPS", 16)
+    monkeypatch.setattr(construct, "REFRESH_LAG_MIN", 4)
     params = {"similarity_refresh": 12, "similarity_refresh_ratio": 0.1, "similarity_scope": "all"}
     mem = Memory.open(None, encoder="hashing", seed=0, params=params)
-    n = 90
+    n = 23  # a refresh due at 12 is applied from 16; the next is due at 24
 
     def rounds() -> None:  # an agent's loop: add a step, ask
         for p in range(n):
@@ -353,7 +381,7 @@ def test_a_large_memory_never_waits_for_a_refresh(data, held_detection, monkeypa
         _in_thread(lambda: mem.retrieve("a question", 64))
         time.sleep(0.01)
     mem.wait_ready()
-    _answers_like_single_adds_in_place(mem, params, n, (3, 40, n - 1))
+    _answers_like_single_adds_in_place(mem, params, n, (3, 12, n - 1))
     mem.close()
 
 

@@ -151,6 +151,39 @@ def test_a_deferring_pool_goes_on_without_its_refresh_and_takes_it_once_built(
     assert_same_state(inline, deferring)
 
 
+def test_a_deferring_pool_waits_for_its_refresh_at_the_next_due_point(
+    view, monkeypatch, held_detection
+):
+    """A deferring pool goes on without a refresh still being computed only until the
+    next refresh's due point: the add that reaches it waits for the refresh (so adds
+    that outrun the refreshes never leave the similarity view more than one refresh
+    behind), and once it is built the pool is the in-place one, the next refresh due
+    at that point started."""
+    monkeypatch.setattr(construct_mod, "REFRESH_LAG_MIN", 4)
+    monkeypatch.setattr(construct_mod, "DEFER_MIN_STEPS", 0)
+    head = 60  # due at 75, applied from 79; the next due point is 94
+    inline = OSUPool.build(grown_prefix(view, head), CFG, 0)
+    pool = OSUPool.build(grown_prefix(view, head), CFG, 0)
+    pool.background_refresh = pool.defer_refresh = True
+    for t in range(head + 1, 94):
+        pool.add(grown_prefix(view, t))
+    job = pool.similarity.job
+    assert job is not None and job.upto == 75 and not job.ready
+    assert not pool.refresh_blocks(93)  # deferred up to the next due point
+    assert pool.refresh_blocks(94)  # the add reaching it would wait
+    done = threading.Event()
+    threading.Thread(target=lambda: (pool.add(grown_prefix(view, 94)), done.set())).start()
+    assert not done.wait(0.5), "the add at the next due point did not wait"
+    held_detection.set()
+    assert done.wait(30)
+    assert pool.similarity.upto == 75 and pool.similarity.job is not None  # the next one
+    assert pool.similarity.job.upto == 94
+    pool.finish_refresh()
+    for t in range(head + 1, 95):
+        inline.add(grown_prefix(view, t))
+    assert_same_state(inline, pool)
+
+
 def test_a_pool_below_the_deferring_size_waits_at_the_application_point(
     view, monkeypatch, held_detection
 ):

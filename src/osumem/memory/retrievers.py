@@ -149,11 +149,14 @@ class RetrieverCache:
         first add that leaves :data:`PREPARE_MIN_STEPS` out, so a process that only
         adds to a small stored namespace loads nothing), it replays the add batches
         ending within :data:`PREPARE_INCREMENT` steps, as far as it gets without
-        waiting for background work: a run of small
-        adds in a tight loop pays the replay in small increments, and does not stall on
-        a similarity refresh that the replay makes due (the next prepare, retrieve or
-        :meth:`wait_ready` goes on). ``n_steps``: the namespace's step count when the
-        caller knows it (else it is read)."""
+        waiting for background work: a run of small adds in a tight loop pays the
+        replay in small increments, and does not stall on a similarity refresh that the
+        replay makes due (the next prepare, retrieve or :meth:`wait_ready` goes on).
+        Once :data:`PREPARE_MIN_STEPS` steps are out of the built retriever (adds that
+        outrun the refreshes), the add replays its increment whatever it waits for: the
+        adds wait for the refreshes rather than leave an unbounded replay, and the
+        refreshes it waits for, to the next retrieve. ``n_steps``: the namespace's step
+        count when the caller knows it (else it is read)."""
         buf = self.namespaces.cached(namespace)
         if buf is not None:
             n_steps = buf.n
@@ -163,11 +166,15 @@ class RetrieverCache:
         if added >= PREPARE_MIN_STEPS:
             self.sync(namespace)
             return
-        if n_steps - fitted < (PREPARE_BEHIND if retriever is not None else PREPARE_MIN_STEPS):
+        behind = n_steps - fitted
+        if behind < (PREPARE_BEHIND if retriever is not None else PREPARE_MIN_STEPS):
             return  # (a namespace not built yet is built by a retrieve, or from this size)
+        if retriever is not None and behind >= PREPARE_MIN_STEPS:
+            self.sync(namespace, most=PREPARE_INCREMENT)  # the adds outran the refreshes
+            return
         if retriever is not None and retriever.update_waits(fitted + 1):
             return  # its next batch waits for a refresh being computed: a later call's
-        # an add never waits for background work, and replays a bounded run of batches
+        # a bounded run of batches, never waiting for background work
         self.sync(namespace, wait=False, most=PREPARE_INCREMENT)
 
     def wait_ready(self) -> None:

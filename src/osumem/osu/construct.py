@@ -199,7 +199,7 @@ def add(pool: OSUPool, view: MemoryView) -> None:
     job = state.job
     if job is not None:
         job.record(view)
-        if _applies(cfg, job, view.n) and (job.caught_up or not _defers(pool, view.n)):
+        if _applies(cfg, job, view.n) and (job.caught_up or not _defers(pool, job, view.n)):
             finish_refresh(pool)  # the shadow took this add too (a refresh it made due included)
         else:
             _update(pool, view, touched)  # the similarity groups stay as they are meanwhile
@@ -229,26 +229,35 @@ def refresh_blocks(pool: OSUPool, n_steps: int) -> bool:
         job is not None
         and not job.ready
         and _applies(pool.config, job, n_steps)
-        and not _defers(pool, n_steps)
+        and not _defers(pool, job, n_steps)
     )
 
 
 #: A pool that defers its refreshes (``OSUPool.defer_refresh``: a memory's) and holds
-#: at least this many steps never waits for a background refresh: an add that reaches
-#: its application point while it is still being computed goes on without it (the
-#: similarity groups as they were, as before that point), and the first add after the
-#: refreshed state has caught up with the adds, or :func:`apply_ready_refresh`, or
-#: :func:`finish_refresh`, applies it. Smaller pools wait there, so that their
-#: answers stay those of the fixed application point whatever the timing: what they
-#: wait is under half a second (the retrieve after 2,000 single adds: .35–.45 s), at
-#: 10,000 steps it was 1.5–1.8 s (``python benchmarks/add_loop.py --adds N``).
+#: at least this many steps does not wait for a background refresh at its application
+#: point: an add that reaches it while the refresh is still being computed goes on
+#: without it (the similarity groups as they were, as before that point), and the
+#: first add after the refreshed state has caught up with the adds, or
+#: :func:`apply_ready_refresh`, or :func:`finish_refresh`, applies it. It goes on so
+#: only until the next refresh's due point: the add that reaches it waits for the
+#: refresh, so the similarity view is never more than one refresh behind (adds that
+#: outrun the refreshes, a tight loop of single adds, would otherwise never let one be
+#: taken). Smaller pools wait at the application point, so that their answers stay
+#: those of that fixed point whatever the timing: what they wait is under half a
+#: second (the retrieve after 2,000 single adds: .35–.45 s), at 10,000 steps it was
+#: 1.5–1.8 s (``python benchmarks/add_loop.py --adds N``).
 DEFER_MIN_STEPS = 2048
 
 
-def _defers(pool: OSUPool, n_steps: int) -> bool:
-    """Whether an add extending ``pool`` to ``n_steps`` steps goes on without a refresh
-    still being computed past its application point (see :data:`DEFER_MIN_STEPS`)."""
-    return pool.defer_refresh and n_steps >= DEFER_MIN_STEPS
+def _defers(pool: OSUPool, job: RefreshJob, n_steps: int) -> bool:
+    """Whether an add extending ``pool`` to ``n_steps`` steps goes on without ``job``'s
+    refresh, still being computed, past its application point (see
+    :data:`DEFER_MIN_STEPS`): not from the next refresh's due point on."""
+    return (
+        pool.defer_refresh
+        and n_steps >= DEFER_MIN_STEPS
+        and n_steps - job.upto < _due(pool.config, job.upto)
+    )
 
 
 def apply_ready_refresh(pool: OSUPool) -> bool:
