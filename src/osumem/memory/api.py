@@ -177,11 +177,12 @@ class Memory(MemoryWrites):
         computed in the background; the memory takes it at a fixed step count. Below
         2,048 steps a call that reaches that count before the refresh is built waits
         for it, so the answers do not depend on timing; from 2,048 steps on none
-        waits: the memory answers from its structure without the refresh, and the
-        first call after it is built takes it. This call waits for it and takes it
-        now. An add never waits for one: a run of small adds can leave the structure
-        behind the stored steps (the next retrieve takes the rest); this call brings
-        it up to date first.
+        waits until the next refresh is due: the memory answers from its structure
+        without the refresh, and the first call after it is built takes it. This call
+        waits for it and takes it now. A small add waits for one only when the adds
+        have left 512 steps out of the structure: a run of small adds can leave the
+        structure behind the stored steps (the next retrieve takes the rest); this
+        call brings it up to date first.
         """
         self._methods.wait_ready()
 

@@ -69,11 +69,12 @@ class OSUPool:
         #: construction does.
         self.background_refresh = False
         #: With :attr:`background_refresh`, from
-        #: :data:`~osumem.osu.construct.DEFER_MIN_STEPS` steps on: an add never waits
-        #: for a refresh still being computed, it goes on without it until it is built
-        #: (a memory's pool, whose queries must not stall; the pool then depends on
-        #: timing until :meth:`finish_refresh`). Off: the refresh is applied at its
-        #: fixed step count, waited for there.
+        #: :data:`~osumem.osu.construct.DEFER_MIN_STEPS` steps on: an add past the
+        #: application point of a refresh still being computed goes on without it until
+        #: it is built, up to the next refresh's due point, where it waits (a memory's
+        #: pool, whose queries must not stall; the pool then depends on timing until
+        #: :meth:`finish_refresh`). Off: the refresh is applied at its fixed step
+        #: count, waited for there.
         self.defer_refresh = False
 
     def invalidate(self) -> None:
