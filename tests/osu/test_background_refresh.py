@@ -172,7 +172,9 @@ def test_a_deferring_pool_waits_for_its_refresh_at_the_next_due_point(
     assert not pool.refresh_blocks(93)  # deferred up to the next due point
     assert pool.refresh_blocks(94)  # the add reaching it would wait
     done = threading.Event()
-    threading.Thread(target=lambda: (pool.add(grown_prefix(view, 94)), done.set())).start()
+    add = threading.Thread(target=lambda: (pool.add(grown_prefix(view, 94)), done.set()))
+    add.daemon = True
+    add.start()
     assert not done.wait(0.5), "the add at the next due point did not wait"
     held_detection.set()
     assert done.wait(30)

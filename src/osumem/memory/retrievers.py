@@ -34,9 +34,10 @@ MAX_OTHER_METHODS = 4
 PREPARE_MIN_STEPS = 512
 #: A smaller add that leaves at least this many steps out of the retriever (once it is
 #: built: the first add that leaves ``PREPARE_MIN_STEPS`` out builds it) replays some of
-#: them (:data:`PREPARE_INCREMENT`), never waiting for a refresh: a run of single adds
-#: keeps the structure within about this many steps of the store, so neither an add nor
-#: the retrieve after the run replays more than a bounded increment.
+#: them (:data:`PREPARE_INCREMENT`), not waiting for a refresh unless
+#: ``PREPARE_MIN_STEPS`` steps are out: a run of single adds keeps the structure within
+#: about this many steps of the store, so neither an add nor the retrieve after the run
+#: replays more than a bounded increment.
 PREPARE_BEHIND = 64
 #: How far one such add brings the retriever: the add batches ending within this many
 #: steps (at least one batch).
@@ -167,15 +168,16 @@ class RetrieverCache:
             self.sync(namespace)
             return
         behind = n_steps - fitted
-        if behind < (PREPARE_BEHIND if retriever is not None else PREPARE_MIN_STEPS):
-            return  # (a namespace not built yet is built by a retrieve, or from this size)
-        if retriever is not None and behind >= PREPARE_MIN_STEPS:
-            self.sync(namespace, most=PREPARE_INCREMENT)  # the adds outran the refreshes
+        if retriever is None:  # built by a retrieve, or by the add that leaves this many out
+            if behind >= PREPARE_MIN_STEPS:
+                self.sync(namespace, wait=False, most=PREPARE_INCREMENT)
             return
-        if retriever is not None and retriever.update_waits(fitted + 1):
-            return  # its next batch waits for a refresh being computed: a later call's
-        # a bounded run of batches, never waiting for background work
-        self.sync(namespace, wait=False, most=PREPARE_INCREMENT)
+        if behind < PREPARE_BEHIND:
+            return
+        if behind >= PREPARE_MIN_STEPS:
+            self.sync(namespace, most=PREPARE_INCREMENT)  # the adds outran the refreshes
+        elif not retriever.update_waits(fitted + 1):  # else a later call's (a refresh)
+            self.sync(namespace, wait=False, most=PREPARE_INCREMENT)  # never waiting
 
     def wait_ready(self) -> None:
         """Bring every built retriever up to date with its namespace's steps (the adds

@@ -244,8 +244,8 @@ def refresh_blocks(pool: OSUPool, n_steps: int) -> bool:
 #: outrun the refreshes, a tight loop of single adds, would otherwise never let one be
 #: taken). Smaller pools wait at the application point, so that their answers stay
 #: those of that fixed point whatever the timing: what they wait is under half a
-#: second (the retrieve after 2,000 single adds: .35–.45 s), at 10,000 steps it was
-#: 1.5–1.8 s (``python benchmarks/add_loop.py --adds N``).
+#: second (after 2,000 single adds the retrieve waits .24–.26 s and one add .17–.22
+#: s), at 10,000 steps it was 1.5–1.8 s (``python benchmarks/add_loop.py --adds N``).
 DEFER_MIN_STEPS = 2048
 
 
