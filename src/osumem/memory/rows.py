@@ -196,7 +196,7 @@ def namespace_data(
 def _times(values: Sequence[float | None] | None, n: int) -> NDArray[np.float64]:
     if values is None:
         return np.full(n, np.nan)
-    return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
+    return np.array(values, dtype=np.float64).reshape(n)  # None → NaN
 
 
 def kept_ends(ends: Sequence[int], keep: NDArray[np.int64]) -> tuple[int, ...]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -50,63 +50,38 @@ def decode_steps(
     list of strings, metadata a JSON object, times numbers. ``where`` starts every
     message. A backend that decoded the embedding column itself passes the matrix as
     ``embeddings`` (checked for finite values here; the rows' embedding column is then
-    not read)."""
+    not read).
+
+    The checks run column by column (the types, sizes and distinct values of a column
+    at once); a column that fails sends the rows through :func:`_first_bad_row`, which
+    names the first bad row as a row-by-row check does."""
     n = len(rows)
-    for k, r in enumerate(rows):
-        if r[1] != start + k:
-            raise StoreCorruptError(f"{where}: position {start + k} is missing")
-        blob = r[11]
-        if embeddings is None and (not isinstance(blob, bytes) or len(blob) != 4 * dim):
-            size = len(blob) if isinstance(blob, bytes | str) else type(blob).__name__
-            raise StoreCorruptError(
-                f"{where}: step id {r[0]} has a {size}-byte embedding, expected {4 * dim}"
-            )
-        for c, name in ((2, "role"), (3, "text"), (4, "tool_action"), (6, "tool_signature")):
-            if not isinstance(r[c], str):
-                raise StoreCorruptError(f"{where}: step id {r[0]}: {name} is not text")
-        if not isinstance(r[10], int) or r[10] <= 0:
-            raise StoreCorruptError(f"{where}: step id {r[0]}: cost {r[10]!r}")
+    cols: list[tuple[Any, ...]] = list(zip(*rows, strict=True)) if rows else [()] * 15
+    if not _rows_sound(cols, n, start, dim, embeddings is None):
+        _first_bad_row(rows, start, dim, where, embeddings is None)
     if embeddings is not None:
         emb = embeddings.astype(np.float32, copy=False).reshape(n, dim)
     elif n:
-        emb = np.frombuffer(b"".join(r[11] for r in rows), dtype="<f4").reshape(n, dim)
-        emb = emb.astype(np.float32)
+        # one copy: a bytearray's join is writable memory numpy takes as it is
+        emb = np.frombuffer(bytearray().join(cols[11]), dtype="<f4").reshape(n, dim)
+        emb = emb.astype(np.float32, copy=False)
     else:
         emb = np.zeros((0, dim), dtype=np.float32)
     if n and not np.isfinite(emb).all():
         bad = int(np.flatnonzero(~np.isfinite(emb).all(axis=1))[0])
         raise StoreCorruptError(f"{where}: step id {rows[bad][0]} has a non-finite embedding")
-    metadata = []
-    seen: set[str] = set()  # most steps share "{}"
-    for r in rows:
-        raw = "{}" if r[12] is None else r[12]
-        if raw not in seen:
-            try:
-                ok = isinstance(raw, str) and isinstance(json.loads(raw), dict)
-            except ValueError:
-                ok = False
-            if not ok:
-                raise StoreCorruptError(f"{where}: step id {r[0]}: metadata is not a JSON object")
-            seen.add(raw)
-        metadata.append(raw)
-        for c, name in ((13, "time"), (14, "updated")):
-            if r[c] is not None and not isinstance(r[c], int | float):
-                raise StoreCorruptError(f"{where}: step id {r[0]}: {name} is not a number")
-    entities = []
-    decoded: dict[Any, frozenset[str]] = {}  # agent steps repeat few entity lists
-    for r in rows:
-        raw = r[7]
-        got = decoded.get(raw) if isinstance(raw, str) else None
-        if got is None:
-            try:
-                ents = json.loads(raw)
-            except (TypeError, ValueError):
-                ents = None
-            if not isinstance(ents, list) or not all(isinstance(e, str) for e in ents):
-                raise StoreCorruptError(f"{where}: step id {r[0]}: entities are not a JSON list")
-            got = decoded[raw] = frozenset(ents)
-        entities.append(got)
-    cols = list(zip(*rows, strict=True)) if rows else [()] * 15
+    metadata = cols[12]
+    if None in metadata:  # a step stored before the metadata table has none
+        metadata = tuple("{}" if m is None else m for m in metadata)
+    bad_metadata = not all(_is_json_object(m) for m in set(metadata))
+    if bad_metadata or not all(set(map(type, cols[c])) <= _TIME_TYPES for c in (13, 14)):
+        _first_bad_metadata(rows, metadata, where)
+    # agent steps repeat few entity lists: each distinct one decoded once
+    decoded = {raw: _entities(raw) for raw in set(cols[7])}
+    if None in decoded.values():
+        bad = next(k for k, raw in enumerate(cols[7]) if decoded[raw] is None)
+        raise StoreCorruptError(f"{where}: step id {rows[bad][0]}: entities are not a JSON list")
+    entities = cast(list[frozenset[str]], list(map(decoded.__getitem__, cols[7])))
     return namespace_data(
         embeddings=emb,
         costs=cols[10],
@@ -124,6 +99,78 @@ def decode_steps(
         times=cols[13],
         updated=cols[14],
     )
+
+
+#: The types a step's time columns hold (``None``: unknown).
+_TIME_TYPES = frozenset({type(None), int, float})
+
+
+def _rows_sound(cols: list[tuple[Any, ...]], n: int, start: int, dim: int, blobs: bool) -> bool:
+    """Whether the columns of :func:`decode_steps` pass its per-row checks (positions
+    ``start``…, ``4·dim``-byte blobs where ``blobs``, text columns of ``str``, costs
+    positive ``int``), each column checked at C speed."""
+    if cols[1] != tuple(range(start, start + n)):
+        return False
+    if blobs and (
+        not set(map(type, cols[11])) <= {bytes} or not set(map(len, cols[11])) <= {4 * dim}
+    ):
+        return False
+    if any(not set(map(type, cols[c])) <= {str} for c in (2, 3, 4, 6)):
+        return False
+    return set(map(type, cols[10])) <= {int} and (n == 0 or min(cols[10]) > 0)
+
+
+def _first_bad_row(
+    rows: Sequence[tuple[Any, ...]], start: int, dim: int, where: str, blobs: bool
+) -> None:
+    """Raise for the first row that fails :func:`decode_steps`'s per-row checks, in
+    the order a row is checked (position, embedding size, text columns, cost)."""
+    for k, r in enumerate(rows):
+        if r[1] != start + k:
+            raise StoreCorruptError(f"{where}: position {start + k} is missing")
+        blob = r[11]
+        if blobs and (not isinstance(blob, bytes) or len(blob) != 4 * dim):
+            size = len(blob) if isinstance(blob, bytes | str) else type(blob).__name__
+            raise StoreCorruptError(
+                f"{where}: step id {r[0]} has a {size}-byte embedding, expected {4 * dim}"
+            )
+        for c, name in ((2, "role"), (3, "text"), (4, "tool_action"), (6, "tool_signature")):
+            if not isinstance(r[c], str):
+                raise StoreCorruptError(f"{where}: step id {r[0]}: {name} is not text")
+        if not isinstance(r[10], int) or r[10] <= 0:
+            raise StoreCorruptError(f"{where}: step id {r[0]}: cost {r[10]!r}")
+
+
+def _first_bad_metadata(
+    rows: Sequence[tuple[Any, ...]], metadata: Sequence[Any], where: str
+) -> None:
+    """Raise for the first row whose metadata is not a JSON object or whose times are
+    not numbers, in row order (metadata, then time, then updated)."""
+    for r, raw in zip(rows, metadata, strict=True):
+        if not _is_json_object(raw):
+            raise StoreCorruptError(f"{where}: step id {r[0]}: metadata is not a JSON object")
+        for c, name in ((13, "time"), (14, "updated")):
+            if r[c] is not None and not isinstance(r[c], int | float):
+                raise StoreCorruptError(f"{where}: step id {r[0]}: {name} is not a number")
+
+
+def _is_json_object(raw: Any) -> bool:
+    try:
+        return isinstance(raw, str) and isinstance(json.loads(raw), dict)
+    except ValueError:
+        return False
+
+
+def _entities(raw: Any) -> frozenset[str] | None:
+    """A step's entity column (a JSON list of strings) as a set; ``None`` when it is
+    not one."""
+    try:
+        ents = json.loads(raw)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(ents, list) or not all(isinstance(e, str) for e in ents):
+        return None
+    return frozenset(ents)
 
 
 def decode_pending(raw: Any, where: str, namespace: str) -> list[dict[str, Any]]:
