@@ -47,7 +47,7 @@ def _until_two_adds_into_a_refresh(pool, view, *others):
     """Add one step at a time (to ``others`` too) until ``pool`` has taken two adds
     since its background refresh began; the step count reached."""
     t = 0
-    while not (pool.refresh_pending and len(pool.similarity.job.adds) >= 2):
+    while not (pool.refresh_pending and len(pool.similarity.job.add_counts) >= 2):
         t += 1
         for p in (pool, *others):
             p.add(grown_prefix(view, t))
@@ -218,6 +218,8 @@ def test_a_snapshot_taken_during_a_refresh_restores_the_same_refresh(view, path)
     restored.background_refresh = True
     assert restored.refresh_pending
     assert restored.similarity.job.apply_at == background.similarity.job.apply_at
+    # the restored job holds its adds as step counts; its own state records them so
+    np.testing.assert_array_equal(restored.state()["refresh_adds"], state["refresh_adds"])
     _feed([inline, background, restored], view, t, view.n)
     for p in (background, restored):
         p.finish_refresh()

@@ -380,7 +380,12 @@ class RefreshJob:
     records the scope steps it covered, as for a dropped index, and the adds since
     ``upto``, so a restored pool computes the same refresh again)."""
 
-    def __init__(self, pool: OSUPool, view: MemoryView, adds: Sequence[MemoryView] = ()) -> None:
+    def __init__(
+        self, pool: OSUPool, view: MemoryView, adds: Sequence[MemoryView | int] = ()
+    ) -> None:
+        """``adds``: the views of the adds the pool took since ``view``, or their step
+        counts (a restored pool's: prefixes of the pool's own view, made when the
+        thread replays each, so a restore of many pending adds makes no views)."""
         state = pool.similarity
         self.upto = view.n
         #: the step count from which an add applies the refresh (waiting for it if it
@@ -388,7 +393,7 @@ class RefreshJob:
         self.apply_at = view.n + max(REFRESH_LAG_MIN, (view.n - state.upto) // REFRESH_LAG_DIVISOR)
         held = _take_held(state)
         state.knn, state.knn_pending = None, state.knn_size
-        self._inbox = _Inbox(adds)
+        self._inbox = _Inbox(adds, pool.view_)
         slots, n_slots = pool.slots, pool.slots.n_slots
         cfg, seed, pool_type = pool.config, pool.seed, type(pool)
         inbox, alive = self._inbox, weakref.ref(self)  # the thread holds no job: see _Inbox
@@ -432,10 +437,10 @@ class RefreshJob:
         return (inbox.replaying and inbox.done + 1 >= len(inbox.adds)) or not self._call.running
 
     @property
-    def adds(self) -> list[MemoryView]:
-        """The views of the pool's adds since ``upto``, in order (replayed on the
-        shadow)."""
-        return self._inbox.adds
+    def add_counts(self) -> list[int]:
+        """The step counts of the pool's adds since ``upto``, in order (replayed on
+        the shadow)."""
+        return [a if isinstance(a, int) else a.n for a in self._inbox.adds]
 
     def record(self, view: MemoryView) -> None:
         """The pool took an add (up to ``view``): replay it on the shadow."""
@@ -462,8 +467,10 @@ class _Inbox:
     job is gone before its community detection, or before its re-derivation, skips
     them."""
 
-    def __init__(self, adds: Sequence[MemoryView]) -> None:
-        self.adds: list[MemoryView] = list(adds)
+    def __init__(self, adds: Sequence[MemoryView | int], base: MemoryView | None) -> None:
+        #: each add's view, or its step count: the prefix of ``base`` made at replay
+        self.adds: list[MemoryView | int] = list(adds)
+        self.base = base
         self.wake = threading.Condition()
         self.stop = False
         #: set by the thread once the shadow is built and it replays the adds
@@ -484,6 +491,9 @@ class _Inbox:
                 if self.done == len(self.adds):
                     return shadow
                 nxt = self.adds[self.done]
+            if isinstance(nxt, int):
+                assert self.base is not None  # step counts come with the pool's view
+                nxt = grown_prefix(self.base, nxt)
             add(shadow, nxt)
             self.done += 1  # only this thread writes it
 

@@ -95,9 +95,7 @@ def pool_arrays_later(pool: OSUPool) -> Callable[[], dict[str, NDArray[Any]]]:
         "kept": slots.kept.v.copy(),
         "live_slot": slots.live_slot.v.copy(),
         "partition": np.zeros(0, np.int64) if part is None else part.copy(),
-        "refresh_adds": np.fromiter(
-            (v.n for v in ([] if sim.job is None else sim.job.adds)), np.int64
-        ),
+        "refresh_adds": np.asarray([] if sim.job is None else sim.job.add_counts, np.int64),
     }
     members, keys = slots.members, slots.keys  # only appended to, per slot and in all
 
@@ -158,7 +156,7 @@ def load_pool_arrays(pool: OSUPool, view: MemoryView, state: dict[str, NDArray[A
         return a
 
     keys = json.loads(bytes(np.asarray(state["g_keys"], dtype=np.uint8)).decode())
-    if not isinstance(keys, list) or len(keys) != G or not all(isinstance(k, str) for k in keys):
+    if not isinstance(keys, list) or len(keys) != G or not set(map(type, keys)) <= {str}:
         raise ValueError("pool state: keys do not match the slots")
     sizes = arr("g_sizes", (G,), 1, n + 1)
     flat = arr("g_members", (int(sizes.sum()),), 0, n)
@@ -190,7 +188,10 @@ def load_pool_arrays(pool: OSUPool, view: MemoryView, state: dict[str, NDArray[A
     slots.view_code.a[:G] = g_view
     slots.rank.a[:G] = lut[g_view.astype(np.int64)]
     slots.first.a[:G] = flat[bounds[:-1]]
-    slots.last = {(VIEWS[int(g_view[g])], keys[g]): int(g) for g in last.tolist()}
+    last_slots = last.astype(np.int64).tolist()
+    last_views = [VIEWS[v] for v in g_view[last].astype(np.int64).tolist()]
+    last_keys = [keys[g] for g in last_slots]
+    slots.last = dict(zip(zip(last_views, last_keys, strict=True), last_slots, strict=True))
     for grow, name, shape, lo, hi in (
         (slots.coh_raw, "coh_raw", (G,), 0, 1),
         (slots.k_size, "k_size", (G,), 0, n + 1),
@@ -229,9 +230,7 @@ def load_pool_arrays(pool: OSUPool, view: MemoryView, state: dict[str, NDArray[A
             raise ValueError("pool state: the adds of the refresh under way are out of order")
         if adds.size and int(adds[-1]) != n:
             raise ValueError(f"pool state: the refresh's adds end at {adds[-1]}, not {n}")
-        similarity.job = RefreshJob(
-            pool, grown_prefix(view, pending), [grown_prefix(view, int(t)) for t in adds]
-        )
+        similarity.job = RefreshJob(pool, grown_prefix(view, pending), adds.tolist())
 
 
 def _restore_centroids(
