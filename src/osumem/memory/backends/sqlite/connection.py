@@ -66,12 +66,23 @@ class SQLiteSettings(FrozenConfig):
     }
 
 
+#: SQLite's extended code for a write refused because the connection's read snapshot
+#: is older than the last commit (no busy wait can help it).
+SQLITE_BUSY_SNAPSHOT = 517
+
+
 def translate_error(exc: sqlite3.Error, name: str, timeout: float) -> StoreError:
     """The typed store error for an ``sqlite3`` error (``name`` names the store)."""
     code = getattr(exc, "sqlite_errorcode", None)
     primary = code & 0xFF if isinstance(code, int) else None
     text = str(exc)
     low = text.lower()
+    if code == SQLITE_BUSY_SNAPSHOT:
+        return StoreBusyError(
+            f"{name}: busy: another writer committed while this connection still read an "
+            f"older state of the file, so SQLite refused the write at once ({text}); "
+            "retry"
+        )
     if primary in (5, 6) or "database is locked" in low or "is busy" in low:
         return StoreBusyError(
             f"{name}: busy: another process held its lock for more than "
@@ -208,6 +219,10 @@ class Connection:
         #: tell whether the database moved since a moment (SQLiteStore's append tail)
         self.transactions = 0
         self.rollbacks = 0
+        #: the thread that began the open outermost transaction (``None`` outside one):
+        #: another thread sharing the connection (a server's readers) may read, but
+        #: what it reads is not the writer's own read inside its transaction
+        self._owner: int | None = None
         #: set by a write that deleted content: the commit then checkpoints the WAL
         #: into the file and truncates it, so no old page image stays in the -wal file
         self.scrub_on_commit = False
@@ -375,6 +390,7 @@ class Connection:
         self._depth += 1
         if not nested:
             self.transactions += 1
+            self._owner = threading.get_ident()
         try:
             yield
         except BaseException:
@@ -382,6 +398,7 @@ class Connection:
             self.rollbacks += 1
             if not nested:
                 self.scrub_on_commit = False
+                self._owner = None
             try:
                 if nested:
                     conn.execute(f"ROLLBACK TO sp{self._depth}")
@@ -392,6 +409,8 @@ class Connection:
                 pass  # the original error is the one to report
             raise
         self._depth -= 1
+        if not nested:
+            self._owner = None
         try:
             conn.execute(f"RELEASE sp{self._depth}" if nested else "COMMIT")
         except sqlite3.Error as exc:
@@ -412,6 +431,11 @@ class Connection:
     @property
     def in_transaction(self) -> bool:
         return self._depth > 0
+
+    @property
+    def in_own_transaction(self) -> bool:
+        """Whether the calling thread began the open transaction."""
+        return self._depth > 0 and self._owner == threading.get_ident()
 
     @contextmanager
     def without_waiting(self) -> Iterator[None]:

@@ -171,13 +171,17 @@ class SQLiteStore(SQLiteEdits):
     @guarded
     def data_version(self) -> int:
         """SQLite's ``data_version``: changes whenever another connection commits (read
-        once per write transaction: under its lock nobody else commits)."""
+        once per write transaction: under its lock nobody else commits). Only the thread
+        that began the transaction reads or keeps that one value: another thread's read
+        may have run before the transaction began (a server's reader threads share the
+        connection), and another connection may have committed in between."""
         conn = self.conn
         memo = self._tx_version
-        if conn.in_transaction and memo is not None and memo[0] == conn.transactions:
+        own = conn.in_own_transaction
+        if own and memo is not None and memo[0] == conn.transactions:
             return memo[1]
         version = int(conn.execute(sql.DATA_VERSION).fetchone()[0])
-        if conn.in_transaction and not conn.read_only:
+        if own and conn.in_own_transaction and not conn.read_only:
             self._tx_version = (conn.transactions, version)
         return version
 
