@@ -315,13 +315,19 @@ class MemoryService:
         with validated_budget(self.memory.config.budget if budget is None else budget) as b:
             self._check_retrieve(query, b)
             name = self.method if method is None or method == "" else str(method)
-            self._follow()
             while True:
                 mem = self._ready(namespace, name)
                 self._lock.acquire_read()
-                if self._is_warm(mem, namespace, name):
+                try:
+                    current = self._followed_now()
+                except BaseException:
+                    self._lock.release_read()
+                    raise
+                if current and self._is_warm(mem, namespace, name):
                     break
                 self._lock.release_read()  # a write got in between: warm it again
+                if not current:
+                    self._on_store(self._catch_up).result()
             return self._answer_and_release(mem, query, b, namespace, explain, filter)
 
     def namespaces(self) -> list[str]:
@@ -359,17 +365,15 @@ class MemoryService:
     def steps(self, namespace: str, **options: Any) -> dict[str, Any]:
         """The steps of ``namespace`` with their units, as
         :func:`osumem.memory.contents.step_records` takes ``options``."""
-        self._follow()
         return self._on_store(
-            lambda: contents.step_records(self._warm_primary(namespace), namespace, **options)
+            lambda: contents.step_records(self._followed_primary(namespace), namespace, **options)
         ).result()
 
     def page_data(self, namespace: str, **options: Any) -> dict[str, Any]:
         """The viewer page's data of ``namespace`` (no query: the page asks
         :meth:`retrieve` for one), see :func:`osumem.memory.contents.page_data`."""
-        self._follow()
         return self._on_store(
-            lambda: contents.page_data(self._warm_primary(namespace), namespace, **options)
+            lambda: contents.page_data(self._followed_primary(namespace), namespace, **options)
         ).result()
 
     def export_lines(
@@ -695,11 +699,20 @@ class MemoryService:
         finally:
             self._lock.release_write()
 
-    def _follow(self) -> None:
-        """Catch up with other writers' commits before answering (a cheap read of the
-        store's change counter when nobody else wrote)."""
-        if self.memory.store.data_version() != self._followed:
-            self._on_store(self._catch_up).result()
+    def _followed_now(self) -> bool:
+        """Whether the caches have caught up with every other writer's commit (a cheap
+        read of the store's change counter). Called under the shared lock, or on the
+        store thread: the threads share the store's connection, and a read of another
+        thread running while the store thread begins a write transaction would be
+        inside it, or hold an older snapshot of the file open, on which SQLite refuses
+        the write at once when another process has committed since."""
+        return self.memory.store.data_version() == self._followed
+
+    def _followed_primary(self, namespace: str) -> Memory:
+        """On the store thread: the primary memory caught up with other writers and
+        ``namespace`` warm."""
+        self._catch_up()
+        return self._warm_primary(namespace)
 
     def _catch_up(self) -> None:
         """On the store thread: bring every loaded namespace of every memory up to what
