@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -156,8 +157,66 @@ def _need_serve_extra() -> None:
     show_default=True,
     help="HTTP: uvicorn's log level (stderr).",
 )
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="HTTP: server processes sharing the port, each with its own memory over the "
+    "one store (each holds the structures in RAM and follows every write; connection "
+    "limits count per process).",
+)
 @handle_errors
-def serve_cmd(
+def serve_cmd(**params: Any) -> None:
+    """Serve a memory store to agents: MCP tools (stdio or streamable HTTP) and an HTTP
+    JSON API. The store is opened and the encoder loaded once; writes go through one
+    writer and are acknowledged after they commit."""
+    _need_serve_extra()
+    workers = params.pop("workers")
+    if workers > 1:
+        _serve_in_workers(workers, params)
+    else:
+        _serve(**params)
+
+
+def _serve_in_workers(workers: int, params: dict[str, Any]) -> None:
+    """``osumem serve --workers N``: the port bound once, N worker processes on it."""
+    from osumem.errors import ConfigError
+    from osumem.serve.auth import load_tokens
+    from osumem.serve.run import check_http_security, run_workers
+
+    if params["transport"] != "http":
+        raise ConfigError("--workers: worker processes share an HTTP port; add --transport http")
+    # the checks a worker makes, made once here so a bad setting fails before any starts
+    check_http_security(params["host"], load_tokens(params["token_file"]), params["no_auth"])
+    store, host, port = params["store"], params["host"], params["port"]
+    click.echo(
+        f"osumem serve: {workers} worker processes on http://{host}:{port}, store "
+        f"{shown_store(store)}",
+        err=True,
+    )
+    stopped, codes = run_workers(workers, host, port, _serve_worker, params)
+    failed = [(i + 1, c) for i, c in enumerate(codes) if c not in (0, -2, -15)]
+    if stopped:
+        click.echo(f"osumem serve: stopped by {stopped}; workers ended", err=True)
+    if failed:
+        shown = ", ".join(f"worker {i} exit code {c}" for i, c in failed)
+        raise click.ClickException(f"osumem serve: {shown}; the other workers were stopped")
+
+
+def _serve_worker(params: dict[str, Any], sock: Any, index: int, count: int) -> None:
+    """One worker process of ``osumem serve --workers``: the server on ``sock``; exits
+    with status 1 and the error's line on a library error (as the command does)."""
+    from osumem.errors import OSUMemError
+
+    try:
+        _serve(**params, sockets=[sock], worker=f"worker {index + 1}/{count}")
+    except OSUMemError as exc:
+        click.echo(f"osumem serve: worker {index + 1}/{count}: {exc}", err=True)
+        sys.exit(1)
+
+
+def _serve(
     store: Path | str,
     transport: str,
     host: str,
@@ -180,11 +239,10 @@ def serve_cmd(
     max_per_client: int,
     http_protocol: str,
     log_level: str,
+    sockets: list[Any] | None = None,
+    worker: str | None = None,
 ) -> None:
-    """Serve a memory store to agents: MCP tools (stdio or streamable HTTP) and an HTTP
-    JSON API. The store is opened and the encoder loaded once; writes go through one
-    writer and are acknowledged after they commit."""
-    _need_serve_extra()
+    """The server (one process; ``sockets`` and ``worker`` for one of ``--workers``)."""
     from osumem.memory.blas import limit_process
     from osumem.serve.auth import TokenTable, load_tokens
     from osumem.serve.run import (
@@ -235,12 +293,21 @@ def serve_cmd(
             run_stdio(svc)
         else:
             auth = f"{len(tokens.grants)} token(s)" if tokens.enabled else "NO AUTH (loopback only)"
+            who = f" ({worker})" if worker else ""
             click.echo(
-                f"osumem serve: http://{host}:{port} (MCP at /mcp), store {shown_store(store)}, "
-                f"encoder {svc.encoder_id}, {auth}",
+                f"osumem serve{who}: http://{host}:{port} (MCP at /mcp), store "
+                f"{shown_store(store)}, encoder {svc.encoder_id}, {auth}",
                 err=True,
             )
-            run_http(svc, tokens, host=host, port=port, log_level=log_level, settings=settings)
+            run_http(
+                svc,
+                tokens,
+                host=host,
+                port=port,
+                log_level=log_level,
+                settings=settings,
+                sockets=sockets,
+            )
     if stopped.name:
         click.echo(
             f"osumem serve: stopped by {stopped.name}; store {shown_store(store)} closed", err=True

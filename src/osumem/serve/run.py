@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from osumem.errors import ConfigError
 from osumem.serve.auth import TokenTable, is_loopback
@@ -160,9 +163,12 @@ def run_http(
     port: int = 8765,
     log_level: str = "warning",
     settings: HttpSettings | None = None,
+    sockets: list[socket.socket] | None = None,
 ) -> None:
     """Serve the HTTP JSON API with MCP at ``/mcp`` under uvicorn until interrupted,
-    behind a :class:`~osumem.serve.connections.ConnectionGuard`."""
+    behind a :class:`~osumem.serve.connections.ConnectionGuard`; on ``sockets`` (bound
+    and listening, shared with other worker processes) instead of binding ``host`` and
+    ``port``."""
     import uvicorn
 
     from osumem.serve.http_app import build_app
@@ -186,4 +192,63 @@ def run_http(
         timeout_graceful_shutdown=10,
         server_header=False,
     )
-    uvicorn.Server(config).run()
+    uvicorn.Server(config).run(sockets=sockets)
+
+
+#: Seconds a stopped worker process gets to finish its requests and close its store
+#: before it is killed.
+WORKER_STOP_S = 30.0
+
+
+def run_workers(
+    count: int,
+    host: str,
+    port: int,
+    target: Callable[[dict[str, Any], socket.socket, int, int], None],
+    params: dict[str, Any],
+) -> tuple[str | None, list[int]]:
+    """Bind ``host:port`` once and run ``count`` worker processes on it (started
+    fresh, ``spawn``: each opens its own store connection and memory), each as
+    ``target(params, sock, index, count)``; the kernel hands each new connection to
+    one of them. Returns when a signal stops the parent (SIGINT or SIGTERM: every
+    worker is asked to stop, as a single server is, and waited for) or when a worker
+    ends on its own (the others are stopped too): the signal's name, or ``None``, and
+    the workers' exit codes."""
+    import multiprocessing
+    from multiprocessing.connection import wait
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host, port), family=family, backlog=2048)
+    ctx = multiprocessing.get_context("spawn")
+    procs: list[Any] = []
+    stop: str | None = None
+    try:
+        with stop_on_signals() as stopped:
+            try:
+                for i in range(count):
+                    proc = ctx.Process(
+                        target=target,
+                        args=(params, sock, i, count),
+                        name=f"osumem-serve-{i + 1}",
+                    )
+                    proc.start()
+                    procs.append(proc)
+                sock.close()  # the workers hold it
+                wait([proc.sentinel for proc in procs])  # until one ends or a signal comes
+            finally:
+                sock.close()
+        stop = stopped.name
+    finally:
+        # the parent's stop signal, once, to every worker (each stops as a single
+        # server does: its requests finished, its store closed); SIGTERM otherwise
+        forward = signal.SIGINT if stop == "SIGINT" else signal.SIGTERM
+        for proc in procs:
+            if proc.is_alive() and proc.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, forward)
+        for proc in procs:
+            proc.join(WORKER_STOP_S)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+    return stop, [int(proc.exitcode or 0) for proc in procs]
