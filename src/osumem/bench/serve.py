@@ -18,6 +18,10 @@ Phases, in one run:
    requests/s is reported as a ratio to what the stack alone does on the same machine
    at the same time (the mean of the two echo runs);
 6. SIGKILL the server, reopen the store and count acknowledged adds that are missing.
+
+With ``workers`` above 1 the server runs ``osumem serve --workers``, and the echo
+endpoint as many uvicorn processes on one port: the same stack, scaled the same way.
+CPU per operation then counts every process of each server.
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ class ServeBenchConfig(FrozenConfig):
     #: the HTTP protocol of the server and of the echo endpoint alike (``osumem serve
     #: --http-protocol``; ``auto``: httptools when installed, else h11)
     http_protocol: str = "auto"
+    #: processes of the server (``osumem serve --workers``) and of the echo endpoint
+    workers: int = 1
     seed: int = 0
 
     config_name = "bench serve"
@@ -85,6 +91,7 @@ class ServeBenchConfig(FrozenConfig):
         "readers": Interval(int, 1, None),
         "inline_reads": Boolean(),
         "http_protocol": Options(HTTP_PROTOCOLS),
+        "workers": Interval(int, 1, 64),
     }
 
 
@@ -165,12 +172,37 @@ def _cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _tree_cpu_s(pid: int) -> float | None:
+    """CPU seconds of process ``pid`` and of its descendants alive now (a server's
+    worker processes); ``None`` without Linux's ``/proc``."""
+    own = _cpu_s(pid)
+    if own is None:
+        return None
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        at = frontier.pop()
+        for child, parent in parents.items():
+            if parent == at and child not in tree:
+                tree.add(child)
+                frontier.append(child)
+    return own + sum(_cpu_s(p) or 0.0 for p in tree - {pid})
+
+
 def _cpu_ms_per_op(pid: int, load: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """Run ``load`` and add to its result the CPU milliseconds process ``pid`` spent
-    per operation meanwhile (``None`` where that cannot be read)."""
-    before = _cpu_s(pid)
+    """Run ``load`` and add to its result the CPU milliseconds process ``pid`` and its
+    worker processes spent per operation meanwhile (``None`` where that cannot be
+    read)."""
+    before = _tree_cpu_s(pid)
     out = load()
-    after = _cpu_s(pid)
+    after = _tree_cpu_s(pid)
     ops = out["operations"]
     spent = None if before is None or after is None or not ops else after - before
     return out | {"server_cpu_ms_per_op": None if spent is None else spent / ops * 1000.0}
@@ -192,11 +224,16 @@ def _start_server(
         "--store", str(store), "--transport", "http", "--port", str(port),
         "--method", cfg.method, "--readers", str(readers),
         "--inline-reads" if cfg.inline_reads else "--thread-reads",
-        "--http-protocol", cfg.http_protocol,
+        "--http-protocol", cfg.http_protocol, "--workers", str(cfg.workers),
     ]  # fmt: skip
     env = {**os.environ, "OSUMEM_TOKEN": token}
     proc = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        cmd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: a SIGKILL reaches every worker
     )
     _wait_healthy(proc, url, "the server")
     return proc, url
@@ -205,8 +242,11 @@ def _start_server(
 #: The echo server: the routes the clients call, each answering with the request's
 #: own JSON body (an add's also with an empty ``step_ids``), under uvicorn as
 #: ``osumem serve`` runs (no server header, the same log level, the same HTTP
-#: protocol and event loop); argv[1] is the port, argv[2] the protocol.
+#: protocol and event loop); argv[1] is the port, argv[2] the protocol, argv[3] the
+#: processes on the port (forked once it is bound, before uvicorn starts).
 ECHO_SERVER = """
+import os
+import socket
 import sys
 import uvicorn
 from fastapi import FastAPI, Request
@@ -225,8 +265,12 @@ async def retrieve(namespace: str, request: Request):
 async def messages(namespace: str, request: Request):
     return {**(await request.json()), "step_ids": []}
 
-uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning",
-            server_header=False, http=sys.argv[2])
+sock = socket.create_server(("127.0.0.1", int(sys.argv[1])), backlog=2048)
+for _ in range(int(sys.argv[3]) - 1):
+    if os.fork() == 0:
+        break
+config = uvicorn.Config(app, log_level="warning", server_header=False, http=sys.argv[2])
+uvicorn.Server(config).run(sockets=[sock])
 """
 
 
@@ -242,21 +286,31 @@ def _wait_healthy(proc: subprocess.Popen[str], url: str, what: str) -> None:
                 return
         except httpx.HTTPError:
             time.sleep(0.25)
-    proc.kill()
+    _kill_group(proc)
     raise ConfigError(f"bench serve: {what} did not start within 600 s")
 
 
-def _start_echo(protocol: str) -> tuple[subprocess.Popen[str], str]:
+def _start_echo(protocol: str, workers: int = 1) -> tuple[subprocess.Popen[str], str]:
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-c", ECHO_SERVER, str(port), protocol],
+        [sys.executable, "-c", ECHO_SERVER, str(port), protocol, str(workers)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # its forked processes in its group: stopped together
     )
     url = f"http://127.0.0.1:{port}"
     _wait_healthy(proc, url, "the echo server")
     return proc, url
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL ``proc`` and every process of its group (its workers) and wait for it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
 
 
 def _echo_load(
@@ -392,7 +446,7 @@ def _run(cfg: ServeBenchConfig, folder: Path, say: Callable[[str], None]) -> dic
         worker.submit(mem.close).result()
         worker.shutdown()
 
-        echo_proc, echo_url = _start_echo(cfg.http_protocol)
+        echo_proc, echo_url = _start_echo(cfg.http_protocol, cfg.workers)
         try:
             say(f"{cfg.clients} concurrent clients against the echo endpoint")
             echo_before = _cpu_ms_per_op(
@@ -408,11 +462,9 @@ def _run(cfg: ServeBenchConfig, folder: Path, say: Callable[[str], None]) -> dic
                 echo_proc.pid, lambda: _echo_load(cfg, echo_url, route, base_queries, nonce)
             )
         finally:
-            echo_proc.kill()
-            echo_proc.wait(timeout=60)
+            _kill_group(echo_proc)
     finally:
-        proc.send_signal(signal.SIGKILL)  # no graceful shutdown: acknowledged adds must be on disk
-        proc.wait(timeout=60)
+        _kill_group(proc)  # no graceful shutdown: acknowledged adds must be on disk
     echo_rate = (echo_before["throughput_ops_s"] + echo_after["throughput_ops_s"]) / 2
 
     say("reopening the store after SIGKILL")
@@ -523,7 +575,8 @@ def render_report(result: dict[str, Any]) -> str:
         f"method {cfg['method']}, budget {cfg['budget']}, "
         f"{cfg.get('readers', ServeBenchConfig.readers)} server reader threads"
         + (", inline reads" if cfg.get("inline_reads") else "")
-        + f", HTTP protocol {cfg.get('http_protocol', 'auto')}",
+        + f", HTTP protocol {cfg.get('http_protocol', 'auto')}"
+        + (f", {cfg['workers']} worker processes" if cfg.get("workers", 1) > 1 else ""),
         "",
         "| path | n | p50 ms | p99 ms |",
         "|---|---:|---:|---:|",

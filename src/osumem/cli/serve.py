@@ -402,6 +402,10 @@ def _serve(
     "--kills", type=click.IntRange(0, 1000), default=20, show_default=True,
     help="With --store: SIGKILLs of one server during the load (each restarted).",
 )  # fmt: skip
+@click.option(
+    "--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+    help="Processes of the server (osumem serve --workers) and of the echo endpoint.",
+)  # fmt: skip
 @json_option("Print the results as JSON only.")
 @handle_errors
 def bench_serve_cmd(
@@ -423,6 +427,7 @@ def bench_serve_cmd(
     local_postgres: bool,
     servers: int,
     kills: int,
+    workers: int,
     as_json: bool,
 ) -> None:
     """Latency and throughput of `osumem serve` over loopback HTTP: in-process vs HTTP
@@ -453,6 +458,7 @@ def bench_serve_cmd(
         readers=readers,
         inline_reads=inline_reads,
         http_protocol=http_protocol,
+        workers=workers,
     )
     result = run_serve_bench(cfg, work_dir, progress=None if as_json else _progress)
     if as_json:
