@@ -9,10 +9,14 @@ load:
   digest, token count and encoding, the store's transaction, the cached view);
 * the floor: ``BEGIN IMMEDIATE``; ``INSERT INTO steps`` of that step's row (the same
   columns, the same embedding bytes, the next position) into the copy; ``COMMIT``, on a
-  plain ``sqlite3`` connection with the store's settings (WAL, ``synchronous=FULL``).
+  plain ``sqlite3`` connection with the store's settings (WAL, ``synchronous=FULL``);
+* the add's own statements, without the library's Python: the read before the add
+  (change counter, digest, held messages, step count), ``BEGIN IMMEDIATE``, the change
+  counter, the batch, step, metadata and digest rows, ``COMMIT``, on the same plain
+  connection (what the add costs if its Python cost nothing).
 
-Reported: CPU time (``time.process_time``) p50/p99 per add and per floor insert, their
-ratio, and where the add's CPU goes (a profile of ``--profile-adds`` more adds, split by
+Reported: CPU time (``time.process_time``) p50/p99 per add, per floor insert and per
+run of the add's statements, their ratios to the floor, and where the add's CPU goes (a profile of ``--profile-adds`` more adds, split by
 the part of the library that spends it). CPU, not wall time: on a shared machine the
 wall time measures the neighbours; the fsync of ``synchronous=FULL`` costs both sides
 the same wall time and little CPU.
@@ -39,7 +43,7 @@ from osumem.bench.serve import _percentiles as percentiles
 from osumem.bench.serve import generated_turn
 from osumem.memory import Memory
 from osumem.memory.backends.sqlite import sql
-from osumem.memory.backends.sqlite.rows import step_params
+from osumem.memory.backends.sqlite.rows import metadata_params, step_params
 from osumem.memory.rows import StepRow
 
 NAMESPACE = "agent"
@@ -113,12 +117,15 @@ def run(steps: int, adds: int, profile_adds: int, encoder: str, work: Path) -> d
     store = work / "add-floor.db"
     built = _build(store, steps, encoder)
     floor_path = work / "add-floor-plain.db"
+    statements_path = work / "add-floor-statements.db"  # its own copy: the floor's as before
     src = sqlite3.connect(str(store))
-    dst = sqlite3.connect(str(floor_path))
-    src.backup(dst)
+    for path in (floor_path, statements_path):
+        dst = sqlite3.connect(str(path))
+        src.backup(dst)
+        dst.close()
     src.close()
-    dst.close()
     floor = _floor_connection(floor_path)
+    plain = _floor_connection(statements_path)
     (next_id,) = floor.execute(sql.MAX_STEP_ID).fetchone()
     (next_pos,) = floor.execute(sql.N_STEPS, (NAMESPACE,)).fetchone()
 
@@ -129,6 +136,7 @@ def run(steps: int, adds: int, profile_adds: int, encoder: str, work: Path) -> d
         run = secrets.token_hex(4)  # new texts each run: a rerun on the kept store adds them
         add_cpu: list[float] = []
         floor_cpu: list[float] = []
+        statements_cpu: list[float] = []
         for i in range(adds):
             text = f"Passenger P{i % 500:03d} asks to move reservation R{i:05d} ({run}) to an aisle seat."
             t0 = time.process_time()
@@ -145,6 +153,10 @@ def run(steps: int, adds: int, profile_adds: int, encoder: str, work: Path) -> d
             floor.execute(sql.INSERT_STEP, params)
             floor.execute("COMMIT")
             floor_cpu.append(time.process_time() - t0)
+            digest = f"sha256:{secrets.token_hex(32)}"
+            t0 = time.process_time()
+            _statements(plain, next_id, next_pos - 1, row, emb, digest)
+            statements_cpu.append(time.process_time() - t0)
         profile = cProfile.Profile(time.process_time)  # CPU, as the timings
         t0 = time.process_time()
         profile.enable()
@@ -155,17 +167,36 @@ def run(steps: int, adds: int, profile_adds: int, encoder: str, work: Path) -> d
     finally:
         mem.close()
         floor.close()
+        plain.close()
     a, f = _percentiles(add_cpu), _percentiles(floor_cpu)
+    st = _percentiles(statements_cpu)
     return {
         "steps_before": built,
         "encoder": encoder,
         "add_cpu": a,
         "floor_cpu": f,
+        "statements_cpu": st,
         "p50_ratio": a["p50_ms"] / f["p50_ms"],
         "p99_ratio": a["p99_ms"] / f["p99_ms"],
+        "statements_p50_ratio": st["p50_ms"] / f["p50_ms"],
         "where_the_add_goes": _parts(profile, profiled),
         "profiled_adds": profile_adds,
     }
+
+
+def _statements(
+    conn: sqlite3.Connection, step_id: int, pos: int, row: StepRow, emb: Any, digest: str
+) -> None:
+    """The statements one add of one step runs (``SQLiteStore.add_context``, then the
+    append inside its transaction), on a plain connection."""
+    conn.execute(sql.add_context(True, True), (NAMESPACE, digest)).fetchone()
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute(sql.DATA_VERSION).fetchone()
+    batch = conn.execute(sql.INSERT_BATCH, (NAMESPACE, pos + 1)).lastrowid or 0
+    conn.execute(sql.INSERT_STEP, step_params(step_id, NAMESPACE, pos, batch, row, emb))
+    conn.execute(sql.INSERT_METADATA, metadata_params(step_id, row.stamped("{}", time.time())))
+    conn.execute(sql.INSERT_DIGEST, (NAMESPACE, digest, pos + 1))
+    conn.execute("COMMIT")
 
 
 def _last_row(mem: Memory) -> tuple[StepRow, Any]:
@@ -188,7 +219,7 @@ def _last_row(mem: Memory) -> tuple[StepRow, Any]:
 
 
 def render(result: dict[str, Any]) -> str:
-    a, f = result["add_cpu"], result["floor_cpu"]
+    a, f, st = result["add_cpu"], result["floor_cpu"], result["statements_cpu"]
     lines = [
         f"add vs plain sqlite3 insert at {result['steps_before']} steps "
         f"(encoder {result['encoder']}), CPU per call:",
@@ -199,8 +230,11 @@ def render(result: dict[str, Any]) -> str:
         f"{a['max_ms']:.3f} |",
         f"| sqlite3 INSERT of the row (floor) | {f['n']} | {f['p50_ms']:.3f} | "
         f"{f['p99_ms']:.3f} | {f['max_ms']:.3f} |",
+        f"| the add's statements alone (sqlite3) | {st['n']} | {st['p50_ms']:.3f} | "
+        f"{st['p99_ms']:.3f} | {st['max_ms']:.3f} |",
         "",
-        f"ratio: p50 {result['p50_ratio']:.2f}x, p99 {result['p99_ratio']:.2f}x",
+        f"ratio: p50 {result['p50_ratio']:.2f}x, p99 {result['p99_ratio']:.2f}x; "
+        f"the add's statements alone: p50 {result['statements_p50_ratio']:.2f}x the floor",
         "",
         f"where an add's CPU goes ({result['profiled_adds']} profiled adds; cProfile inflates "
         "Python-heavy parts):",
