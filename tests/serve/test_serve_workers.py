@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from osumem.bench.serve import _cpu_s, descendants
 from osumem.memory import open_store
 from serve_helpers import OSUMEM, Server, httpx, serve_env, turn
 
@@ -22,27 +23,18 @@ pytestmark = [
 
 
 def _children(pid: int) -> list[int]:
-    """The live child processes of ``pid`` that run a worker."""
+    """The live processes below ``pid`` that run a worker (a zombie has no command
+    line)."""
     out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for proc in descendants(pid):
         try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
+            with open(f"/proc/{proc}/cmdline", "rb") as f:
                 cmd = f.read()
         except OSError:
             continue
-        if int(fields[1]) == pid and fields[0] != "Z" and b"spawn_main" in cmd:
-            out.append(int(entry))
+        if b"spawn_main" in cmd:
+            out.append(proc)
     return out
-
-
-def _cpu_ticks(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])
 
 
 def _workers(srv: Server, n: int) -> list[int]:
@@ -60,7 +52,7 @@ def test_every_worker_answers_with_every_acknowledged_add(tmp_path):
     srv = Server(store, None, "--no-auth", "--workers", "2")
     try:
         workers = _workers(srv, 2)
-        before = [_cpu_ticks(w) for w in workers]
+        before = [_cpu_s(w) for w in workers]
         for k in range(6):
             with httpx.Client(base_url=srv.url, timeout=30) as c:  # a new connection each
                 r = c.post("/v1/namespaces/t/messages", json={"messages": turn(k)})
@@ -75,7 +67,7 @@ def test_every_worker_answers_with_every_acknowledged_add(tmp_path):
                     texts = " ".join(s["text"] for s in r.json()["steps"])
                     assert f"R{k}:" in texts or f"R{k} " in texts, texts
         # both answered some of the 30 connections (each spent CPU on requests)
-        assert all(_cpu_ticks(w) > t for w, t in zip(workers, before, strict=True))
+        assert all((_cpu_s(w) or 0) > (t or 0) for w, t in zip(workers, before, strict=True))
         srv.proc.send_signal(signal.SIGTERM)
         _, err = srv.proc.communicate(timeout=90)
         assert srv.proc.returncode == 0, err

@@ -26,6 +26,7 @@ CPU per operation then counts every process of each server.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -172,28 +173,36 @@ def _cpu_s(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def descendants(pid: int) -> set[int]:
+    """The processes alive now below process ``pid`` (a server's worker processes and
+    theirs), from Linux's ``/proc``; empty without it."""
+    children: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        parent = int(f.read().rsplit(")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                children.setdefault(parent, []).append(int(entry))
+    found: set[int] = set()
+    frontier = [pid]
+    while frontier:
+        for child in children.get(frontier.pop(), []):
+            if child not in found:
+                found.add(child)
+                frontier.append(child)
+    return found
+
+
 def _tree_cpu_s(pid: int) -> float | None:
     """CPU seconds of process ``pid`` and of its descendants alive now (a server's
     worker processes); ``None`` without Linux's ``/proc``."""
     own = _cpu_s(pid)
     if own is None:
         return None
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-    tree, frontier = {pid}, [pid]
-    while frontier:
-        at = frontier.pop()
-        for child, parent in parents.items():
-            if parent == at and child not in tree:
-                tree.add(child)
-                frontier.append(child)
-    return own + sum(_cpu_s(p) or 0.0 for p in tree - {pid})
+    return own + sum(_cpu_s(p) or 0.0 for p in descendants(pid))
 
 
 def _cpu_ms_per_op(pid: int, load: Callable[[], dict[str, Any]]) -> dict[str, Any]:

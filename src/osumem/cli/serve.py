@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -196,7 +197,8 @@ def _serve_in_workers(workers: int, params: dict[str, Any]) -> None:
         err=True,
     )
     stopped, codes = run_workers(workers, host, port, _serve_worker, params)
-    failed = [(i + 1, c) for i, c in enumerate(codes) if c not in (0, -2, -15)]
+    stopped_codes = (0, -signal.SIGINT, -signal.SIGTERM)  # ended as asked
+    failed = [(i + 1, c) for i, c in enumerate(codes) if c not in stopped_codes]
     if stopped:
         click.echo(f"osumem serve: stopped by {stopped}; workers ended", err=True)
     if failed:
@@ -209,10 +211,11 @@ def _serve_worker(params: dict[str, Any], sock: Any, index: int, count: int) -> 
     with status 1 and the error's line on a library error (as the command does)."""
     from osumem.errors import OSUMemError
 
+    worker = f"worker {index + 1}/{count}"
     try:
-        _serve(**params, sockets=[sock], worker=f"worker {index + 1}/{count}")
+        _serve(**params, sockets=[sock], worker=worker)
     except OSUMemError as exc:
-        click.echo(f"osumem serve: worker {index + 1}/{count}: {exc}", err=True)
+        click.echo(f"osumem serve: {worker}: {exc}", err=True)
         sys.exit(1)
 
 

@@ -233,10 +233,9 @@ def run_workers(
                     )
                     proc.start()
                     procs.append(proc)
-                sock.close()  # the workers hold it
-                wait([proc.sentinel for proc in procs])  # until one ends or a signal comes
             finally:
-                sock.close()
+                sock.close()  # the workers hold it
+            wait([proc.sentinel for proc in procs])  # until one ends or a signal comes
         stop = stopped.name
     finally:
         # the parent's stop signal, once, to every worker (each stops as a single

@@ -181,7 +181,7 @@ class SQLiteStore(SQLiteEdits):
         if own and memo is not None and memo[0] == conn.transactions:
             return memo[1]
         version = int(conn.execute(sql.DATA_VERSION).fetchone()[0])
-        if own and conn.in_own_transaction and not conn.read_only:
+        if own and not conn.read_only:
             self._tx_version = (conn.transactions, version)
         return version
 
