@@ -18,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -208,6 +210,45 @@ def test_a_joined_append_belongs_to_the_enclosing_block(location):
         assert data.view.n == 2 and data.batch_ends == (1, 2) and store.has_digest("ns", "d")
         assert list(data.view.texts) == [row(0).text, row(2).text]
         assert store.integrity_problems() == []
+
+
+def test_threads_sharing_a_store_keep_their_own_transactions(location):
+    """A store object shared by threads (a server's store thread and its readers): a
+    write of one thread while another thread's transaction is open is not part of it
+    (that transaction's rollback keeps it) and leaves no transaction open; a snapshot
+    save meanwhile neither raises nor waits for it."""
+
+    class Boom(Exception):
+        pass
+
+    snap = SnapshotRow(1, "k", "f", "c", b"p")
+    with open_store(location) as store:
+        opened, outcome = threading.Event(), {}
+
+        def other() -> None:
+            try:
+                with store.transaction("a"):
+                    store.append("a", [row(0)], vectors(1), encoder_id="e")
+                    opened.set()
+                    time.sleep(0.3)  # the main thread's writes start meanwhile
+                    raise Boom
+            except Boom:
+                outcome["rolled back"] = True
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        assert opened.wait(10)
+        t0 = time.monotonic()
+        saved = store.save_snapshot("b", snap)  # True or skipped (False), never raised
+        assert time.monotonic() - t0 < 0.25
+        store.append("b", [row(1)], vectors(1), encoder_id="e")
+        thread.join(10)
+        assert outcome == {"rolled back": True}
+        assert not store.in_transaction
+        assert store.n_steps("a") == 0 and store.n_steps("b") == 1
+        assert (store.snapshot("b") == snap) is saved
+        store.append("a", [row(2)], vectors(1), encoder_id="e")  # not wedged
+        assert store.n_steps("a") == 1 and store.integrity_problems() == []
 
 
 def test_read_only_opens_answer_and_refuse_writes(location):

@@ -1,17 +1,25 @@
-"""A SQLite store shared by threads: a server's reader threads read the store's change
-counter while its store thread writes (``MemoryService._follow``). A read from another
-thread must not stand for the writer's own read inside its transaction: the writer
-would miss a commit another process made just before its transaction began, and reuse
-the next position its last add left (a ``UNIQUE`` failure on the batch end, or, without
-that constraint, steps written over another writer's positions)."""
+"""A SQLite store shared by threads (a server's store thread and its reader threads on
+one connection).
+
+- The change counter: readers read it while the store thread writes. A read from
+  another thread must not stand for the writer's own read inside its transaction: the
+  writer would miss a commit another process made just before its transaction began,
+  and reuse the next position its last add left (a ``UNIQUE`` failure on the batch
+  end, or, without that constraint, steps written over another writer's positions).
+- Transactions: threads write in turn; one thread's statements never land in another
+  thread's open transaction."""
 
 from __future__ import annotations
 
 import threading
 from typing import Any
 
-from osumem.memory import Memory
+import pytest
+
+from osumem.errors import StoreBusyError
+from osumem.memory import Memory, open_store
 from osumem.memory.backends.sqlite import sql
+from osumem.memory.rows import SnapshotRow
 
 ENC = "hashing:d32"
 
@@ -104,3 +112,63 @@ def test_a_write_refused_for_an_older_snapshot_says_so(tmp_path):
         b.close()
     assert isinstance(err, StoreBusyError)
     assert "older state of the file" in str(err) and "30 s" not in str(err)
+
+
+def test_snapshot_saves_of_reader_threads_never_wedge_the_connection(tmp_path):
+    """A server's readers store the snapshots encoded for their namespaces, several at
+    once on the one connection. Each save is its own transaction: one begun while
+    another thread's is open is skipped (a snapshot is a cache), and no thread's
+    ``BEGIN`` or ``COMMIT`` lands in another's (which left the connection inside a
+    transaction nobody would end: every later add failed)."""
+    with Memory.open(tmp_path / "m.db", encoder=ENC) as mem:
+        names = ["a", "b", "c", "d"]
+        for ns in names:
+            mem.add(f"hello {ns}", namespace=ns)
+        store = mem.store
+        raised: list[BaseException] = []
+        start = threading.Barrier(len(names))
+
+        def saves(ns: str) -> None:
+            start.wait(10)
+            try:
+                for _ in range(150):
+                    store.save_snapshot(ns, SnapshotRow(1, "cfg", "fp", "ck", b"x" * 20_000))
+            except BaseException as exc:  # reported below
+                raised.append(exc)
+
+        threads = [threading.Thread(target=saves, args=(ns,)) for ns in names]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert raised == []
+        assert not store.in_transaction and not store.conn.raw.in_transaction
+        assert mem.add("after the saves", namespace="a")  # not wedged
+        assert {ns: mem.n_steps(ns) for ns in names} == {"a": 2, "b": 1, "c": 1, "d": 1}
+
+
+def test_a_thread_waits_for_another_threads_transaction_then_says_so(tmp_path):
+    """A write waits for another thread's open transaction on the same connection as
+    for another process's lock: at most the store's timeout, then a busy error that
+    names the other thread."""
+    store = open_store(tmp_path / "m.db", timeout=0.2)
+    try:
+        opened, done = threading.Event(), threading.Event()
+
+        def holder() -> None:
+            with store.transaction():
+                opened.set()
+                done.wait(10)
+
+        thread = threading.Thread(target=holder)
+        thread.start()
+        assert opened.wait(10)
+        try:
+            with pytest.raises(StoreBusyError, match="another thread of this process"):
+                store.discard_pending("ns")
+        finally:
+            done.set()
+            thread.join(10)
+        assert store.discard_pending("ns") == []  # free again
+    finally:
+        store.close()

@@ -223,6 +223,12 @@ class Connection:
         #: another thread sharing the connection (a server's readers) may read, but
         #: what it reads is not the writer's own read inside its transaction
         self._owner: int | None = None
+        #: held by the thread whose write transaction is open, from its ``BEGIN`` to
+        #: its ``COMMIT`` or ``ROLLBACK``: threads sharing the connection write in turn
+        #: (another thread's ``BEGIN`` would fail inside the open transaction, or its
+        #: writes would become part of it), a thread waiting for another as it would
+        #: for another process's lock
+        self._writer = threading.RLock()
         #: set by a write that deleted content: the commit then checkpoints the WAL
         #: into the file and truncates it, so no old page image stays in the -wal file
         self.scrub_on_commit = False
@@ -375,58 +381,101 @@ class Connection:
         exception; nested calls become savepoints of the outer one, except a
         ``joined`` one: its block is part of the open transaction's own unit of
         rollback (an error raised in it leaves the enclosing block too), so it opens
-        nothing (no savepoint, whose statement journal costs a temporary file)."""
+        nothing (no savepoint, whose statement journal costs a temporary file).
+
+        A transaction of another thread sharing the connection is not an outer one:
+        this one waits for it to end (at most the connection's ``timeout``, then
+        :class:`~osumem.errors.StoreBusyError`) and begins its own."""
         conn = self.raw
         if self.read_only:
             raise StoreReadOnlyError(f"{self.name}: opened read-only, cannot write")
-        nested = self._depth > 0
+        nested = self.in_own_transaction
         if nested and joined:
             yield
             return
+        if nested:
+            yield from self._savepoint(conn)
+            return
+        self._take_writer(self.timeout)
         try:
-            conn.execute(f"SAVEPOINT sp{self._depth}" if nested else "BEGIN IMMEDIATE")
+            yield from self._outermost(conn)
+        finally:
+            self._writer.release()
+
+    def _take_writer(self, timeout: float) -> None:
+        """Hold the connection's writer lock (waiting at most ``timeout`` seconds for
+        another thread's transaction to end)."""
+        wait = -1.0 if timeout >= threading.TIMEOUT_MAX else timeout
+        if not self._writer.acquire(timeout=wait):
+            raise StoreBusyError(
+                f"{self.name}: busy: another thread of this process held a write "
+                f"transaction for more than {timeout:g} s; retry later"
+            )
+
+    def _savepoint(self, conn: sqlite3.Connection) -> Iterator[None]:
+        """A savepoint inside this thread's open transaction."""
+        try:
+            conn.execute(f"SAVEPOINT sp{self._depth}")
         except sqlite3.Error as exc:
             raise self.translate(exc) from exc
         self._depth += 1
-        if not nested:
-            self.transactions += 1
-            self._owner = threading.get_ident()
         try:
             yield
         except BaseException:
             self._depth -= 1
             self.rollbacks += 1
-            if not nested:
-                self.scrub_on_commit = False
-                self._owner = None
             try:
-                if nested:
-                    conn.execute(f"ROLLBACK TO sp{self._depth}")
-                    conn.execute(f"RELEASE sp{self._depth}")
-                elif conn.in_transaction:
+                conn.execute(f"ROLLBACK TO sp{self._depth}")
+                conn.execute(f"RELEASE sp{self._depth}")
+            except sqlite3.Error:
+                pass  # the original error is the one to report
+            raise
+        self._depth -= 1
+        try:
+            conn.execute(f"RELEASE sp{self._depth}")
+        except sqlite3.Error as exc:
+            self.rollbacks += 1
+            raise self.translate(exc) from exc
+
+    def _outermost(self, conn: sqlite3.Connection) -> Iterator[None]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT`` (the writer lock held by the caller)."""
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise self.translate(exc) from exc
+        self._depth += 1
+        self.transactions += 1
+        self._owner = threading.get_ident()
+        try:
+            yield
+        except BaseException:
+            self._depth -= 1
+            self.rollbacks += 1
+            self.scrub_on_commit = False
+            self._owner = None
+            try:
+                if conn.in_transaction:
                     conn.execute("ROLLBACK")
             except sqlite3.Error:
                 pass  # the original error is the one to report
             raise
         self._depth -= 1
-        if not nested:
-            self._owner = None
+        self._owner = None
         try:
-            conn.execute(f"RELEASE sp{self._depth}" if nested else "COMMIT")
+            conn.execute("COMMIT")
         except sqlite3.Error as exc:
             err = self.translate(exc)
             self.rollbacks += 1
-            if not nested and conn.in_transaction:
+            if conn.in_transaction:
                 with suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
             raise err from exc
-        if not nested:
-            self._commits += 1
-            if self.scrub_on_commit:
-                self.scrub_on_commit = False
-                self.checkpoint(truncate=True)
-            elif self._commits % CHECKPOINT_EVERY == 0:
-                self._checkpoint_behind()
+        self._commits += 1
+        if self.scrub_on_commit:
+            self.scrub_on_commit = False
+            self.checkpoint(truncate=True)
+        elif self._commits % CHECKPOINT_EVERY == 0:
+            self._checkpoint_behind()
 
     @property
     def in_transaction(self) -> bool:
@@ -440,16 +489,23 @@ class Connection:
     @contextmanager
     def without_waiting(self) -> Iterator[None]:
         """Inside, a lock held by another writer fails at once instead of waiting
-        (``busy_timeout`` 0; only outside a transaction)."""
-        outer = self._depth == 0
-        if outer:
-            self.raw.execute("PRAGMA busy_timeout = 0")
-        try:
+        (``busy_timeout`` 0; only outside a transaction): another process's lock, and
+        another thread's transaction on this connection
+        (:class:`~osumem.errors.StoreBusyError`)."""
+        if self.in_own_transaction:
             yield
+            return
+        self._take_writer(0.0)
+        try:
+            self.raw.execute("PRAGMA busy_timeout = 0")
+            try:
+                yield
+            finally:
+                if self._raw is not None:
+                    with suppress(sqlite3.Error):
+                        self._raw.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
         finally:
-            if outer and self._raw is not None:
-                with suppress(sqlite3.Error):
-                    self._raw.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
+            self._writer.release()
 
     def checkpoint(self, *, truncate: bool = False) -> None:
         """Copy the write-ahead log into the database file (``PASSIVE``, or ``TRUNCATE``
