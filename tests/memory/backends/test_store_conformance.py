@@ -214,9 +214,10 @@ def test_a_joined_append_belongs_to_the_enclosing_block(location):
 
 def test_threads_sharing_a_store_keep_their_own_transactions(location):
     """A store object shared by threads (a server's store thread and its readers): a
-    write of one thread while another thread's transaction is open is not part of it
-    (that transaction's rollback keeps it) and leaves no transaction open; a snapshot
-    save meanwhile neither raises nor waits for it."""
+    thread is not inside another thread's transaction (``in_transaction`` is its own);
+    its write while another thread's transaction is open is not part of it (that
+    transaction's rollback keeps it) and leaves no transaction open; a snapshot save
+    meanwhile neither raises nor waits for it."""
 
     class Boom(Exception):
         pass
@@ -238,6 +239,7 @@ def test_threads_sharing_a_store_keep_their_own_transactions(location):
         thread = threading.Thread(target=other)
         thread.start()
         assert opened.wait(10)
+        assert not store.in_transaction  # the other thread's, not this one's
         t0 = time.monotonic()
         saved = store.save_snapshot("b", snap)  # True or skipped (False), never raised
         assert time.monotonic() - t0 < 0.25

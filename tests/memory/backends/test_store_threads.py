@@ -14,14 +14,26 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import numpy as np
 import pytest
 
 from osumem.errors import StoreBusyError
 from osumem.memory import Memory, open_store
 from osumem.memory.backends.sqlite import sql
-from osumem.memory.rows import SnapshotRow
+from osumem.memory.rows import SnapshotRow, StepRow
 
 ENC = "hashing:d32"
+ROW = StepRow(
+    role="user",
+    text="user: hello",
+    tool_action="",
+    arguments_json="{}",
+    tool_signature="",
+    entities=(),
+    subgoal="",
+    source="",
+    cost=2,
+)
 
 
 def test_a_change_counter_read_in_another_thread_is_not_the_writers(tmp_path):
@@ -170,5 +182,35 @@ def test_a_thread_waits_for_another_threads_transaction_then_says_so(tmp_path):
             done.set()
             thread.join(10)
         assert store.discard_pending("ns") == []  # free again
+    finally:
+        store.close()
+
+
+def test_an_encoder_seen_inside_another_threads_transaction_is_not_kept(tmp_path):
+    """The threads share the connection, so a read of one sees another thread's
+    uncommitted first add (its encoder id and dimension). The store keeps the pair it
+    reads only when no transaction is open: rolled back, the store has none again."""
+    store = open_store(tmp_path / "m.db")
+    try:
+        opened, release = threading.Event(), threading.Event()
+
+        def first_add() -> None:
+            try:
+                with store.transaction():
+                    store.append("ns", [ROW], np.full((1, 4), 0.5, np.float32), encoder_id="e")
+                    opened.set()
+                    release.wait(10)
+                    raise RuntimeError("rolled back")
+            except RuntimeError:
+                pass
+
+        thread = threading.Thread(target=first_add)
+        thread.start()
+        assert opened.wait(10)
+        seen = (store.encoder_id, store.dim)  # read inside the other's transaction
+        release.set()
+        thread.join(10)
+        assert seen == ("e", 4)
+        assert (store.encoder_id, store.dim) == ("", 0)
     finally:
         store.close()

@@ -152,9 +152,15 @@ class MemoryStore(ABC, metaclass=_Constructible):
         if not value.isdigit():
             raise StoreCorruptError(f"{self.name}: corrupt: meta 'dim' is {value!r}")
         pair = (meta.get("model_id", ""), int(value))
-        if pair[0] and not self.in_transaction:
+        if pair[0] and not self._sees_uncommitted:
             self._fixed_encoder = pair
         return pair
+
+    @property
+    def _sees_uncommitted(self) -> bool:
+        """Whether a read now may see writes not committed yet: inside this thread's
+        own transaction (a backend whose threads share a connection: inside any)."""
+        return self.in_transaction
 
     @property
     def encoder_id(self) -> str:

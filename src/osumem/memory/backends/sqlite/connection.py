@@ -479,12 +479,20 @@ class Connection:
 
     @property
     def in_transaction(self) -> bool:
-        return self._depth > 0
+        """Whether the calling thread is inside its own transaction (as a Postgres
+        store, whose threads each have their own connection, answers)."""
+        return self.in_own_transaction
 
     @property
     def in_own_transaction(self) -> bool:
         """Whether the calling thread began the open transaction."""
         return self._depth > 0 and self._owner == threading.get_ident()
+
+    @property
+    def in_any_transaction(self) -> bool:
+        """Whether any thread's transaction is open on the connection (a read of
+        another thread then sees its writes before they are committed)."""
+        return self._depth > 0
 
     @contextmanager
     def without_waiting(self) -> Iterator[None]:

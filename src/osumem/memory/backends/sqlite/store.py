@@ -166,6 +166,12 @@ class SQLiteStore(SQLiteEdits):
         with self.conn.transaction():
             yield
 
+    @property
+    def _sees_uncommitted(self) -> bool:
+        # the threads share one connection: another thread's open transaction is
+        # visible to this thread's reads
+        return bool(self.conn.in_any_transaction)
+
     # --- meta -------------------------------------------------------------------------
 
     @guarded
