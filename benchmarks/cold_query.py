@@ -15,6 +15,7 @@ repository root with the virtual environment in ``.venv`` on an idle machine.
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import statistics
 import subprocess
@@ -54,6 +55,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=900)
     ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--json", action="store_true", help="print the medians and ratios as JSON")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         db = Path(d) / "q.db"
@@ -69,14 +71,18 @@ def main() -> None:
         k: (statistics.median(c for c, _ in v), statistics.median(w for _, w in v))
         for k, v in results.items()
     }
+    ratio_cpu, ratio_wall = med["query"][0] / med["numpy"][0], med["query"][1] / med["numpy"][1]
+    if args.json:
+        out = {k: {"cpu_ms": cpu * 1000, "wall_ms": wall * 1000} for k, (cpu, wall) in med.items()}
+        print(
+            json.dumps({**out, "runs": args.runs, "ratio_cpu": ratio_cpu, "ratio_wall": ratio_wall})
+        )
+        return
     for k, (cpu, wall) in med.items():
         print(
             f"{k:6s} CPU {cpu * 1000:7.1f} ms   wall {wall * 1000:7.1f} ms   (median of {args.runs})"
         )
-    print(
-        f"ratio query / import numpy: CPU {med['query'][0] / med['numpy'][0]:.2f}x, "
-        f"wall {med['query'][1] / med['numpy'][1]:.2f}x"
-    )
+    print(f"ratio query / import numpy: CPU {ratio_cpu:.2f}x, wall {ratio_wall:.2f}x")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ docs/decisions.md ("No stalls in the agent loop").
 from __future__ import annotations
 
 import argparse
+import json
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -62,6 +63,10 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=25_000)
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--queries", type=int, default=400)
+    ap.add_argument("--ks", default="32,64,128,512", help="comma-separated k values")
+    ap.add_argument(
+        "--json", action="store_true", help="print the recalls as JSON (set → k → tier)"
+    )
     args = ap.parse_args()
     threadpool_limits(1)
     data = generate(args.n, args.dim, 0, args.queries)
@@ -70,17 +75,44 @@ def main() -> None:
         "gaussian": _gaussian(args.n, args.dim, 1),
     }
     real = step_index.clear_share
+    out: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
     for name, (view, queries) in sets.items():
-        for k in (32, 64, 128, 512):
-            for tier, rec in sorted(_tiers(view, queries, k).items()):
-                print(
-                    f"{name} k={k} {tier}: {len(rec)} answers, recall mean "
-                    f"{np.mean(rec):.4f} min {np.min(rec):.3f}"
-                )
+        for k in (int(k) for k in args.ks.split(",")):
+            tiers = _tiers(view, queries, k)
+            every = [r for rec in tiers.values() for r in rec]
+            row = {
+                tier: {"answers": len(rec), "mean": float(np.mean(rec)), "min": float(np.min(rec))}
+                for tier, rec in sorted(tiers.items())
+            }
+            row["all"] = {
+                "answers": len(every),
+                "mean": float(np.mean(every)),
+                "min": float(np.min(every)),
+            }
             step_index.clear_share = lambda *a: 1.0  # the safeguard off
             off = [r for rec in _tiers(view, queries, k).values() for r in rec]
             step_index.clear_share = real
-            print(f"{name} k={k} without the safeguard: recall mean {np.mean(off):.4f}")
+            row["without_safeguard"] = {
+                "answers": len(off),
+                "mean": float(np.mean(off)),
+                "min": float(np.min(off)),
+            }
+            out.setdefault(name, {})[str(k)] = row
+            if args.json:
+                continue
+            for tier, r in row.items():
+                if tier in ("all", "without_safeguard"):
+                    continue
+                print(
+                    f"{name} k={k} {tier}: {r['answers']} answers, recall mean "
+                    f"{r['mean']:.4f} min {r['min']:.3f}"
+                )
+            print(
+                f"{name} k={k} without the safeguard: recall mean "
+                f"{row['without_safeguard']['mean']:.4f}"
+            )
+    if args.json:
+        print(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

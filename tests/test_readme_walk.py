@@ -5,26 +5,16 @@ test command is CI's."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
+from script_helpers import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _walker():
-    spec = importlib.util.spec_from_file_location(
-        "readme_walk", ROOT / "scripts" / "readme_walk.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["readme_walk"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-walk = _walker()
+walk = load_script("scripts/readme_walk.py")
 
 
 def test_the_readme_test_command_is_the_one_ci_runs():
