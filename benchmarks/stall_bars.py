@@ -254,7 +254,9 @@ def run_group(name: str, work: Path, bulk_file: str | None) -> tuple[list[Verdic
         ], last
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["(no output)"]
-        raise SystemExit(f"stall bars: {name} failed (exit {done.returncode}): {tail[0]}")
+        failed = f"the command failed (exit {done.returncode}): {tail[0]}"
+        print(f"stall bars: {name}: {failed}", file=sys.stderr, flush=True)
+        return [(f"{name}: every bar of the group", failed, False)], {"failed": failed}
     text = (folder / json_file).read_text() if json_file else done.stdout
     result = json.loads(text)
     return verdicts(result), result

@@ -75,6 +75,19 @@ def test_the_other_bars_at_their_thresholds(bars):
 def test_the_bulk_bar_needs_a_file_and_groups_are_checked(bars, tmp_path, capsys):
     verdicts, raw = bars.run_group("bulk", tmp_path, None)
     assert raw is None and verdicts[0][1] == "not run: needs --bulk-file" and not verdicts[0][2]
+    # a command that fails is a failed row, and the run goes on
+    bars.GROUPS["broken"] = (
+        lambda out, bulk: [sys.executable, "-c", "raise SystemExit(3)"],
+        None,
+        bars.cold_verdicts,
+    )
+    try:
+        verdicts, raw = bars.run_group("broken", tmp_path, None)
+    finally:
+        del bars.GROUPS["broken"]
+    assert verdicts == [
+        ("broken: every bar of the group", "the command failed (exit 3): (no output)", False)
+    ]
     sys_argv = sys.argv
     sys.argv = ["stall_bars.py", "--only", "scale,nonsense"]
     try:
