@@ -75,6 +75,38 @@ def test_reads_follow_writes_to_the_same_namespace(tmp_path):
                 assert f"R{k}" in got.render()
 
 
+def test_only_the_writes_take_background_work(tmp_path, monkeypatch):
+    """Taking a built similarity refresh changes a namespace's structure in place, so
+    the service's retrieves (several threads at once) never take it: its writes do,
+    under the exclusive lock, for every method it answers with."""
+    from osumem.retrieve.osumem import OSUMem
+
+    taken_in: set[str] = set()
+    real = OSUMem.apply_ready
+
+    def apply_ready(self: OSUMem) -> None:
+        taken_in.add(threading.current_thread().name)
+        real(self)
+
+    monkeypatch.setattr(OSUMem, "apply_ready", apply_ready)
+    with MemoryService(tmp_path / "bg.db", encoder="hashing:d64", readers=2) as svc:
+        for k in range(6):
+            svc.add_messages("ns", turn(k))
+            for method in (None, "osumem_adaptive"):
+                threads = [
+                    threading.Thread(
+                        target=svc.retrieve, args=(f"reservation R{k}", 40),
+                        kwargs={"namespace": "ns", "method": method},
+                    )
+                    for _ in range(3)
+                ]  # fmt: skip
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(60)
+    assert taken_in and {name.split("_")[0] for name in taken_in} == {"osumem-store"}
+
+
 def test_limits_and_typed_errors(tmp_path):
     limits = ServiceLimits(max_budget=100, max_messages=3, max_query_chars=20, max_methods=0)
     with MemoryService(tmp_path / "l.db", encoder="hashing:d64", limits=limits) as svc:

@@ -53,6 +53,20 @@ class MemoryCore:
         self.follow_writers = True
 
     @property
+    def take_background_work(self) -> bool:
+        """Whether a call takes the background work that is done, such as a similarity
+        refresh built on a thread after an add went past it (the default: the first
+        call after it is built). Taking it changes the namespace's structure in place,
+        so an owner that runs this memory's retrieves on several threads at once (the
+        server) turns it off and turns it on only while no retrieve runs (its
+        writes)."""
+        return bool(self._methods.take_ready)
+
+    @take_background_work.setter
+    def take_background_work(self, value: bool) -> None:
+        self._methods.take_ready = bool(value)
+
+    @property
     def encoder(self) -> Encoder | None:
         """The encoder (loaded on first use); ``None`` for a vectors-only store."""
         if self._encoder is None and self._encoder_spec:

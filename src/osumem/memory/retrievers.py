@@ -12,7 +12,7 @@ the steps before it alone.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from typing import Any
 
@@ -54,6 +54,8 @@ class RetrieverCache:
         replay_batches: rebuild along the stored add batches (else one ``fit``).
         snapshots: read and write the store's snapshots (only the memory's own method
             does: the store keeps one per namespace).
+        take_ready: asked at each sync: whether to take the background work that is
+            done (a similarity refresh an add went past without).
     """
 
     def __init__(
@@ -66,8 +68,12 @@ class RetrieverCache:
         ann_min_steps: int,
         replay_batches: bool,
         snapshots: bool,
+        take_ready: Callable[[], bool] = lambda: True,
     ) -> None:
         self.namespaces = namespaces
+        #: whether a sync takes the background work that is done (see
+        #: :attr:`Memory.take_background_work <osumem.memory.Memory.take_background_work>`)
+        self.take_ready = take_ready
         self.store = namespaces.store
         self.method = method
         self.params = params
@@ -135,7 +141,8 @@ class RetrieverCache:
         if most is not None and fitted:
             upto = _batch_end_within(data.batch_ends, fitted, most, upto)
         retriever, fitted = self._replay(namespace, data, upto, retriever, fitted, wait=wait)
-        retriever.apply_ready()
+        if self.take_ready():
+            retriever.apply_ready()
         self._fitted[namespace] = (retriever, fitted)
         if not self.store.in_transaction:
             self.save_snapshot(namespace, force=False)
@@ -342,6 +349,8 @@ class MethodCaches:
     def __init__(self, namespaces: NamespaceCache, config: MemoryConfig) -> None:
         self.namespaces = namespaces
         self.config = config
+        #: whether syncs take the background work that is done (every cache asks this)
+        self.take_ready = True
         self.own = self._new(config.method, config.params, snapshots=True)
         self._others: dict[str, RetrieverCache] = {}  # newest last
 
@@ -357,6 +366,7 @@ class MethodCaches:
             ann_min_steps=cfg.ann_min_steps,
             replay_batches=cfg.replay_batches,
             snapshots=snapshots,
+            take_ready=lambda: self.take_ready,
         )
 
     def cache(self, method: str | None) -> RetrieverCache:

@@ -175,6 +175,9 @@ class MemoryService:
                 lambda: self._open(encoder, method, memory_settings)
             ).result()
             self.memory.follow_writers = False  # the service catches up itself
+            # readers share its structures: background work is taken under the
+            # exclusive lock (the service's writes), never by a retrieve
+            self.memory.take_background_work = False
             self._followed = self._on_store(self.memory.store.data_version).result()
         except BaseException:
             self._store.shutdown(wait=True)
@@ -678,11 +681,13 @@ class MemoryService:
 
     def _begin_write(self) -> dict[int, dict[str, int]]:
         """Take the exclusive lock (on the store thread); while it is held the memories
-        follow other writers themselves. Returns what each memory has loaded."""
+        follow other writers themselves and take the background work that is done (no
+        retrieve runs). Returns what each memory has loaded."""
         self._lock.acquire_write()
         sizes = {id(mem): mem.loaded() for mem in self._memories()}
         for mem in self._memories():
             mem.follow_writers = True
+            mem.take_background_work = True
         return sizes
 
     def _end_write(self, sizes: dict[int, dict[str, int]], keep: Sequence[str] = ()) -> None:
@@ -692,6 +697,7 @@ class MemoryService:
         try:
             for mem in self._memories():
                 mem.follow_writers = False
+                mem.take_background_work = False
                 now = mem.loaded()
                 for namespace, n in sizes.get(id(mem), {}).items():
                     if now.get(namespace) != n and namespace not in keep:
@@ -845,6 +851,7 @@ class MemoryService:
                 self._others.pop(next(iter(self._others)))  # the oldest
             entry = (Memory(base.store, base.encoder, config), {})
             entry[0].follow_writers = False
+            entry[0].take_background_work = False
         mem, loaded = entry
         self._warm_up(mem, namespace)  # readers use this namespace only once marked
         loaded[namespace] = gen
