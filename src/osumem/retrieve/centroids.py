@@ -5,6 +5,7 @@ canonical tie order."""
 from __future__ import annotations
 
 import itertools
+import threading
 from typing import Any
 
 import numpy as np
@@ -63,6 +64,10 @@ class CentroidIndex:
         #: The background build in flight, with the slots, epoch and change-log
         #: position it was built at.
         self._job: tuple[BackgroundCall[Any], IntArray, int, int] | None = None
+        #: Held while the index is taken from a finished build or brought up to date
+        #: with the pool: queries on several threads (a server's readers) change it
+        #: one at a time, and a query that finds it current takes no lock.
+        self._lock = threading.RLock()
 
     def _rebuild(self) -> None:
         """Build the index over the live centroids now (in the background when set:
@@ -105,11 +110,12 @@ class CentroidIndex:
 
     def wait(self) -> None:
         """Wait for a background build (a no-op when there is none)."""
-        if self._job is None:
-            return
-        build, slots, epoch, position = self._job
-        self._job = None
-        self._install(build.result(), slots, epoch, position)
+        with self._lock:
+            if self._job is None:
+                return
+            build, slots, epoch, position = self._job
+            self._job = None
+            self._install(build.result(), slots, epoch, position)
 
     def catch_up(self) -> None:
         """What the next query does first: take a finished background build, then
@@ -120,14 +126,28 @@ class CentroidIndex:
     def ready(self) -> bool:
         """Whether the index can answer now (no background build in flight; one that
         finished is taken)."""
-        if self._job is not None:
-            if self._job[0].running:
+        job = self._job
+        if job is not None:
+            if job[0].running:
                 return False
             self.wait()
         return True
 
     def sync(self) -> None:
         """Apply the pool's changes since the last sync."""
+        pool = self.pool
+        if (
+            self._job is None
+            and self._index is not None
+            and self.epoch == pool.epoch
+            and self.position == pool.change_log_position
+        ):
+            return  # current
+        with self._lock:
+            self._synced()
+
+    def _synced(self) -> None:
+        """:meth:`sync`'s work, under the lock."""
         pool = self.pool
         if self._job is not None:
             self.wait()

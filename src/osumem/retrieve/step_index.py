@@ -13,6 +13,7 @@ the cost statistics the approximate packing reads; the view is passed to every c
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -188,6 +189,10 @@ class StepIndex:
         self.unsure = UnsureMemo()
         #: The background insertion in flight: the index it fills, and the call.
         self._job: tuple[KnnIndex, BackgroundCall[None]] | None = None
+        #: Held while the index is taken from a finished job or extended: queries on
+        #: several threads (a server's readers) change it one at a time, and a query
+        #: that finds it up to date takes no lock.
+        self._lock = threading.RLock()
         self._exact: tuple[NDArray[np.float32], MemoryView, NDArray[np.float32]] | None = None
         self._sample: IntArray | None = None
         self._sample_n = 0
@@ -327,6 +332,14 @@ class StepIndex:
     def _ready(self, view: MemoryView) -> KnnIndex | None:
         """The HNSW index, up to date with ``view``; ``None`` while a background
         thread works on it (the caller scans exactly)."""
+        index = self.hnsw
+        if self._job is None and index is not None and index.size >= view.n:
+            return index  # nothing to take or to insert
+        with self._lock:
+            return self._brought_up(view)
+
+    def _brought_up(self, view: MemoryView) -> KnnIndex | None:
+        """:meth:`_ready`'s work, under the lock."""
         if self._job is not None:
             if self._job[1].running:
                 return None
@@ -354,12 +367,13 @@ class StepIndex:
         query would otherwise insert all at once). The index then holds the same steps
         in the same order as a query's catch-up would give it: the same graph, the same
         answers; only when the insertion happens changes."""
-        index = self.hnsw
-        if not self.background or index is None or self._job is not None:
-            return
-        tail = view.n - index.size
-        if KEEP_UP_STEPS <= tail <= CATCHUP_STEPS and index.size + tail <= index.capacity:
-            index.add(view.embeddings[index.size : view.n])
+        with self._lock:
+            index = self.hnsw
+            if not self.background or index is None or self._job is not None:
+                return
+            tail = view.n - index.size
+            if KEEP_UP_STEPS <= tail <= CATCHUP_STEPS and index.size + tail <= index.capacity:
+                index.add(view.embeddings[index.size : view.n])
 
     def _start(self, index: KnnIndex, view: MemoryView, start: int) -> None:
         """Insert the steps ``start..view.n`` into ``index`` on a background thread."""
@@ -378,15 +392,16 @@ class StepIndex:
         """Wait for the background index work; with ``view``, also build or extend the
         index over all of it now when queries over it use one (so the next answers do
         not depend on timing)."""
-        self._finish()
-        if view is None or self.source is not None:
-            return
-        if view.n < self.ann_min_steps or not hnsw_available():
-            return
-        if self.hnsw is None:
-            self.hnsw = self._new_hnsw(view, view.n)
-        if self.hnsw.size < view.n:
-            self.hnsw.add(view.embeddings[self.hnsw.size : view.n])
+        with self._lock:
+            self._finish()
+            if view is None or self.source is not None:
+                return
+            if view.n < self.ann_min_steps or not hnsw_available():
+                return
+            if self.hnsw is None:
+                self.hnsw = self._new_hnsw(view, view.n)
+            if self.hnsw.size < view.n:
+                self.hnsw.add(view.embeddings[self.hnsw.size : view.n])
 
     @property
     def building(self) -> bool:
