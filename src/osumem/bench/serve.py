@@ -26,7 +26,6 @@ CPU per operation then counts every process of each server.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
@@ -163,42 +162,31 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 
 
 def _cpu_s(pid: int) -> float | None:
-    """CPU seconds (user + system) process ``pid`` has used; ``None`` without Linux's
-    ``/proc``."""
+    """CPU seconds (user + system) process ``pid`` has used; ``None`` when it cannot be
+    read (the process is gone, or not ours to read)."""
+    import psutil
+
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
+        t = psutil.Process(pid).cpu_times()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return float(t.user + t.system)
 
 
 def descendants(pid: int) -> set[int]:
     """The processes alive now below process ``pid`` (a server's worker processes and
-    theirs), from Linux's ``/proc``; empty without it."""
-    children: dict[int, list[int]] = {}
-    with contextlib.suppress(OSError):
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/stat") as f:
-                        parent = int(f.read().rsplit(")", 1)[1].split()[1])
-                except (OSError, ValueError, IndexError):
-                    continue
-                children.setdefault(parent, []).append(int(entry))
-    found: set[int] = set()
-    frontier = [pid]
-    while frontier:
-        for child in children.get(frontier.pop(), []):
-            if child not in found:
-                found.add(child)
-                frontier.append(child)
-    return found
+    theirs); empty when ``pid`` is gone."""
+    import psutil
+
+    try:
+        return {child.pid for child in psutil.Process(pid).children(recursive=True)}
+    except psutil.NoSuchProcess:
+        return set()
 
 
 def _tree_cpu_s(pid: int) -> float | None:
     """CPU seconds of process ``pid`` and of its descendants alive now (a server's
-    worker processes); ``None`` without Linux's ``/proc``."""
+    worker processes); ``None`` when ``pid``'s cannot be read."""
     own = _cpu_s(pid)
     if own is None:
         return None
