@@ -4,7 +4,8 @@ server's readers share one retriever): the work a query does before it searches
 pool's changes) is done by one query; the others wait for it and then find the index
 current. Each test holds the first query inside that work and lets a second one in:
 without the locks the second does the same work again (the steps inserted twice, the
-pool's changes applied twice)."""
+pool's changes applied twice). hnswlib's search beam belongs to the index: each
+search must run with the beam it set, and no resize may move the index under it."""
 
 from __future__ import annotations
 
@@ -43,24 +44,34 @@ class Held:
 
     def race(self, first: Any, second: Any) -> None:
         """Run ``first`` until it is held, then ``second`` beside it; release both."""
-        errors: list[BaseException] = []
+        beside(self.entered, first, second, then=self._release_soon)
 
-        def run(call: Any) -> None:
-            try:
-                call()
-            except BaseException as exc:  # reported below
-                errors.append(exc)
-
-        a = threading.Thread(target=run, args=(first,))
-        a.start()
-        assert self.entered.wait(10)
-        b = threading.Thread(target=run, args=(second,))
-        b.start()
+    def _release_soon(self) -> None:
         time.sleep(0.2)  # the second gets as far as it can
         self.release.set()
-        a.join(10)
-        b.join(10)
-        assert errors == []
+
+
+def beside(entered: threading.Event, first: Any, second: Any, then: Any = None) -> None:
+    """Run ``first`` on a thread until ``entered`` is set, then ``second`` on another
+    (and ``then()`` here); both must end without an error."""
+    errors: list[BaseException] = []
+
+    def run(call: Any) -> None:
+        try:
+            call()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    a = threading.Thread(target=run, args=(first,))
+    a.start()
+    assert entered.wait(10)
+    b = threading.Thread(target=run, args=(second,))
+    b.start()
+    if then is not None:
+        then()
+    a.join(10)
+    b.join(10)
+    assert errors == []
 
 
 def test_two_queries_insert_the_new_steps_once(monkeypatch):
@@ -88,3 +99,91 @@ def test_two_queries_apply_the_pools_changes_once(monkeypatch):
     held.race(lambda: index.query(data.queries[0], 5), lambda: index.query(data.queries[1], 5))
     assert held.calls == 1
     assert (index.epoch, index.position) == (pool.epoch, pool.change_log_position)
+
+
+class BeamWatch:
+    """Wraps an hnswlib index: records, for each search, the beam in force when it
+    began and when it ended, and whether the index was resized during a search. The
+    first search waits (at most half a second) for another thread to set a beam or
+    resize the index while it runs."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.ef: int | None = None
+        self.searches: list[tuple[int | None, int | None]] = []
+        self.resized_during_search = False
+        self.entered, self.changed = threading.Event(), threading.Event()
+        self._searching = 0
+
+    def set_ef(self, ef: int) -> None:
+        self.ef = ef
+        self.real.set_ef(ef)
+        self.changed.set()
+
+    def resize_index(self, size: int) -> None:
+        self.resized_during_search |= self._searching > 0
+        self.real.resize_index(size)
+        self.changed.set()
+
+    def knn_query(self, data: Any, k: int = 1, num_threads: int = -1) -> Any:
+        began = self.ef
+        self._searching += 1
+        try:
+            if not self.entered.is_set():
+                self.changed.clear()
+                self.entered.set()
+                self.changed.wait(0.5)  # another thread's beam or resize, meanwhile?
+            self.searches.append((began, self.ef))
+            return self.real.knn_query(data, k=k, num_threads=num_threads)
+        finally:
+            self._searching -= 1
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+def test_a_query_searches_with_its_own_beam_while_another_sets_one():
+    data = generate(600, 32, 0, 4)
+    knn = KnnIndex(32, capacity=600)
+    knn.add(data.view.embeddings)
+    watch = BeamWatch(knn._index)
+    knn._index = watch
+    q = data.queries
+    alone = [knn.query(q[i], 10, ef=ef).tolist() for i, ef in ((0, 200), (1, 40))]
+    watch.searches.clear()
+    watch.entered.clear()
+    found: dict[int, list[int]] = {}
+    beside(
+        watch.entered,
+        lambda: found.__setitem__(0, knn.query(q[0], 10, ef=200).tolist()),
+        lambda: found.__setitem__(1, knn.query(q[1], 10, ef=40).tolist()),
+    )
+    assert sorted(watch.searches) == [(40, 40), (200, 200)]
+    assert [found[0], found[1]] == alone
+
+
+def test_the_index_is_not_resized_under_a_search():
+    data = generate(1100, 32, 0, 4)
+    knn = KnnIndex(32, capacity=1024)
+    knn.add(data.view.embeddings[:1000])
+    watch = BeamWatch(knn._index)
+    knn._index = watch
+    beside(
+        watch.entered,
+        lambda: knn.query(data.queries[0], 10),
+        lambda: knn.add(data.view.embeddings[1000:]),  # past the capacity: a resize
+    )
+    assert knn.capacity >= 1100 and knn.size == 1100
+    assert not watch.resized_during_search
+
+
+def test_a_centroid_query_searches_with_its_own_beam_while_another_sets_one():
+    data = generate(400, 32, 0, 4)
+    retriever = create("osumem", seed=0).fit(data.view)
+    index = CentroidIndex(retriever.fitted_pool, 0)
+    index.sync()
+    watch = BeamWatch(index._index)
+    index._index = watch
+    q = data.queries
+    beside(watch.entered, lambda: index.query(q[0], 5, ef=300), lambda: index.query(q[1], 5, ef=40))
+    assert sorted(watch.searches) == [(40, 40), (300, 300)]

@@ -11,6 +11,7 @@ import functools
 import hashlib
 import itertools
 import math
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -184,7 +185,11 @@ class KnnIndex:
     the similarity view covers, labelled ``0..size-1`` in insertion order.
 
     Insertion is single-threaded so the graph, and hence the communities, are the same
-    for the same inputs; queries use every core (their answers do not depend on it).
+    for the same inputs; :meth:`edges` uses every core (its answers do not depend on it).
+
+    hnswlib keeps the search beam (``ef``) on the index, not on the call: each search
+    sets it and searches under one lock, so a query on another thread (a server's
+    readers) never searches with a beam set for someone else's.
     """
 
     def __init__(
@@ -207,16 +212,19 @@ class KnnIndex:
         )
         self.size = 0
         self._ef = -1
-        self._threads = -2
+        #: Held from setting the beam to the end of the search that uses it.
+        self._beam = threading.Lock()
 
-    def _set(self, ef: int, threads: int) -> None:
-        """Set the query beam and thread count only when they change."""
-        if ef != self._ef:
-            self._index.set_ef(ef)
-            self._ef = ef
-        if threads != self._threads:
-            self._index.set_num_threads(threads)
-            self._threads = threads
+    def _search(self, vectors: NDArray[np.float32], k: int, ef: int, threads: int) -> IntArray:
+        """hnswlib's ``knn_query`` of ``vectors`` with beam ``ef`` (set only when it
+        changes) on ``threads`` threads (``-1``: every core): the labels."""
+        with self._beam:
+            if ef != self._ef:
+                self._index.set_ef(ef)
+                self._ef = ef
+            with native_call():
+                labels, _ = self._index.knn_query(vectors, k=k, num_threads=threads)
+        return labels
 
     @property
     def capacity(self) -> int:
@@ -231,15 +239,17 @@ class KnnIndex:
         need = self.size + m
         cap = self._index.get_max_elements()
         if need > cap:
-            self._index.resize_index(max(need, 2 * cap))
-        self._set(self._ef, 1)
+            with self._beam:  # hnswlib moves the graph's memory: no search meanwhile
+                self._index.resize_index(max(need, 2 * cap))
         rows = np.ascontiguousarray(vectors, dtype=np.float32)
         # in pieces, the exit checked between them (one thread inserting in label
         # order either way: the same graph as one call)
         for lo in range(0, m, INSERT_CHUNK):
             hi = min(m, lo + INSERT_CHUNK)
             with native_call():
-                self._index.add_items(rows[lo:hi], np.arange(self.size, self.size + hi - lo))
+                self._index.add_items(
+                    rows[lo:hi], np.arange(self.size, self.size + hi - lo), num_threads=1
+                )
             self.size += hi - lo
 
     def query(self, q: NDArray[np.float32], k: int, ef: int | None = None) -> IntArray:
@@ -248,10 +258,8 @@ class KnnIndex:
         k = min(k, self.size)
         if k < 1:
             return np.empty(0, dtype=np.int64)
-        self._set(max(HNSW_EF_SEARCH, 2 * k) if ef is None else max(int(ef), k), 1)
-        with native_call():
-            labels, _ = self._index.knn_query(q[None, :], k=k)
-        return labels[0].astype(np.int64)
+        beam = max(HNSW_EF_SEARCH, 2 * k) if ef is None else max(int(ef), k)
+        return self._search(q[None, :], k, beam, 1)[0].astype(np.int64)
 
     def edges(
         self,
@@ -269,7 +277,7 @@ class KnnIndex:
         k = min(k, n - 1)
         if k < 1:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-        self._set(max(HNSW_EF_SEARCH, 2 * (k + 1)), -1)
+        beam = max(HNSW_EF_SEARCH, 2 * (k + 1))
         dst = np.empty((n, k), dtype=np.int64)
         for lo in range(0, n, batch):
             hi = min(n, lo + batch)
@@ -277,8 +285,7 @@ class KnnIndex:
                 vecs = self._index.get_items(np.arange(lo, hi), return_type="numpy")
             else:
                 vecs = np.ascontiguousarray(rows(lo, hi), dtype=np.float32)
-            with native_call():
-                labels, _ = self._index.knn_query(vecs, k=k + 1)
+            labels = self._search(vecs, k + 1, beam, -1)
             own = np.arange(lo, hi, dtype=np.int64)[:, None]
             # drop each node itself (or, when it is absent, the last neighbour)
             not_self = labels != own

@@ -52,7 +52,10 @@ class CentroidIndex:
         #: ``_pending`` as an array, and a mask over the slots of it (``None`` when
         #: nothing is pending; one tuple, so a query on another thread reads a pair).
         self._pending_rows: tuple[IntArray, NDArray[np.bool_]] | None = None
-        self._ef = -1
+        #: The index whose search beam was last set, and that beam; held from setting
+        #: it to the end of the search that uses it.
+        self._beam_of: tuple[Any, int] = (None, -1)
+        self._beam = threading.Lock()
         #: Queries the coarse stage's recall safeguard answered by scoring every
         #: centroid ...
         self.fallbacks = 0
@@ -102,7 +105,6 @@ class CentroidIndex:
 
     def _install(self, index: Any, slots: IntArray, epoch: int, position: int) -> None:
         self._index = index
-        self._ef = -1
         self._known = set(slots.tolist())
         self._deleted = set()
         self._set_pending({})
@@ -188,7 +190,8 @@ class CentroidIndex:
         _, cents = self.pool.live_arrays()
         need = len(self._known) + sum(1 for g in take if g not in self._known)
         if need > self._index.get_max_elements():
-            self._index.resize_index(max(need, 2 * self._index.get_max_elements()))
+            with self._beam:  # hnswlib moves the graph's memory: no search meanwhile
+                self._index.resize_index(max(need, 2 * self._index.get_max_elements()))
         with native_call():
             for g in take:
                 if g in self._deleted:
@@ -216,15 +219,19 @@ class CentroidIndex:
         if not self.ready():
             return None
         self.sync()
-        if self._index is None:
+        index = self._index  # once: another thread may take a new one meanwhile
+        if index is None:
             return None
         ef = max(HNSW_EF_SEARCH, 2 * k) if ef is None else max(int(ef), k)
-        if ef != self._ef:
-            self._index.set_ef(ef)
-            self._ef = ef
         try:
-            with native_call():
-                labels, _ = self._index.knn_query(q[None, :], k=k)
+            # the beam is the index's, not the call's: set and searched with under one
+            # lock, so another thread's query never searches with this one's beam
+            with self._beam:
+                if index is not self._beam_of[0] or ef != self._beam_of[1]:
+                    index.set_ef(ef)
+                    self._beam_of = (index, ef)
+                with native_call():
+                    labels, _ = index.knn_query(q[None, :], k=k, num_threads=1)
         except RuntimeError:
             return None
         found = labels[0].astype(np.int64)
