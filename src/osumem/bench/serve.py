@@ -212,21 +212,28 @@ def _free_port() -> int:
 
 
 def _start_server(
-    store: Path | str, cfg: ServeBenchConfig, token: str, readers: int
+    store: Path | str,
+    cfg: ServeBenchConfig,
+    token: str,
+    readers: int,
+    *,
+    code: str = "from osumem.cli import main; main()",
+    env: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen[str], str]:
+    """``osumem serve`` as ``python -c code serve ...`` (``code`` runs the command
+    line; ``env``: variables added to this process's), healthy; its URL."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     cmd = [
-        sys.executable, "-c", "from osumem.cli import main; main()", "serve",
+        sys.executable, "-c", code, "serve",
         "--store", str(store), "--transport", "http", "--port", str(port),
         "--method", cfg.method, "--readers", str(readers),
         "--inline-reads" if cfg.inline_reads else "--thread-reads",
         "--http-protocol", cfg.http_protocol, "--workers", str(cfg.workers),
     ]  # fmt: skip
-    env = {**os.environ, "OSUMEM_TOKEN": token}
     proc = subprocess.Popen(
         cmd,
-        env=env,
+        env={**os.environ, **(env or {}), "OSUMEM_TOKEN": token},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -397,8 +397,11 @@ def main(argv: list[str]) -> int:
         conn.send(("failed", _portable(exc)))
         return 1
     try:
-        conn.send(("ready", service.encoder_id, service.method))
-        asyncio.run(_serve(conn, service))
+        from osumem.serve.run import frozen_start
+
+        with frozen_start():  # the memory opened: what lives as long as the child
+            conn.send(("ready", service.encoder_id, service.method))
+            asyncio.run(_serve(conn, service))
     finally:
         service.close()
         conn.close()
