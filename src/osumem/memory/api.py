@@ -182,7 +182,9 @@ class Memory(MemoryWrites):
         waits for it and takes it now. A small add waits for one only when the adds
         have left 512 steps out of the structure: a run of small adds can leave the
         structure behind the stored steps (the next retrieve takes the rest); this
-        call brings it up to date first.
+        call brings it up to date first. It also waits for the structures an edit
+        sent to be rebuilt in the background (:attr:`rebuild_in_background`) and
+        takes them.
         """
         self._methods.wait_ready()
 
@@ -192,6 +194,7 @@ class Memory(MemoryWrites):
         closing, the retrievers built in this session are stored as snapshots (when
         they cover more than the stored ones), so the next open need not replay every
         add."""
+        self._methods.close()  # rebuilds in the background stop: nothing to save
         if self.store.is_open and not self.store.in_transaction:
             self._retrievers.save_all()  # the memory's own method keeps snapshots
         self.store.close()

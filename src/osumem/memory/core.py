@@ -67,6 +67,22 @@ class MemoryCore:
         self._methods.take_ready = bool(value)
 
     @property
+    def rebuild_in_background(self) -> bool:
+        """Whether a namespace whose structure an edit dropped (:meth:`delete`, a text
+        :meth:`update`, another writer's edit) and that needs a replay of at least
+        :data:`~osumem.memory.retrievers.REBUILD_BACKGROUND_STEPS` steps to come back
+        is rebuilt on a background thread (the default), its retrievals answering
+        meanwhile as plain dense search over its current steps does (their ``method``
+        says ``"flat"``; :meth:`wait_ready` waits for the rebuild and takes it).
+        ``False``: the next call replays before it answers, as smaller namespaces do.
+        The server turns it off (it rebuilds on its store thread)."""
+        return bool(self._methods.rebuild_in_background)
+
+    @rebuild_in_background.setter
+    def rebuild_in_background(self, value: bool) -> None:
+        self._methods.rebuild_in_background = bool(value)
+
+    @property
     def encoder(self) -> Encoder | None:
         """The encoder (loaded on first use); ``None`` for a vectors-only store."""
         if self._encoder is None and self._encoder_spec:

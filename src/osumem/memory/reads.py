@@ -178,6 +178,7 @@ class MemoryReads(MemoryCore):
                 )
         if before is not None and before < data.view.n:
             retriever = cache.causal(namespace, before)
+        answering = cache.method_of(retriever)  # INTERIM while a rebuild runs
         sel = retriever.retrieve(q, b, text=text)
         return retrieved_from(
             retriever,
@@ -185,7 +186,7 @@ class MemoryReads(MemoryCore):
             sel.positions,
             data,
             namespace=namespace,
-            method=cache.method,
+            method=answering,
             budget=b,
             text=text,
         )

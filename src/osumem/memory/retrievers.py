@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Mapping
 from contextlib import suppress
+from threading import Event
 from typing import Any
 
 from osumem.errors import InvalidInputError, StoreError, show_value
@@ -42,6 +43,15 @@ PREPARE_BEHIND = 64
 #: How far one such add brings the retriever: the add batches ending within this many
 #: steps (at least one batch).
 PREPARE_INCREMENT = 16
+#: A namespace whose structure was dropped by an edit (a delete, a text update, another
+#: writer's edit) and needs a replay of at least this many steps to come back is rebuilt
+#: on a background thread; until it is done, its retrievals answer as :data:`INTERIM`
+#: does (see :meth:`RetrieverCache.sync`). Replaying 10,000 steps took 2.7–2.8 s,
+#: 60,000 steps 14–15 s (``benchmarks/rebuild_after_delete.py``).
+REBUILD_BACKGROUND_STEPS = 2048
+#: The method that answers for a namespace while its structure is rebuilt in the
+#: background: plain dense search over its current steps (no structure to rebuild).
+INTERIM = "flat"
 
 
 class RetrieverCache:
@@ -56,6 +66,9 @@ class RetrieverCache:
             does: the store keeps one per namespace).
         take_ready: asked at each sync: whether to take the background work that is
             done (a similarity refresh an add went past without).
+        in_background: asked when a namespace's structure was dropped by an edit:
+            whether a long replay runs on a background thread (else the next call
+            replays it).
     """
 
     def __init__(
@@ -69,8 +82,10 @@ class RetrieverCache:
         replay_batches: bool,
         snapshots: bool,
         take_ready: Callable[[], bool] = lambda: True,
+        in_background: Callable[[], bool] = lambda: True,
     ) -> None:
         self.namespaces = namespaces
+        self.in_background = in_background
         #: whether a sync takes the background work that is done (see
         #: :attr:`Memory.take_background_work <osumem.memory.Memory.take_background_work>`)
         self.take_ready = take_ready
@@ -87,9 +102,22 @@ class RetrieverCache:
         # covers, the retriever it was read from, the call)
         self._encoding: dict[str, tuple[int, Retriever, BackgroundCall[SnapshotRow]]] = {}
         self._causal: tuple[tuple[str, int, int], Retriever] | None = None
+        # per namespace: a rebuild replaying on a background thread (the call, and the
+        # event that stops it between two add batches), the retriever answering
+        # meanwhile (INTERIM) with the steps it holds, and the namespaces whose built
+        # structure an edit dropped (their next long replay runs in the background)
+        self._rebuilding: dict[str, tuple[BackgroundCall[tuple[Retriever, int]], Event]] = {}
+        self._interim: dict[str, tuple[Retriever, int]] = {}
+        self._edited: set[str] = set()
 
     def forget(self, namespace: str | None = None) -> None:
-        """Drop the retrievers (of one namespace, or all)."""
+        """Drop the retrievers (of one namespace, or all); a rebuild in the background
+        is stopped and its result dropped."""
+        names = set(self._fitted) | set(self._rebuilding) | set(self._interim)
+        dropped = names if namespace is None else {namespace}
+        self._edited |= dropped  # its next long replay runs in the background
+        for ns in dropped & names:
+            self._stop_rebuild(ns)
         if namespace is None:
             self._fitted, self._snapshot_steps, self._encoding = {}, {}, {}
         else:
@@ -97,6 +125,30 @@ class RetrieverCache:
             self._snapshot_steps.pop(namespace, None)
             self._encoding.pop(namespace, None)  # its steps may have changed: discarded
         self._causal = None
+
+    def _stop_rebuild(self, namespace: str) -> None:
+        self._interim.pop(namespace, None)
+        running = self._rebuilding.pop(namespace, None)
+        if running is not None:
+            running[1].set()
+
+    def rebuilding(self, namespace: str) -> bool:
+        """Whether ``namespace``'s structure is being rebuilt in the background (its
+        retrievals answer as :data:`INTERIM` does until it is taken)."""
+        return namespace in self._rebuilding
+
+    def method_of(self, retriever: Retriever) -> str:
+        """The method whose answer ``retriever`` gives: :data:`INTERIM` for one that
+        stands in during a rebuild, else this cache's."""
+        for interim, _ in self._interim.values():
+            if interim is retriever:
+                return INTERIM
+        return self.method
+
+    def close(self) -> None:
+        """Stop the rebuilds running in the background (their results dropped)."""
+        for namespace in list(self._rebuilding):
+            self._stop_rebuild(namespace)
 
     def snapshot_steps(self, namespace: str) -> int:
         """The steps of the stored snapshot this cache loaded or wrote for
@@ -123,20 +175,49 @@ class RetrieverCache:
         return retriever
 
     def sync(
-        self, namespace: str, *, wait: bool = True, most: int | None = None
+        self,
+        namespace: str,
+        *,
+        wait: bool = True,
+        most: int | None = None,
+        background: bool = True,
     ) -> Retriever | None:
         """The namespace's retriever, brought up to date (``None`` while it is empty).
         ``wait=False``: only as far as it gets without waiting for background work (the
         replay stops before an add batch whose update would wait for a similarity
         refresh still being computed); ``most``: by at most the add batches ending
         within that many more steps (at least one batch). The next call goes on from
-        where either stopped."""
+        where either stopped.
+
+        A namespace whose built structure an edit dropped (:meth:`forget`) and that
+        needs a replay of at least :data:`REBUILD_BACKGROUND_STEPS` steps (from its
+        snapshot, or from nothing) is replayed on a background thread when the cache
+        rebuilds in the background (``in_background``) and ``background`` allows it;
+        until the replay is done and taken, this returns the :data:`INTERIM` retriever
+        over the namespace's current steps. The call that takes it replays the steps
+        added meanwhile (in the background again when they are that many)."""
         data = self.namespaces.data(namespace)
         if data.view.n == 0:
             return None
         retriever, fitted = self._fitted.get(namespace, (None, 0))
-        if retriever is None:
+        long_replay = namespace in self._edited
+        if retriever is None and namespace in self._rebuilding:
+            rebuilt = self._take_rebuild(namespace, wait=not background)
+            if rebuilt is None:
+                return self._stand_in(namespace, data)
+            retriever, fitted = rebuilt
+            long_replay = True  # the steps added while it ran, when they are many
+        elif retriever is None:
             retriever, fitted = self._restore(namespace, data)
+        if (
+            long_replay
+            and background
+            and data.view.n - fitted >= REBUILD_BACKGROUND_STEPS
+            and self.in_background()
+        ):
+            self._start_rebuild(namespace, data, retriever, fitted)
+            return self._stand_in(namespace, data)
+        self._edited.discard(namespace)
         upto = data.view.n
         if most is not None and fitted:
             upto = _batch_end_within(data.batch_ends, fitted, most, upto)
@@ -186,13 +267,70 @@ class RetrieverCache:
         elif not retriever.update_waits(fitted + 1):  # else a later call's (a refresh)
             self.sync(namespace, wait=False, most=PREPARE_INCREMENT)  # never waiting
 
+    def _start_rebuild(
+        self, namespace: str, data: NamespaceData, retriever: Retriever | None, fitted: int
+    ) -> None:
+        """Replay ``namespace`` from ``fitted`` steps (``retriever``: restored from its
+        snapshot; ``None``: from nothing) up to its current steps, on a background
+        thread. The replay reads the namespace's buffer as it is now: its rows only
+        ever grow at the end (an edit makes a new buffer), so steps added meanwhile are
+        replayed by the sync that takes the result."""
+        self._edited.discard(namespace)
+        upto, buf = data.view.n, self.namespaces.buffer(namespace)
+        start = self.new(namespace) if retriever is None else retriever
+        stop = Event()
+
+        def rebuild() -> tuple[Retriever, int]:
+            return self._replay(namespace, data, upto, start, fitted, buf, stop=stop)
+
+        self._rebuilding[namespace] = (BackgroundCall(rebuild, "osumem-rebuild"), stop)
+
+    def _take_rebuild(self, namespace: str, *, wait: bool) -> tuple[Retriever, int] | None:
+        """``namespace``'s rebuilt retriever and the steps it covers, once the rebuild
+        is done (``wait``: wait for it; without it, only when finished and this cache
+        takes finished background work); ``None`` when not taken."""
+        running = self._rebuilding.get(namespace)
+        if running is None:
+            return None
+        call, stop = running
+        if not wait and (call.running or not self.take_ready()):
+            return None
+        try:
+            rebuilt = call.result()
+        finally:
+            if self._rebuilding.get(namespace) is running:
+                del self._rebuilding[namespace]
+                self._interim.pop(namespace, None)
+        return None if stop.is_set() else rebuilt
+
+    def _stand_in(self, namespace: str, data: NamespaceData) -> Retriever:
+        """The :data:`INTERIM` retriever answering for ``namespace`` while its structure
+        is rebuilt, brought up to its current steps."""
+        held = self._interim.get(namespace)
+        if held is None:
+            from osumem.retrieve.registry import create
+
+            interim = create(INTERIM, None, seed=self.seed)
+            # every step scanned (or the store's own vector index): an HNSW index
+            # built for a stand-in would cost more CPU than the rebuild it waits for
+            interim.ann_min_steps = 2**62
+            interim.step_index.source = self.store.nearest(namespace)
+            held = (interim.fit(data.view), data.view.n)
+        elif held[1] != data.view.n:
+            held = (held[0].update(data.view), data.view.n)
+        self._interim[namespace] = held
+        return held[0]
+
     def wait_ready(self) -> None:
         """Bring every built retriever up to date with its namespace's steps (the adds
-        an after-add :meth:`prepare` left) and wait for its background index builds."""
+        an after-add :meth:`prepare` left) and wait for its background index builds
+        (and for the rebuilds running in the background, which it takes)."""
+        for namespace in list(self._rebuilding):
+            self.sync(namespace, background=False)  # the rebuild taken, then the rest
         for namespace in list(self._fitted):
             buf = self.namespaces.cached(namespace)
             if buf is not None and buf.n > self._fitted[namespace][1]:
-                self.sync(namespace)
+                self.sync(namespace, background=False)
         for retriever, _ in self._fitted.values():
             retriever.wait_ready()
         if self._causal is not None:
@@ -303,11 +441,13 @@ class RetrieverCache:
         buf: NamespaceBuffer | None = None,
         *,
         wait: bool = True,
+        stop: Event | None = None,
     ) -> tuple[Retriever, int]:
         """Bring ``retriever`` (a new one when ``None``) from ``fitted`` steps up to
         ``upto`` along the stored add boundaries, as the writing session did (over the
         namespace's buffer, or ``buf``); ``wait=False``: stop before an update that
-        would wait for background work (see :meth:`sync`)."""
+        would wait for background work (see :meth:`sync`); ``stop``: stop between two
+        batches once it is set."""
         if retriever is None:
             retriever = self.new(namespace)
         ends = data.batch_ends if self.replay_batches or fitted else (data.view.n,)
@@ -321,7 +461,9 @@ class RetrieverCache:
         for end in [*inside, upto]:
             if end <= fitted:
                 continue
-            if not wait and fitted and retriever.update_waits(end):
+            if (not wait and fitted and retriever.update_waits(end)) or (
+                stop is not None and stop.is_set()
+            ):
                 break
             # intermediate batches go through copy-free prefix views; the last one is
             # a plain view, which the retriever keeps
@@ -351,6 +493,8 @@ class MethodCaches:
         self.config = config
         #: whether syncs take the background work that is done (every cache asks this)
         self.take_ready = True
+        #: whether a long replay after an edit runs in the background (every cache asks)
+        self.rebuild_in_background = True
         self.own = self._new(config.method, config.params, snapshots=True)
         self._others: dict[str, RetrieverCache] = {}  # newest last
 
@@ -367,6 +511,7 @@ class MethodCaches:
             replay_batches=cfg.replay_batches,
             snapshots=snapshots,
             take_ready=lambda: self.take_ready,
+            in_background=lambda: self.rebuild_in_background,
         )
 
     def cache(self, method: str | None) -> RetrieverCache:
@@ -382,7 +527,7 @@ class MethodCaches:
             make_config(method, None)  # an unknown method fails here, typed
             found = self._new(method, None, snapshots=False)
             while len(self._others) >= MAX_OTHER_METHODS:
-                self._others.pop(next(iter(self._others)))
+                self._others.pop(next(iter(self._others))).close()
         self._others[method] = found
         return found
 
@@ -400,3 +545,8 @@ class MethodCaches:
         """Wait for the background index builds of every cached retriever."""
         for c in (self.own, *self._others.values()):
             c.wait_ready()
+
+    def close(self) -> None:
+        """Stop every cache's rebuilds running in the background."""
+        for c in (self.own, *self._others.values()):
+            c.close()

@@ -295,11 +295,15 @@ class MemoryWrites(MemoryReads):
 
         The later steps move down (positions stay 0..n-1, in order; ids never change
         and are never given to another step), the add batches and log digests follow,
-        and the next retrieval equals that of a memory built from scratch from the
+        and the retrievals equal those of a memory built from scratch from the
         remaining steps in the same add batches (see :mod:`osumem.memory.editing`).
-        Nothing of a deleted step stays in the store (SQLite's ``secure_delete`` and a
-        checkpoint of the write-ahead log), nor in the retrievers' indexes (rebuilt) or
-        the stored snapshot (dropped when it covered the step).
+        That structure is replayed by the next retrieval, or, when the replay is long
+        (:attr:`rebuild_in_background`), on a background thread while retrievals
+        answer as plain dense search over the remaining steps (``method == "flat"``)
+        until it is taken (:meth:`wait_ready` waits for it). Nothing of a deleted step
+        stays in the store (SQLite's ``secure_delete`` and a checkpoint of the
+        write-ahead log), nor in the retrievers' indexes (rebuilt) or the stored
+        snapshot (dropped when it covered the step).
 
         Raises:
             StepNotFoundError: a position or id the namespace does not hold (named);
@@ -333,9 +337,10 @@ class MemoryWrites(MemoryReads):
 
         The step keeps its id, position, role, tool, entities and subgoal. A text
         update rebuilds the namespace's retrievers (from a snapshot before the step
-        when one is stored), so the next retrieval equals that of a memory built with
-        the new text; a metadata-only update changes nothing a retriever reads and
-        rebuilds nothing. The old text leaves no trace in the store.
+        when one is stored), so the retrievals equal those of a memory built with the
+        new text (a long rebuild runs in the background, as after :meth:`delete`); a
+        metadata-only update changes nothing a retriever reads and rebuilds nothing.
+        The old text leaves no trace in the store.
 
         Raises:
             StepNotFoundError: no such position or id in the namespace.

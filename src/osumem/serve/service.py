@@ -178,6 +178,9 @@ class MemoryService:
             # readers share its structures: background work is taken under the
             # exclusive lock (the service's writes), never by a retrieve
             self.memory.take_background_work = False
+            # a namespace an edit dropped is replayed on the store thread, as before
+            # (readers would otherwise answer from the stand-in until the next write)
+            self.memory.rebuild_in_background = False
             self._followed = self._on_store(self.memory.store.data_version).result()
         except BaseException:
             self._store.shutdown(wait=True)
@@ -852,6 +855,7 @@ class MemoryService:
             entry = (Memory(base.store, base.encoder, config), {})
             entry[0].follow_writers = False
             entry[0].take_background_work = False
+            entry[0].rebuild_in_background = False
         mem, loaded = entry
         self._warm_up(mem, namespace)  # readers use this namespace only once marked
         loaded[namespace] = gen
