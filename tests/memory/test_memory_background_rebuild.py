@@ -159,15 +159,34 @@ def test_closing_stops_a_rebuild(tmp_path, short, monkeypatch):
             assert not t.is_alive()
 
 
-def test_the_server_rebuilds_on_its_store_thread(tmp_path, short):
+@pytest.mark.parametrize("inline", [False, True])
+def test_the_server_answers_from_the_stand_in_and_takes_the_rebuild_on_its_store_thread(
+    tmp_path, short, monkeypatch, inline
+):
     from osumem.serve.service import MemoryService
 
+    held = Held(monkeypatch)
     filled(tmp_path / "a.db", "osumem").close()
-    with MemoryService(tmp_path / "a.db", encoder=ENC, method="osumem") as svc:
-        assert not svc.memory.rebuild_in_background
+    with MemoryService(tmp_path / "a.db", encoder=ENC, inline_reads=inline) as svc:
+        assert svc.memory.rebuild_in_background and not svc.memory.take_background_work
         svc.retrieve(QUERY, 80, namespace=NS)
         svc.delete(NS, [2])
-        assert svc.retrieve(QUERY, 80, namespace=NS).method == "osumem"
+        first = returns_soon(lambda: svc.retrieve(QUERY, 80, namespace=NS))
+        assert first.method == "flat" and held.started == 1
+        assert svc.retrieve(QUERY, 80, namespace=NS).method == "flat"
+        held.release()
+        deadline = time.monotonic() + 20
+        while svc.retrieve(QUERY, 80, namespace=NS).method == "flat":
+            assert time.monotonic() < deadline, "the rebuild was never taken"
+            time.sleep(0.01)
+        assert not svc.memory.rebuilt(NS)
+        mine = [svc.retrieve(q, b, namespace=NS).to_dict() for q, b in ((QUERY, 24), (QUERY, 200))]
+    with Memory.open(tmp_path / "a.db", encoder=ENC, method="osumem") as fresh:
+        theirs = [
+            fresh.retrieve(q, b, namespace=NS).to_dict() for q, b in ((QUERY, 24), (QUERY, 200))
+        ]
+    for a, b in zip(mine, theirs, strict=True):
+        assert [s["step_id"] for s in a["steps"]] == [s["step_id"] for s in b["steps"]]
 
 
 def test_many_steps_added_during_a_rebuild_are_replayed_in_the_background_too(

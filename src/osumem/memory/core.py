@@ -75,12 +75,19 @@ class MemoryCore:
         meanwhile as plain dense search over its current steps does (their ``method``
         says ``"flat"``; :meth:`wait_ready` waits for the rebuild and takes it).
         ``False``: the next call replays before it answers, as smaller namespaces do.
-        The server turns it off (it rebuilds on its store thread)."""
+        The server keeps it on for its own method and takes a finished rebuild on its
+        store thread (see :meth:`rebuilt`)."""
         return bool(self._methods.rebuild_in_background)
 
     @rebuild_in_background.setter
     def rebuild_in_background(self, value: bool) -> None:
         self._methods.rebuild_in_background = bool(value)
+
+    def rebuilt(self, namespace: str) -> bool:
+        """Whether ``namespace``'s structure was rebuilt in the background
+        (:attr:`rebuild_in_background`) and waits for a call to take it: the next one
+        that takes background work (:attr:`take_background_work`)."""
+        return self._methods.own.rebuilt(namespace)
 
     @property
     def encoder(self) -> Encoder | None:

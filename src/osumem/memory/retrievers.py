@@ -137,6 +137,11 @@ class RetrieverCache:
         retrievals answer as :data:`INTERIM` does until it is taken)."""
         return namespace in self._rebuilding
 
+    def rebuilt(self, namespace: str) -> bool:
+        """Whether ``namespace``'s background rebuild is done, waiting to be taken."""
+        running = self._rebuilding.get(namespace)
+        return running is not None and not running[0].running
+
     def method_of(self, retriever: Retriever) -> str:
         """The method whose answer ``retriever`` gives: :data:`INTERIM` for one that
         stands in during a rebuild, else this cache's."""

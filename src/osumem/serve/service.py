@@ -178,9 +178,6 @@ class MemoryService:
             # readers share its structures: background work is taken under the
             # exclusive lock (the service's writes), never by a retrieve
             self.memory.take_background_work = False
-            # a namespace an edit dropped is replayed on the store thread, as before
-            # (readers would otherwise answer from the stand-in until the next write)
-            self.memory.rebuild_in_background = False
             self._followed = self._on_store(self.memory.store.data_version).result()
         except BaseException:
             self._store.shutdown(wait=True)
@@ -760,6 +757,7 @@ class MemoryService:
             try:
                 ready = (
                     self._is_warm(mem, namespace, name)
+                    and not mem.rebuilt(namespace)  # taken on the store thread first
                     and self.memory.store.data_version() == self._followed
                 )
             except BaseException:
@@ -819,8 +817,10 @@ class MemoryService:
         the store thread when needed)."""
         if method == self.method:
             mem = self.memory
-            if namespace in self._warm:
+            if namespace in self._warm and not mem.rebuilt(namespace):
                 return mem
+            if namespace in self._warm:  # a rebuild an edit started is done: take it
+                return self._on_store(lambda: self._take_rebuilt(namespace)).result()
             return self._on_store(lambda: self._warm_primary(namespace)).result()
         entry = self._others.get(method)
         if entry is not None and entry[1].get(namespace, -1) == self._generation.get(namespace, 0):
@@ -834,6 +834,20 @@ class MemoryService:
         if namespace not in self._warm:
             self._warm_up(mem, namespace)
             self._warm.add(namespace)
+        return mem
+
+    def _take_rebuilt(self, namespace: str) -> Memory:
+        """On the store thread, under the exclusive lock: take ``namespace``'s structure
+        that an edit sent to be rebuilt in the background (its readers answered from a
+        stand-in meanwhile), once it is done, and warm it."""
+        mem = self.memory
+        if not mem.rebuilt(namespace):
+            return mem  # another request took it
+        sizes = self._begin_write()
+        try:
+            self._warm_up(mem, namespace)  # the sync takes it (background work allowed)
+        finally:
+            self._end_write(sizes, keep=[namespace])
         return mem
 
     def _warm_other(self, namespace: str, method: str) -> Memory:
