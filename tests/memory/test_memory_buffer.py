@@ -137,3 +137,39 @@ def test_adds_written_into_the_buffer_equal_the_stored_rows(tmp_path):
         roles = list(stored.view.roles)
         assert mem._views.buffer("a").users == roles.count("user")
         assert '"reservation_id"' in "".join(live.arguments) and '{"k": 69}' in live.metadata
+
+
+def test_a_delete_keeps_the_rest_of_the_cached_steps_as_the_store_holds_them(tmp_path, monkeypatch):
+    path = tmp_path / "m.db"
+    mem = Memory.open(path, encoder=HashingEncoder(16), method="flat")
+    for k in range(12):  # 12 adds of 2..3 steps, metadata on some
+        msgs = [{"role": "user", "content": f"turn {k} about R{k}"}, CALL, ANSWER][: 2 + k % 2]
+        mem.add_messages(msgs, namespace="ns", metadata={"k": k} if k % 3 else None)
+    mem.retrieve("R3", 50, namespace="ns")  # loaded and built
+    before = mem._views.cached("ns")
+    held_view = mem.view("ns")
+    held_copy = held_view.embeddings.copy(), list(held_view.texts)
+    positions = [0, 1, 7, 8, 9, mem.n_steps("ns") - 1]  # whole add batches among them
+    loads = []
+    real_load = mem.store.load
+    monkeypatch.setattr(mem.store, "load", lambda *a, **kw: loads.append(a) or real_load(*a, **kw))
+    mem.delete("ns", positions)
+    kept = mem._views.cached("ns")
+    assert kept is not None and kept is not before and loads == []
+    mine, stored = kept.data(), real_load("ns")
+    _same(mine.view, stored.view)
+    assert list(mine.step_ids) == list(stored.step_ids)
+    assert list(mine.arguments) == list(stored.arguments)
+    assert tuple(mine.batch_ends) == tuple(stored.batch_ends)
+    assert list(mine.metadata) == list(stored.metadata)
+    np.testing.assert_array_equal(mine.times, stored.times)
+    np.testing.assert_array_equal(mine.updated, stored.updated)
+    assert kept.users == int(np.count_nonzero(stored.view.roles == "user"))
+    with Memory.open(path, encoder=HashingEncoder(16), method="flat") as other:
+        other.add("another writer's commit", namespace="elsewhere")
+    assert mem._views.refresh() and mem._views.cached("ns") is kept  # its own edit: kept
+    # a view handed out before the delete still holds what it held
+    assert (
+        np.array_equal(held_view.embeddings, held_copy[0]) and list(held_view.texts) == held_copy[1]
+    )
+    mem.close()

@@ -10,7 +10,7 @@ from typing import Any, cast
 import numpy as np
 from numpy.typing import NDArray
 
-from osumem.memory.rows import NamespaceData, StepRow
+from osumem.memory.rows import NamespaceData, StepRow, kept_ends
 from osumem.types import EntityPrefix, ListPrefix, MemoryView
 
 #: A loaded namespace's buffers hold 1/this more rows than its steps.
@@ -137,6 +137,42 @@ class NamespaceBuffer:
         self.batch_ends.append(hi)
         self.n = hi
         self._snapshot = None
+
+    def without(self, gone: Sequence[int]) -> NamespaceBuffer:
+        """A new buffer of these steps less those at positions ``gone`` (distinct, in
+        range): the later ones move down and the add batches follow (a batch left
+        without steps is dropped), as the store holds them after the delete. This one
+        is left as it was (views handed out before keep what they held)."""
+        n = self.n
+        keep = np.ones(n, dtype=bool)
+        keep[np.asarray(gone, dtype=np.int64)] = False
+        m = int(np.count_nonzero(keep))
+        cap = max(64, m + m // HEADROOM_DIVISOR)
+
+        def kept(a: NDArray[Any]) -> NDArray[Any]:
+            b = np.empty((cap, *a.shape[1:]), dtype=a.dtype)
+            np.compress(keep, a[:n], axis=0, out=b[:m])
+            return b
+
+        def kept_list(items: list[Any]) -> list[Any]:
+            out = items[:n]
+            for p in sorted(gone, reverse=True):
+                del out[p]
+            return out
+
+        new = object.__new__(NamespaceBuffer)
+        new.n, new.dim = m, self.dim
+        new._emb, new._costs, new._ids = kept(self._emb), kept(self._costs), kept(self._ids)
+        new._times, new._updated = kept(self._times), kept(self._updated)
+        new._obj = {name: kept(a) for name, a in self._obj.items()}
+        new._metadata = kept_list(self._metadata)
+        new._entities = kept_list(self._entities)
+        new._arguments = kept_list(self._arguments)
+        new.batch_ends = list(kept_ends(self.batch_ends, np.flatnonzero(keep)))
+        gone_roles = self._obj["roles"][np.asarray(gone, dtype=np.int64)]
+        new.users = self.users - int(np.count_nonzero(gone_roles == "user"))
+        new._snapshot = None
+        return new
 
     def prefix_view(self, t: int) -> MemoryView:
         """Steps ``0 .. t-1`` as a view over the buffers: array slices and an

@@ -79,6 +79,26 @@ class NamespaceCache:
             self._edits[namespace] = edits
         return buf
 
+    def dropped(self, namespace: str, ids: Sequence[int], edits: int) -> None:
+        """This memory deleted the steps ``ids`` of ``namespace`` (committed; ``edits``:
+        the store's edit count of the namespace right after the delete): its cached
+        steps become those left, as the store now holds them (the later ones moved
+        down, the add batches left without steps dropped), without reading them back;
+        what was built from the steps goes, as with :meth:`forget`. A new buffer: the
+        old one's rows never change under a view handed out before."""
+        buf = self._buffers.get(namespace)
+        if buf is None:
+            self.forget(namespace)
+            return
+        gone = np.flatnonzero(np.isin(buf.data().step_ids, np.asarray(ids, dtype=np.int64)))
+        if gone.size != len(ids):  # not all of them cached: read back
+            self.forget(namespace)
+            return
+        self._buffers[namespace] = buf.without(gone.tolist())
+        self._counts.pop(namespace, None)
+        self._edits[namespace] = edits
+        self._on_forget(namespace)
+
     def edited(self, namespace: str) -> None:
         """Record this memory's own edit of ``namespace`` (a metadata change applied to
         the cached buffer in place), so :meth:`refresh` does not reload it."""

@@ -46,8 +46,8 @@ PREPARE_INCREMENT = 16
 #: A namespace whose structure was dropped by an edit (a delete, a text update, another
 #: writer's edit) and needs a replay of at least this many steps to come back is rebuilt
 #: on a background thread; until it is done, its retrievals answer as :data:`INTERIM`
-#: does (see :meth:`RetrieverCache.sync`). Replaying 10,000 steps took 2.7–2.8 s,
-#: 60,000 steps 14–15 s (``benchmarks/rebuild_after_delete.py``).
+#: does (see :meth:`RetrieverCache.sync`). Replaying 10,000 steps took 2.3–2.8 s,
+#: 60,000 steps 14–16 s (``benchmarks/rebuild_after_delete.py``).
 REBUILD_BACKGROUND_STEPS = 2048
 #: The method that answers for a namespace while its structure is rebuilt in the
 #: background: plain dense search over its current steps (no structure to rebuild).

@@ -313,8 +313,9 @@ class MemoryWrites(MemoryReads):
         with self.store.transaction(namespace):
             self._refresh()
             deleted = self._editor.delete(namespace, positions, ids)
+            edits = self.store.edits(namespace) if deleted else 0  # this delete's count
         if deleted:
-            self._views.forget(namespace)
+            self._views.dropped(namespace, deleted, edits)  # the rest kept, not re-read
             self._filtered.forget()
         return deleted
 
