@@ -4,6 +4,7 @@ a set of slices of the buffers, not a copy."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -138,15 +139,17 @@ class NamespaceBuffer:
         self.n = hi
         self._snapshot = None
 
-    def without(self, gone: Sequence[int]) -> NamespaceBuffer:
+    def without(self, gone: Sequence[int] | NDArray[np.int64]) -> NamespaceBuffer:
         """A new buffer of these steps less those at positions ``gone`` (distinct, in
         range): the later ones move down and the add batches follow (a batch left
         without steps is dropped), as the store holds them after the delete. This one
         is left as it was (views handed out before keep what they held)."""
         n = self.n
+        at = np.asarray(gone, dtype=np.int64)
         keep = np.ones(n, dtype=bool)
-        keep[np.asarray(gone, dtype=np.int64)] = False
+        keep[at] = False
         m = int(np.count_nonzero(keep))
+        keep_list = keep.tolist()
         cap = max(64, m + m // HEADROOM_DIVISOR)
 
         def kept(a: NDArray[Any]) -> NDArray[Any]:
@@ -155,10 +158,7 @@ class NamespaceBuffer:
             return b
 
         def kept_list(items: list[Any]) -> list[Any]:
-            out = items[:n]
-            for p in sorted(gone, reverse=True):
-                del out[p]
-            return out
+            return list(itertools.compress(items[:n], keep_list))
 
         new = object.__new__(NamespaceBuffer)
         new.n, new.dim = m, self.dim
@@ -169,8 +169,7 @@ class NamespaceBuffer:
         new._entities = kept_list(self._entities)
         new._arguments = kept_list(self._arguments)
         new.batch_ends = list(kept_ends(self.batch_ends, np.flatnonzero(keep)))
-        gone_roles = self._obj["roles"][np.asarray(gone, dtype=np.int64)]
-        new.users = self.users - int(np.count_nonzero(gone_roles == "user"))
+        new.users = self.users - int(np.count_nonzero(self._obj["roles"][at] == "user"))
         new._snapshot = None
         return new
 

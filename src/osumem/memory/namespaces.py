@@ -94,7 +94,7 @@ class NamespaceCache:
         if gone.size != len(ids):  # not all of them cached: read back
             self.forget(namespace)
             return
-        self._buffers[namespace] = buf.without(gone.tolist())
+        self._buffers[namespace] = buf.without(gone)
         self._counts.pop(namespace, None)
         self._edits[namespace] = edits
         self._on_forget(namespace)

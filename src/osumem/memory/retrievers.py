@@ -317,7 +317,7 @@ class RetrieverCache:
 
             interim = create(INTERIM, None, seed=self.seed)
             # every step scanned (or the store's own vector index): an HNSW index
-            # built for a stand-in would cost more CPU than the rebuild it waits for
+            # built for a stand-in costs more CPU than its scans over the rebuild
             interim.ann_min_steps = 2**62
             interim.step_index.source = self.store.nearest(namespace)
             held = (interim.fit(data.view), data.view.n)
