@@ -114,3 +114,14 @@ def test_assistant_content_part_beyond_int_to_text_is_not_an_untyped_error(part)
         normalize_messages(messages, "openai")
     except OSUMemError as exc:
         assert "messages[0].content[0]" in str(exc)
+
+
+def test_a_content_part_of_a_huge_integer_type_is_skipped_and_named():
+    # found by the random campaign below: the skip's reason once printed the type with
+    # repr(), which refuses an integer of more than 4,300 digits
+    log = [
+        {"role": "user", "content": [{"type": 10**4400}, {"type": "text", "text": "hi"}]},
+    ]
+    skips = normalize_messages(log).skipped
+    assert [s.where for s in skips] == ["messages[0].content[0]"]
+    assert "an integer of" in skips[0].reason

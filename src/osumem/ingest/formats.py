@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from osumem.errors import ConfigError, DataFileError
+from osumem.errors import ConfigError, DataFileError, show_value
 from osumem.ingest.anthropic import CALL_BLOCKS, THINKING_BLOCKS, anthropic_to_openai
 from osumem.ingest.openai_chat import SYSTEM_ROLES, LogFormatError
 from osumem.ingest.openai_legacy import legacy_to_openai
@@ -203,7 +203,7 @@ def _audit(
                         Skip(
                             index=i,
                             where=f"{at}.content[{j}]",
-                            reason=f"non-text content part {part.get('type')!r}",
+                            reason=f"non-text content part {show_value(part.get('type'))}",
                         )
                     )
     return skips
