@@ -4,10 +4,11 @@ reloaded one, and views handed out earlier never change under later adds."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from test_memory_add_path import ANSWER, CALL
 
 from osumem.embed import HashingEncoder
-from osumem.memory import Memory
+from osumem.memory import Memory, buffer
 
 
 def _same(a, b) -> None:
@@ -17,6 +18,19 @@ def _same(a, b) -> None:
     for name in ("tool_actions", "tool_signatures", "subgoals", "sources", "roles", "texts"):
         assert list(getattr(a, name)) == list(getattr(b, name)), name
     assert a.entities == b.entities
+
+
+def _same_as_stored(buf, stored) -> None:
+    """Every column of a buffer equals the store's rows, and so does its user count."""
+    mine = buf.data()
+    _same(mine.view, stored.view)
+    assert list(mine.step_ids) == list(stored.step_ids)
+    assert list(mine.arguments) == list(stored.arguments)
+    assert tuple(mine.batch_ends) == tuple(stored.batch_ends)
+    assert list(mine.metadata) == list(stored.metadata)
+    np.testing.assert_array_equal(mine.times, stored.times)
+    np.testing.assert_array_equal(mine.updated, stored.updated)
+    assert buf.users == int(np.count_nonzero(stored.view.roles == "user"))
 
 
 def test_live_view_equals_reloaded_after_growth(tmp_path):
@@ -126,20 +140,16 @@ def test_adds_written_into_the_buffer_equal_the_stored_rows(tmp_path):
                 mem.add(f"reply {k}", namespace="a", role="assistant")
         mem.update("a", 3, metadata={"edited": True})
         live = mem._views.data("a")
-        stored = mem.store.load("a")
-        _same(live.view, stored.view)
-        np.testing.assert_array_equal(live.step_ids, stored.step_ids)
-        assert list(live.arguments) == list(stored.arguments)
-        assert list(live.metadata) == list(stored.metadata)
-        np.testing.assert_array_equal(live.times, stored.times)
-        np.testing.assert_array_equal(live.updated, stored.updated)
-        assert live.batch_ends == stored.batch_ends
-        roles = list(stored.view.roles)
-        assert mem._views.buffer("a").users == roles.count("user")
+        _same_as_stored(mem._views.buffer("a"), mem.store.load("a"))
         assert '"reservation_id"' in "".join(live.arguments) and '{"k": 69}' in live.metadata
 
 
-def test_a_delete_keeps_the_rest_of_the_cached_steps_as_the_store_holds_them(tmp_path, monkeypatch):
+@pytest.mark.parametrize("max_runs", [64, 0], ids=["slices", "mask"])
+def test_a_delete_keeps_the_rest_of_the_cached_steps_as_the_store_holds_them(
+    tmp_path, monkeypatch, max_runs
+):
+    """Both ways of copying the kept rows (slice by slice, through a mask)."""
+    monkeypatch.setattr(buffer, "_MAX_RUNS", max_runs)
     path = tmp_path / "m.db"
     mem = Memory.open(path, encoder=HashingEncoder(16), method="flat")
     for k in range(12):  # 12 adds of 2..3 steps, metadata on some
@@ -156,15 +166,7 @@ def test_a_delete_keeps_the_rest_of_the_cached_steps_as_the_store_holds_them(tmp
     mem.delete("ns", positions)
     kept = mem._views.cached("ns")
     assert kept is not None and kept is not before and loads == []
-    mine, stored = kept.data(), real_load("ns")
-    _same(mine.view, stored.view)
-    assert list(mine.step_ids) == list(stored.step_ids)
-    assert list(mine.arguments) == list(stored.arguments)
-    assert tuple(mine.batch_ends) == tuple(stored.batch_ends)
-    assert list(mine.metadata) == list(stored.metadata)
-    np.testing.assert_array_equal(mine.times, stored.times)
-    np.testing.assert_array_equal(mine.updated, stored.updated)
-    assert kept.users == int(np.count_nonzero(stored.view.roles == "user"))
+    _same_as_stored(kept, real_load("ns"))
     with Memory.open(path, encoder=HashingEncoder(16), method="flat") as other:
         other.add("another writer's commit", namespace="elsewhere")
     assert mem._views.refresh() and mem._views.cached("ns") is kept  # its own edit: kept
@@ -172,4 +174,39 @@ def test_a_delete_keeps_the_rest_of_the_cached_steps_as_the_store_holds_them(tmp
     assert (
         np.array_equal(held_view.embeddings, held_copy[0]) and list(held_view.texts) == held_copy[1]
     )
+    mem.close()
+
+
+def test_an_update_keeps_the_cached_steps_as_the_store_holds_them(tmp_path, monkeypatch):
+    """A text update and a metadata update change the cached row in place of reading
+    the namespace back: every column equals what the store gives back, another
+    writer's commit does not make the buffer stale, and a view handed out before the
+    text update still holds the old text and vector."""
+    path = tmp_path / "m.db"
+    mem = Memory.open(path, encoder=HashingEncoder(16), method="flat")
+    for k in range(8):
+        msgs = [{"role": "user", "content": f"turn {k} about R{k}"}, CALL, ANSWER][: 2 + k % 2]
+        mem.add_messages(msgs, namespace="ns", metadata={"k": k})
+    mem.retrieve("R3", 50, namespace="ns")  # loaded and built
+    held_view = mem.view("ns")
+    held_copy = held_view.embeddings.copy(), list(held_view.texts)
+    loads = []
+    real_load = mem.store.load
+    monkeypatch.setattr(mem.store, "load", lambda *a, **kw: loads.append(a) or real_load(*a, **kw))
+    before = mem._views.cached("ns")
+    mem.update("ns", 4, text="the order R9 was moved to Friday", metadata={"new": 1})
+    after_text = mem._views.cached("ns")
+    mem.update("ns", 6, metadata={"edited": True})
+    assert loads == [] and after_text is not before
+    assert mem._views.cached("ns") is after_text  # a metadata update: in place
+    _same_as_stored(after_text, real_load("ns"))
+    assert after_text.data().view.texts[4] == "the order R9 was moved to Friday"
+    with Memory.open(path, encoder=HashingEncoder(16), method="flat") as other:
+        other.add("another writer's commit", namespace="elsewhere")
+    assert mem._views.refresh() and mem._views.cached("ns") is after_text  # its own edits
+    assert (
+        np.array_equal(held_view.embeddings, held_copy[0]) and list(held_view.texts) == held_copy[1]
+    )
+    got = mem.retrieve("R9 Friday", 50, namespace="ns")
+    assert 4 in [s.position for s in got.steps]
     mem.close()

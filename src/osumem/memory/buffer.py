@@ -16,6 +16,9 @@ from osumem.types import EntityPrefix, ListPrefix, MemoryView
 
 #: A loaded namespace's buffers hold 1/this more rows than its steps.
 HEADROOM_DIVISOR = 4
+#: :meth:`NamespaceBuffer.without` copies the kept rows slice by slice up to this many
+#: runs of consecutive positions, through a mask above.
+_MAX_RUNS = 64
 
 _OBJECT_COLUMNS = ("tool_actions", "tool_signatures", "subgoals", "sources", "roles", "texts")
 
@@ -119,18 +122,8 @@ class NamespaceBuffer:
         lo, hi = self._room(k, int(embeddings.shape[1]))
         self._emb[lo:hi] = embeddings
         self._ids[lo:hi] = ids
-        obj = self._obj
         for i, r in enumerate(rows):
-            at = lo + i
-            self._costs[at] = r.cost
-            self._times[at] = np.nan if r.time is None else float(r.time)
-            self._updated[at] = np.nan if r.updated is None else float(r.updated)
-            obj["tool_actions"][at] = r.tool_action
-            obj["tool_signatures"][at] = r.tool_signature
-            obj["subgoals"][at] = r.subgoal
-            obj["sources"][at] = r.source
-            obj["roles"][at] = r.role
-            obj["texts"][at] = r.text
+            self._set_columns(lo + i, r)
             self._metadata.append(r.metadata_json)
             self._entities.append(frozenset(r.entities))
             self._arguments.append(r.arguments_json)
@@ -138,6 +131,34 @@ class NamespaceBuffer:
         self.batch_ends.append(hi)
         self.n = hi
         self._snapshot = None
+
+    def _set_columns(self, at: int, r: StepRow) -> None:
+        """Write the array columns of row ``at`` from ``r`` (not its embedding, id or
+        list columns)."""
+        obj = self._obj
+        self._costs[at] = r.cost
+        self._times[at] = np.nan if r.time is None else float(r.time)
+        self._updated[at] = np.nan if r.updated is None else float(r.updated)
+        obj["tool_actions"][at] = r.tool_action
+        obj["tool_signatures"][at] = r.tool_signature
+        obj["subgoals"][at] = r.subgoal
+        obj["sources"][at] = r.source
+        obj["roles"][at] = r.role
+        obj["texts"][at] = r.text
+
+    def replaced(self, p: int, row: StepRow, embedding: NDArray[np.float32]) -> NamespaceBuffer:
+        """A new buffer of these steps with the one at position ``p`` replaced by
+        ``row`` and ``embedding`` (its id and add batch kept), as the store holds it
+        after the update. This one is left as it was, as by :meth:`without`."""
+        new = self.without(())
+        was_user = new._obj["roles"][p] == "user"
+        new._set_columns(p, row)
+        new._emb[p] = embedding
+        new._metadata[p] = row.metadata_json
+        new._entities[p] = frozenset(row.entities)
+        new._arguments[p] = row.arguments_json
+        new.users += int(row.role == "user") - int(was_user)
+        return new
 
     def without(self, gone: Sequence[int] | NDArray[np.int64]) -> NamespaceBuffer:
         """A new buffer of these steps less those at positions ``gone`` (distinct, in
@@ -149,16 +170,34 @@ class NamespaceBuffer:
         keep = np.ones(n, dtype=bool)
         keep[at] = False
         m = int(np.count_nonzero(keep))
-        keep_list = keep.tolist()
         cap = max(64, m + m // HEADROOM_DIVISOR)
+        # the kept rows as runs of consecutive positions: a few deletes copy a few
+        # slices (5 ms for the vectors of 60,000 steps, where a masked copy took 15-24
+        # ms); many scattered ones copy through the mask in one pass
+        cut = np.unique(at)
+        starts, ends = np.concatenate(([0], cut + 1)), np.concatenate((cut, [n]))
+        runs = [(int(lo), int(hi)) for lo, hi in zip(starts, ends, strict=True) if hi > lo]
+        masked = len(runs) > _MAX_RUNS
+        keep_list = keep.tolist() if masked else []
 
         def kept(a: NDArray[Any]) -> NDArray[Any]:
             b = np.empty((cap, *a.shape[1:]), dtype=a.dtype)
-            np.compress(keep, a[:n], axis=0, out=b[:m])
+            if masked:
+                np.compress(keep, a[:n], axis=0, out=b[:m])
+                return b
+            to = 0
+            for lo, hi in runs:
+                b[to : to + hi - lo] = a[lo:hi]
+                to += hi - lo
             return b
 
         def kept_list(items: list[Any]) -> list[Any]:
-            return list(itertools.compress(items[:n], keep_list))
+            if masked:
+                return list(itertools.compress(items[:n], keep_list))
+            out: list[Any] = []
+            for lo, hi in runs:
+                out += items[lo:hi]
+            return out
 
         new = object.__new__(NamespaceBuffer)
         new.n, new.dim = m, self.dim

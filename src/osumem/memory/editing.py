@@ -145,9 +145,10 @@ class StepEditor:
         metadata: Mapping[str, Any] | None,
         embedding: NDArray[Any] | None,
         cost: int | None,
-    ) -> tuple[int, bool]:
-        """Apply an update (inside the caller's transaction): ``(position, whether
-        anything a retriever reads changed)``."""
+    ) -> tuple[int, StepRow, NDArray[np.float32] | None]:
+        """Apply an update (inside the caller's transaction): ``(position, the step's
+        row as stored now, its new embedding)``; the embedding is ``None`` for a
+        metadata-only update, which changes nothing a retriever reads."""
         if text is None and metadata is None:
             raise InvalidInputError("update: give text=, metadata= or both")
         if (embedding is not None or cost is not None) and text is None:
@@ -168,7 +169,7 @@ class StepEditor:
         now = time.time()
         if text is None:
             self.store.set_metadata(namespace, [p], [meta], now)
-            return p, False
+            return p, replace(old, metadata_json=meta, updated=now), None
         if not isinstance(text, str) or not text.strip():
             raise InvalidInputError(f"text: expected a non-empty text, got {show_value(text)}")
         draft = Step(
@@ -188,7 +189,7 @@ class StepEditor:
         vectors = None if embedding is None else np.asarray(embedding, dtype=np.float32)[None, :]
         emb = self.planner.embed([new], vectors)
         self.store.replace_steps(namespace, [p], [new], emb)
-        return p, True
+        return p, new, emb
 
     def steps(
         self, namespace: str, *, filter: Mapping[str, Any] | None, positions: Any, ids: Any

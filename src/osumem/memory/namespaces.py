@@ -99,11 +99,28 @@ class NamespaceCache:
         self._edits[namespace] = edits
         self._on_forget(namespace)
 
-    def edited(self, namespace: str) -> None:
+    def replaced(
+        self, namespace: str, p: int, row: StepRow, embedding: NDArray[np.float32], edits: int
+    ) -> None:
+        """This memory replaced the content of the step at position ``p`` of
+        ``namespace`` (committed; ``edits`` as for :meth:`dropped`): its cached steps
+        become a new buffer with that row changed, without reading the namespace
+        back; what was built from the steps goes, as with :meth:`forget`."""
+        buf = self._buffers.get(namespace)
+        if buf is None or not 0 <= p < buf.n:
+            self.forget(namespace)
+            return
+        self._buffers[namespace] = buf.replaced(p, row, embedding)
+        self._counts.pop(namespace, None)
+        self._edits[namespace] = edits
+        self._on_forget(namespace)
+
+    def edited(self, namespace: str, edits: int) -> None:
         """Record this memory's own edit of ``namespace`` (a metadata change applied to
-        the cached buffer in place), so :meth:`refresh` does not reload it."""
+        the cached buffer in place; ``edits`` as for :meth:`dropped`), so
+        :meth:`refresh` does not reload it."""
         if namespace in self._buffers:
-            self._edits[namespace] = self.store.edits(namespace)
+            self._edits[namespace] = edits
 
     def cached(self, namespace: str) -> NamespaceBuffer | None:
         """The namespace's buffer if it is loaded."""

@@ -349,7 +349,7 @@ class MemoryWrites(MemoryReads):
         check_namespace(namespace)
         with self.store.transaction(namespace):
             self._refresh()
-            p, content = self._editor.update(
+            p, row, emb = self._editor.update(
                 namespace,
                 position,
                 id,
@@ -358,14 +358,16 @@ class MemoryWrites(MemoryReads):
                 embedding=None if embedding is None else np.asarray(embedding),
                 cost=cost,
             )
-        if content:
-            self._views.forget(namespace)
+            edits = self.store.edits(namespace)  # this update's count
+        # the cached steps take the row as stored (the same values): nothing read back
+        if emb is not None:
+            self._views.replaced(namespace, p, row, emb[0], edits)
         else:
-            stored = self.store.load(namespace, start=p)
             buf = self._views.cached(namespace)
             if buf is not None:
-                buf.set_metadata([p], [stored.metadata[0]], float(stored.updated[0]))
-                self._views.edited(namespace)
+                assert row.updated is not None
+                buf.set_metadata([p], [row.metadata_json], row.updated)
+                self._views.edited(namespace, edits)
         self._filtered.forget()
         return self.steps(namespace, positions=[p])[0]
 
