@@ -4,6 +4,7 @@ snapshots past an edited position); the base of :class:`SQLiteStore`."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +18,9 @@ from osumem.memory.backends.sqlite import schema, sql
 from osumem.memory.backends.sqlite.connection import guarded
 from osumem.memory.backends.sqlite.rows import content_params, metadata_params
 from osumem.memory.rows import StepRow
+
+#: Up to this many positions, their ids are looked up one by one.
+_FEW = 64
 
 
 class SQLiteEdits(ConnectedStore):
@@ -46,17 +50,40 @@ class SQLiteEdits(ConnectedStore):
         self.conn.execute(sql.UPSERT_META, (sql.RETIRED_ID_KEY, str(top)))
 
     def _step_ids_at(self, namespace: str, positions: Sequence[int]) -> list[int]:
-        """The ids of the steps at ``positions`` (checked: distinct and stored)."""
+        """The ids of the steps at ``positions`` (checked: distinct and stored), in
+        position order: a lookup each for a few, one scan from the first for many."""
         n = self.n_steps(namespace)
         ordered = checked_positions(self.name, namespace, positions, n)
+        if len(ordered) <= _FEW:
+            return [
+                int(self.conn.execute(sql.STEP_AT, (namespace, p)).fetchone()[0]) for p in ordered
+            ]
         at = {p: i for i, p in enumerate(ordered)}
         ids = [0] * len(ordered)
-        for step_id, pos in self.conn.execute(
-            sql.IDS_FROM, (namespace, ordered[0] if ordered else n)
-        ):
+        for step_id, pos in self.conn.execute(sql.IDS_FROM, (namespace, ordered[0])):
             if pos in at:
                 ids[at[pos]] = int(step_id)
         return ids
+
+    def _close_gaps(self, namespace: str, gone: Sequence[int], n: int) -> None:
+        """Move the steps after the deleted positions ``gone`` (sorted) of a namespace
+        that held ``n`` steps down over the gaps, one statement per run of steps
+        between two gaps. SQLite checks the unique positions row by row: the steps
+        are updated in position order (the order of both its index and its row ids),
+        so each lands on a position just left free; should a statement meet a taken
+        one anyway, SQLite backs it out and its run moves past every position first
+        (two statements, right in any order)."""
+        conn = self.conn
+        bounds = [*gone, n]
+        for k in range(len(gone)):
+            lo, hi = bounds[k], bounds[k + 1]
+            if hi - lo < 2:
+                continue  # no step between these two gaps
+            try:
+                conn.execute(sql.MOVE_RUN, (k + 1, namespace, lo, hi))
+            except sqlite3.IntegrityError:
+                conn.execute(sql.MOVE_RUN, (-n, namespace, lo, hi))
+                conn.execute(sql.MOVE_RUN, (n + k + 1, namespace, lo + n, hi + n))
 
     def _drop_snapshot_from(self, namespace: str, position: int) -> None:
         """Delete the namespace's snapshot if it covers ``position``."""
@@ -74,16 +101,10 @@ class SQLiteEdits(ConnectedStore):
             if not ids:
                 return []
             gone = sorted(int(p) for p in positions)
+            n = self.n_steps(namespace)
             self._drop_snapshot_from(namespace, gone[0])
             conn.executemany(sql.DELETE_STEP, [(i,) for i in ids])
-            # the later steps move down; through positions past every stored one, so no
-            # two steps ever share a position while they move
-            later = conn.execute(sql.IDS_FROM, (namespace, gone[0])).fetchall()
-            offset = (later[-1][1] + 1) if later else 0
-            conn.executemany(sql.MOVE_STEP, [(pos + offset, i) for i, pos in later])
-            conn.executemany(
-                sql.MOVE_STEP, [(position_after_delete(pos, gone), i) for i, pos in later]
-            )
+            self._close_gaps(namespace, gone, n)
             self._move_ends(namespace, gone)
             self._retire(ids)
             self._edited(namespace)

@@ -45,7 +45,8 @@ NEXT_STEP_ID = (
 )
 STEP_AT = "SELECT id FROM steps WHERE ns = ? AND pos = ?"
 IDS_FROM = "SELECT id, pos FROM steps WHERE ns = ? AND pos >= ? ORDER BY pos"
-MOVE_STEP = "UPDATE steps SET pos = ? WHERE id = ?"
+#: The steps strictly between two positions move down by a count (up when negative).
+MOVE_RUN = "UPDATE steps SET pos = pos - ? WHERE ns = ? AND pos > ? AND pos < ?"
 DELETE_STEP = "DELETE FROM steps WHERE id = ?"
 SELECT_BATCHES = "SELECT id, end_pos FROM batches WHERE ns = ? ORDER BY end_pos"
 MOVE_BATCH = "UPDATE batches SET end_pos = ? WHERE id = ?"
