@@ -1,17 +1,19 @@
-"""The retrieve after a delete: the namespace's structure rebuilt on a background
-thread (``Memory.rebuild_in_background``, the default) against rebuilt before the
+"""The retrieve after a delete (or a text update, ``--edit update``): the namespace's
+structure rebuilt on a background thread (``Memory.rebuild_in_background``, the default) against rebuilt before the
 retrieve answers (``False``, the server's setting), on copies of one store.
 
 One store of ``--steps`` generated agent steps (hashing encoder, the logs of ``osumem
 bench serve``; kept in ``--work-dir`` so a rerun reuses it). For each mode, ``--repeat``
 times, alternating: a fresh copy is opened, a retrieve loads it (and ``wait_ready``
-settles it), step ``--position`` is deleted, and then timed: the delete, the next
+settles it), step ``--position`` is deleted (or given a new text), and then timed: the
+edit, the next
 retrieve (wall and CPU, and which method answered), the retrieves of a loop (one every
 50 ms) while the rebuild runs (p50 and max), and the time until ``wait_ready``
 returns. Then 100 retrieves: their selected step ids, digested, must be the same in
 both modes (the rebuilt structure equals the one replayed before answering).
 
-Usage: ``python benchmarks/rebuild_after_delete.py [--steps 10000] [--repeat 2]``
+Usage: ``python benchmarks/rebuild_after_delete.py [--steps 10000] [--repeat 2]
+[--edit delete|update]``
 """
 
 from __future__ import annotations
@@ -36,14 +38,21 @@ def _query(i: int) -> str:
     return f"which flight and bags are on reservation R{i * 97 % 3000:05d}?"
 
 
-def _once(store: Path, background: bool, position: int) -> dict[str, Any]:
+def _edit(mem: Memory, edit: str, position: int) -> None:
+    if edit == "delete":
+        mem.delete(NAMESPACE, [position])
+    else:
+        mem.update(NAMESPACE, position, text="reservation R00042 moved to the 9:40 flight")
+
+
+def _once(store: Path, background: bool, position: int, edit: str = "delete") -> dict[str, Any]:
     mem = Memory.open(store, encoder="hashing")
     try:
         mem.rebuild_in_background = background
         mem.retrieve(_query(0), 256, namespace=NAMESPACE)
         mem.wait_ready()
         t0, c0 = time.perf_counter(), time.process_time()
-        mem.delete(NAMESPACE, [position])
+        _edit(mem, edit, position)
         t1, c1 = time.perf_counter(), time.process_time()
         first = mem.retrieve(_query(1), 256, namespace=NAMESPACE)
         t2, c2 = time.perf_counter(), time.process_time()
@@ -64,8 +73,8 @@ def _once(store: Path, background: bool, position: int) -> dict[str, Any]:
         mem.close()
     during.sort()
     return {
-        "delete_s": t1 - t0,
-        "delete_cpu_s": c1 - c0,
+        "edit_s": t1 - t0,
+        "edit_cpu_s": c1 - c0,
         "next_retrieve_s": t2 - t1,
         "next_retrieve_cpu_s": c2 - c1,
         "next_retrieve_method": first.method,
@@ -77,7 +86,7 @@ def _once(store: Path, background: bool, position: int) -> dict[str, Any]:
     }
 
 
-def run(steps: int, repeat: int, position: int, work: Path) -> dict[str, Any]:
+def run(steps: int, repeat: int, position: int, work: Path, edit: str = "delete") -> dict[str, Any]:
     store = work / "bench.db"
     built = _build(ServeBenchConfig(steps=steps), store, lambda m: print(m, file=sys.stderr))
     rows = []
@@ -85,11 +94,12 @@ def run(steps: int, repeat: int, position: int, work: Path) -> dict[str, Any]:
         for mode in MODES if r % 2 == 0 else list(MODES)[::-1]:
             copy = work / "copy.db"
             shutil.copy(store, copy)
-            rows.append({"round": r + 1, "mode": mode} | _once(copy, MODES[mode], position))
+            rows.append({"round": r + 1, "mode": mode} | _once(copy, MODES[mode], position, edit))
             for extra in (copy, Path(f"{copy}-wal"), Path(f"{copy}-shm")):
                 extra.unlink(missing_ok=True)
     return {
         "steps": built["steps"],
+        "edit": edit,
         "rows": rows,
         "same_answers": len({r["answers"] for r in rows}) == 1,
     }
@@ -97,9 +107,10 @@ def run(steps: int, repeat: int, position: int, work: Path) -> dict[str, Any]:
 
 def render(result: dict[str, Any]) -> str:
     lines = [
-        f"a delete in a {result['steps']}-step memory, then retrieves:",
+        f"{'a delete' if result['edit'] == 'delete' else 'a text update'} in a "
+        f"{result['steps']}-step memory, then retrieves:",
         "",
-        "| round | rebuild | delete s | next retrieve s (CPU) | answered by | "
+        f"| round | rebuild | {result['edit']} s | next retrieve s (CPU) | answered by | "
         "retrieves while rebuilding: n, p50 / max ms | until ready s |",
         "|---:|---|---:|---:|---|---|---:|",
     ]
@@ -111,7 +122,7 @@ def render(result: dict[str, Any]) -> str:
             else "0"
         )
         lines.append(
-            f"| {r['round']} | {r['mode']} | {r['delete_s']:.2f} | "
+            f"| {r['round']} | {r['mode']} | {r['edit_s']:.2f} | "
             f"{r['next_retrieve_s']:.3f} ({r['next_retrieve_cpu_s']:.3f}) | "
             f"{r['next_retrieve_method']} | {during} | {r['until_ready_s']:.1f} |"
         )
@@ -123,14 +134,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=2)
-    ap.add_argument("--position", type=int, default=5, help="the step deleted")
+    ap.add_argument("--position", type=int, default=5, help="the step edited")
+    ap.add_argument("--edit", choices=("delete", "update"), default="delete")
     ap.add_argument("--work-dir", type=Path, default=None)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="osumem-rebuild-") as tmp:
         work = args.work_dir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        result = run(args.steps, args.repeat, args.position, work)
+        result = run(args.steps, args.repeat, args.position, work, args.edit)
     print(json.dumps(result, indent=2) if args.json else render(result))
     if not result["same_answers"]:
         sys.exit("the two modes answered differently after wait_ready")
