@@ -1,11 +1,16 @@
 """The batch construction's flat-array pieces give exactly what the per-group
 definitions give: member sums bit for bit, the same raw groups, the same pool."""
 
+import os
+import subprocess
+import sys
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from restore_case import restore_case
 
 from conftest import make_view
 from osumem.osu import OSUConfig, OSUPool, construct
@@ -248,3 +253,40 @@ def test_the_state_written_later_is_the_state_at_the_call(monkeypatch):
         assert got[name].dtype == want[name].dtype, name
         assert got[name].tobytes() == want[name].tobytes(), name
     assert pool_state.pool_arrays(pool)["g_members"].shape[0] > want["g_members"].shape[0]
+
+
+def test_restored_centroids_skip_units_that_are_not_live_bit_for_bit():
+    """A restore's centroids equal :func:`member_stats` of the live units' columns."""
+    from osumem.osu.pool_state import _restore_centroids
+
+    slots, view, live, n, g = restore_case()
+    kept = slots.kept.v
+    assert np.isin(kept, [3, 17, 29]).any()
+    _restore_centroids(slots, view, live, n, g)
+    step_idx, col = np.nonzero(kept >= 0)
+    mat = sp.csc_matrix(
+        (np.ones(step_idx.shape[0], dtype=np.float32), (step_idx, kept[step_idx, col])),
+        shape=(n, g),
+    )
+    want = np.empty((live.shape[0], view.dim), dtype=np.float32)
+    member_stats(mat, view.embeddings, live, out=want)
+    out = slots.live_cent.a
+    assert out[: live.shape[0]].tobytes() == want.tobytes()
+    assert not out[int(np.searchsorted(live, 8))].any()
+
+
+def test_a_restore_with_units_that_are_not_live_imports_no_sparse_matrices():
+    """SciPy's sparse package costs 0.2 s to import: a restore (the first retrieve of
+    a reopened memory) does not need it, whatever units the state holds."""
+    code = (
+        "import sys; from restore_case import restore_case; "
+        "from osumem.osu.pool_state import _restore_centroids; "
+        "_restore_centroids(*restore_case()); print('scipy.sparse' in sys.modules)"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": f"{root / 'tests'}{os.pathsep}{root / 'tests' / 'osu'}"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

@@ -15,19 +15,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from osumem.lazy import lazy_module
 from osumem.osu.config import VIEWS
 from osumem.osu.construct import RefreshJob, SimilarityState, grown_prefix
 from osumem.osu.slots import HEADROOM_MIN, SlotTable
-from osumem.osu.sums import member_stats, segment_stats
+from osumem.osu.sums import segment_stats
 from osumem.types import MemoryView, distinct, segment_bounds
 
 if TYPE_CHECKING:
-    import scipy.sparse as sp
-
     from osumem.osu.pool import OSUPool
-else:
-    sp = lazy_module("scipy.sparse")
 
 #: Version of the layout of :func:`pool_arrays`. Its ``meta`` has a seventh entry
 #: now, the step count of a background refresh under way (and ``refresh_adds`` its
@@ -238,8 +233,8 @@ def _restore_centroids(
 ) -> None:
     """The live OSUs' centroids from their kept members: by :func:`segment_stats` (no
     sparse matrix, so a restore does not import SciPy's), the same bits as
-    :func:`member_stats`; an OSU without a kept member (centroid zero) takes the
-    sparse path."""
+    :func:`~osumem.osu.sums.member_stats` of the live columns: kept entries of OSUs that are not live
+    are left out, and an OSU without a kept member gets the zero centroid."""
     kept = slots.kept.v
     step_idx, col = np.nonzero(kept >= 0)
     group = kept[step_idx, col].astype(np.int64)
@@ -247,14 +242,18 @@ def _restore_centroids(
     rank[live] = np.arange(live.shape[0])
     out = slots.live_cent.a[: live.shape[0]]
     at = rank[group]
-    if group.size and (at >= 0).all():
-        counts = np.bincount(at, minlength=live.shape[0])
-        if (counts > 0).all():
-            order = np.lexsort((step_idx, at))
-            steps = step_idx[order].astype(np.int64)
-            segment_stats(view.embeddings, steps, segment_bounds(counts), out=out)
-            return
-    mat = sp.csc_matrix(
-        (np.ones(step_idx.shape[0], dtype=np.float32), (step_idx, group)), shape=(n, g)
-    )
-    member_stats(mat, view.embeddings, live, out=out)
+    ours = at >= 0
+    step_idx, at = step_idx[ours], at[ours]
+    counts = np.bincount(at, minlength=live.shape[0])
+    filled = counts > 0
+    order = np.lexsort((step_idx, at))
+    steps = step_idx[order].astype(np.int64)
+    bounds = segment_bounds(counts[filled])
+    if filled.all():
+        segment_stats(view.embeddings, steps, bounds, out=out)
+        return
+    sums = np.zeros((int(filled.sum()), out.shape[1]), dtype=np.float32)
+    if sums.shape[0]:
+        segment_stats(view.embeddings, steps, bounds, out=sums)
+    out[filled] = sums
+    out[~filled] = 0.0
