@@ -103,6 +103,8 @@ def test_append_assigns_positions_and_ids_and_loads_back_exactly(location):
         ids = a + b
         assert len(set(ids + other)) == 8 and ids == sorted(ids)
         assert store.step_ids() == sorted(ids + other)
+        assert store.step_ids("ns") == ids and store.step_ids("other") == other
+        assert store.step_ids("nothing here") == []
         assert store.n_steps("ns") == 7 and store.count_role("ns", "tool") == 3
         assert store.count_role("ns", "user", start=2) == 2
     with open_store(location, read_only=True) as store:  # after a reopen

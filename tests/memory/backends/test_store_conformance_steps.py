@@ -70,7 +70,7 @@ def test_delete_steps_moves_later_steps_down_and_keeps_their_ids(location):
         assert store.n_steps("ns") == 6
         data = store.load("ns")
         keep = [0, 2, 5, 6, 7, 8]
-        assert data.step_ids.tolist() == [ids[k] for k in keep]
+        assert data.step_ids.tolist() == [ids[k] for k in keep] == store.step_ids("ns")
         assert data.view.texts.tolist() == [meta_row(k).text for k in keep]
         assert data.view.embeddings.tobytes() == emb[keep].astype("<f4").tobytes()
         assert [json.loads(m)["k"] for m in data.metadata] == keep

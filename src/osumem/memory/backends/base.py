@@ -256,8 +256,9 @@ class MemoryStore(ABC, metaclass=_Constructible):
         :class:`~osumem.errors.StoreCorruptError`."""
 
     @abstractmethod
-    def step_ids(self) -> list[int]:
-        """Every stored step id, increasing."""
+    def step_ids(self, namespace: str | None = None) -> list[int]:
+        """Every stored step id, increasing; with ``namespace``, the ids of its steps
+        in position order."""
 
     # --- changing stored steps ------------------------------------------------------
 

@@ -66,6 +66,7 @@ COUNT_EDIT = (
 N_STEPS = "SELECT COALESCE(MAX(pos) + 1, 0) FROM steps WHERE ns = %s"
 COUNT_ROLE = "SELECT COUNT(*) FROM steps WHERE ns = %s AND pos >= %s AND role = %s"
 STEP_IDS = "SELECT id FROM steps ORDER BY id"
+NAMESPACE_STEP_IDS = "SELECT id FROM steps WHERE ns = %s ORDER BY pos"
 NAMESPACES = "SELECT DISTINCT ns FROM steps UNION SELECT ns FROM pending ORDER BY 1"
 
 #: The first add records the encoder; a concurrent first add waits for it and then

@@ -217,8 +217,10 @@ class PostgresStore(PostgresEdits):
         return [(str(d), int(e)) for d, e in self.conn.fetchall(sql.SELECT_DIGESTS, (namespace,))]
 
     @guarded
-    def step_ids(self) -> list[int]:
-        return [int(r[0]) for r in self.conn.fetchall(sql.STEP_IDS)]
+    def step_ids(self, namespace: str | None = None) -> list[int]:
+        if namespace is None:
+            return [int(r[0]) for r in self.conn.fetchall(sql.STEP_IDS)]
+        return [int(r[0]) for r in self.conn.fetchall(sql.NAMESPACE_STEP_IDS, (namespace,))]
 
     @guarded
     def load(self, namespace: str, start: int = 0) -> NamespaceData:

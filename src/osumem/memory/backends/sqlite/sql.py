@@ -69,6 +69,7 @@ UPSERT_META = (
 N_STEPS = "SELECT COALESCE(MAX(pos) + 1, 0) FROM steps WHERE ns = ?"
 COUNT_ROLE = "SELECT COUNT(*) FROM steps WHERE ns = ? AND pos >= ? AND role = ?"
 STEP_IDS = "SELECT id FROM steps ORDER BY id"
+NAMESPACE_STEP_IDS = "SELECT id FROM steps WHERE ns = ? ORDER BY pos"
 NAMESPACES = "SELECT DISTINCT ns FROM steps UNION SELECT ns FROM pending ORDER BY 1"
 
 SELECT_META = "SELECT key, value FROM meta"

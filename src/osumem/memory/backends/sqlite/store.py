@@ -251,8 +251,10 @@ class SQLiteStore(SQLiteEdits):
         return [(str(d), int(e)) for d, e in rows]
 
     @guarded
-    def step_ids(self) -> list[int]:
-        return [r[0] for r in self.conn.execute(sql.STEP_IDS)]
+    def step_ids(self, namespace: str | None = None) -> list[int]:
+        if namespace is None:
+            return [r[0] for r in self.conn.execute(sql.STEP_IDS)]
+        return [r[0] for r in self.conn.execute(sql.NAMESPACE_STEP_IDS, (namespace,))]
 
     @guarded
     def load(self, namespace: str, start: int = 0) -> NamespaceData:
