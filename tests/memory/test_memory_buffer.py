@@ -33,6 +33,16 @@ def _same_as_stored(buf, stored) -> None:
     assert buf.users == int(np.count_nonzero(stored.view.roles == "user"))
 
 
+def _loaded(path, turns: int, method: str) -> Memory:
+    """A memory of ``turns`` adds of 2..3 steps (metadata on most), loaded and built."""
+    mem = Memory.open(path, encoder=HashingEncoder(16), method=method)
+    for k in range(turns):
+        msgs = [{"role": "user", "content": f"turn {k} about R{k}"}, CALL, ANSWER][: 2 + k % 2]
+        mem.add_messages(msgs, namespace="ns", metadata={"k": k} if k % 3 else None)
+    mem.retrieve("R3", 50, namespace="ns")
+    return mem
+
+
 def test_live_view_equals_reloaded_after_growth(tmp_path):
     path = tmp_path / "m.db"
     with Memory.open(path, encoder=HashingEncoder(16), method="flat") as mem:
@@ -151,11 +161,7 @@ def test_a_delete_keeps_the_rest_of_the_cached_steps_as_the_store_holds_them(
     """Both ways of copying the kept rows (slice by slice, through a mask)."""
     monkeypatch.setattr(buffer, "_MAX_RUNS", max_runs)
     path = tmp_path / "m.db"
-    mem = Memory.open(path, encoder=HashingEncoder(16), method="flat")
-    for k in range(12):  # 12 adds of 2..3 steps, metadata on some
-        msgs = [{"role": "user", "content": f"turn {k} about R{k}"}, CALL, ANSWER][: 2 + k % 2]
-        mem.add_messages(msgs, namespace="ns", metadata={"k": k} if k % 3 else None)
-    mem.retrieve("R3", 50, namespace="ns")  # loaded and built
+    mem = _loaded(path, 12, "flat")
     before = mem._views.cached("ns")
     held_view = mem.view("ns")
     held_copy = held_view.embeddings.copy(), list(held_view.texts)
@@ -183,11 +189,7 @@ def test_an_update_keeps_the_cached_steps_as_the_store_holds_them(tmp_path, monk
     writer's commit does not make the buffer stale, and a view handed out before the
     text update still holds the old text and vector."""
     path = tmp_path / "m.db"
-    mem = Memory.open(path, encoder=HashingEncoder(16), method="flat")
-    for k in range(8):
-        msgs = [{"role": "user", "content": f"turn {k} about R{k}"}, CALL, ANSWER][: 2 + k % 2]
-        mem.add_messages(msgs, namespace="ns", metadata={"k": k})
-    mem.retrieve("R3", 50, namespace="ns")  # loaded and built
+    mem = _loaded(path, 8, "flat")
     held_view = mem.view("ns")
     held_copy = held_view.embeddings.copy(), list(held_view.texts)
     loads = []
@@ -209,4 +211,35 @@ def test_an_update_keeps_the_cached_steps_as_the_store_holds_them(tmp_path, monk
     )
     got = mem.retrieve("R9 Friday", 50, namespace="ns")
     assert 4 in [s.position for s in got.steps]
+    mem.close()
+
+
+@pytest.mark.parametrize("adds_after", [0, 2])
+def test_another_writers_delete_drops_the_steps_from_the_cached_ones(
+    tmp_path, monkeypatch, adds_after
+):
+    """Another writer deletes steps (then maybe adds some): this memory's cached steps
+    drop the deleted ones and read only the added ones, equal to what the store holds,
+    and its answers equal a fresh memory's once rebuilt."""
+    path = tmp_path / "m.db"
+    mem = _loaded(path, 12, "osumem")
+    before = mem._views.cached("ns")
+    with Memory.open(path, encoder=HashingEncoder(16), method="osumem") as other:
+        other.delete("ns", [0, 1, 7, 8, 9])
+        for k in range(adds_after):
+            other.add(f"later turn {k} about R{k}", namespace="ns")
+    loads = []
+    real_load = mem.store.load
+    monkeypatch.setattr(mem.store, "load", lambda *a, **kw: loads.append(kw) or real_load(*a, **kw))
+    assert mem.refresh() == {"ns"}
+    monkeypatch.undo()
+    kept = mem._views.cached("ns")
+    assert kept is not before
+    assert loads == ([{"start": mem.n_steps("ns") - adds_after}] if adds_after else [])
+    _same_as_stored(kept, real_load("ns"))
+    mem.wait_ready()
+    with Memory.open(path, encoder=HashingEncoder(16), method="osumem") as fresh:
+        for q in ("R3", "turn 10", "later turn"):
+            got, want = mem.retrieve(q, 64, namespace="ns"), fresh.retrieve(q, 64, namespace="ns")
+            assert [s.step_id for s in got.steps] == [s.step_id for s in want.steps]
     mem.close()

@@ -204,6 +204,35 @@ def test_a_metadata_update_rebuilds_nothing(tmp_path):
     mem.close()
 
 
+def test_another_writers_metadata_update_keeps_this_memorys_structure(tmp_path):
+    """Another writer's metadata update (and adds after it): this memory reads the
+    namespace again and keeps its retriever, which takes the added steps as an
+    update; the new metadata filters; the answers equal a fresh memory's. A text
+    update by the other writer drops the retriever."""
+    path = tmp_path / "a.db"
+    mem = filled(path, "osumem")
+    retriever = mem.retriever(NS)
+    with Memory.open(path, encoder=ENC, method="osumem") as other:
+        other.update(NS, 3, metadata={"label": "important"})
+        other.add_messages(conversation(2)[1:7], namespace=NS)
+    assert mem.refresh() == {NS}
+    assert mem.retriever(NS) is retriever
+    hit = mem.retrieve("reservation", 256, namespace=NS, filter={"label": "important"})
+    assert [s.position for s in hit.steps] == [3] and hit.method == "osumem"
+    with Memory.open(path, encoder=ENC, method="osumem") as fresh:
+        assert answers(mem) == answers(fresh)
+        assert mem.steps(NS)[3].metadata == fresh.steps(NS)[3].metadata
+    assert mem.refresh() == set()
+    with Memory.open(path, encoder=ENC, method="osumem") as other:
+        other.update(NS, 5, text="the order R7 moved to Friday")
+    mem.refresh()
+    assert mem.retriever(NS) is not retriever
+    assert mem.steps(NS)[5].text == "the order R7 moved to Friday"
+    with Memory.open(path, encoder=ENC, method="osumem") as fresh:
+        assert answers(mem) == answers(fresh)
+    mem.close()
+
+
 def test_deleting_inside_a_transaction_that_fails_changes_nothing(tmp_path):
     mem = filled(tmp_path / "a.db", "osumem")
     before, h = answers(mem), mem.store.content_hash()

@@ -212,6 +212,28 @@ class NamespaceBuffer:
         new._snapshot = None
         return new
 
+    def starts_with(self, other: NamespaceBuffer) -> bool:
+        """Whether these steps begin with ``other``'s, unchanged in everything a
+        retriever reads or replays: ids, vectors (bit for bit), costs, annotations,
+        texts, tool arguments and add batches; their metadata and times may differ,
+        and steps may follow."""
+        n = other.n
+        if self.n < n or (n and self.dim != other.dim):
+            return False
+        if not (
+            np.array_equal(self._ids[:n], other._ids[:n])
+            and np.array_equal(self._costs[:n], other._costs[:n])
+            and np.array_equal(self._emb[:n].view(np.uint32), other._emb[:n].view(np.uint32))
+        ):
+            return False
+        if any(self._obj[c][:n].tolist() != other._obj[c][:n].tolist() for c in _OBJECT_COLUMNS):
+            return False
+        return (
+            self._entities[:n] == other._entities[:n]
+            and self._arguments[:n] == other._arguments[:n]
+            and [e for e in self.batch_ends if e <= n] == list(other.batch_ends)
+        )
+
     def prefix_view(self, t: int) -> MemoryView:
         """Steps ``0 .. t-1`` as a view over the buffers: array slices and an
         :class:`EntityPrefix`, nothing copied (for replaying stored add batches)."""

@@ -129,12 +129,11 @@ class MemoryCore:
     def refresh(self) -> set[str]:
         """Bring the loaded namespaces up to what other writers (processes, servers)
         committed since, whatever :attr:`follow_writers` says; returns the namespaces
-        whose loaded steps changed (their retrievers catch up at their next use)."""
-        before = self.loaded()
+        whose loaded steps changed (their retrievers catch up at their next use; they
+        are kept when another writer changed only metadata)."""
         if self._views.refresh():
             self._methods.drop_causal()
-        after = self.loaded()
-        return {ns for ns, n in before.items() if after.get(ns) != n}
+        return set(self._views.changed)
 
     def loaded(self) -> dict[str, int]:
         """The namespaces this memory holds in its caches, with their step counts."""

@@ -30,30 +30,87 @@ class NamespaceCache:
         self._edits: dict[str, int] = {}  # namespace -> the store's edit count when loaded
         self._starts: dict[str, int] = {}  # namespace -> first position of the add just written
         self._version = store.data_version()
+        #: the namespaces whose cached steps the last :meth:`refresh` changed
+        self.changed: set[str] = set()
 
     def refresh(self, data_version: int | None = None) -> bool:
         """Bring the cached namespaces up to what other writers committed: new steps
         are appended to the cached columns (the retriever then takes them as an
-        ``update`` along the stored batch ends); a namespace that shrank, or whose steps
-        were deleted, replaced or given new metadata (its edit count moved), is dropped.
+        ``update`` along the stored batch ends); a namespace whose steps were deleted,
+        replaced or given new metadata (its edit count moved) is read again
+        (:meth:`_reload`: its retrievers are kept when only metadata changed); one that
+        shrank otherwise is dropped. :attr:`changed` names the namespaces changed.
         Returns whether anything was committed since the last call. ``data_version``:
         the store's, when the caller has just read it."""
         version = self.store.data_version() if data_version is None else data_version
+        self.changed = set()
         if version == self._version:
             return False
         self._version = version
         for ns in list(self._buffers):
             buf = self._buffers[ns]
-            if self.store.edits(ns) != self._edits.get(ns, 0):
-                self.forget(ns)
+            edits = self.store.edits(ns)
+            if edits != self._edits.get(ns, 0):
+                self.changed.add(ns)
+                self._reload(ns, buf, edits)
                 continue
             n = self.store.n_steps(ns)
             if n == buf.n:
                 continue
+            self.changed.add(ns)
             if n < buf.n:
                 self.forget(ns)
                 continue
             buf.extend(self.store.load(ns, start=buf.n))
+        return True
+
+    def _reload(self, namespace: str, old: NamespaceBuffer, edits: int) -> None:
+        """Another writer changed stored steps of ``namespace`` (its edit count moved to
+        ``edits``, read before this): its steps are read again. What was built from
+        them goes, unless the steps are the old ones unchanged in everything a
+        retriever reads (:meth:`NamespaceBuffer.starts_with`: only metadata or times
+        changed, steps may have been added), as after this memory's own metadata
+        update. An edit committed after ``edits`` was read is caught at the next
+        refresh.
+
+        One edit since this memory's last look (each edit counts one) that left the
+        namespace's ids those it held less some, maybe followed by new ones, was a
+        delete: the cached steps drop those (:meth:`NamespaceBuffer.without`) and
+        take the new ones, nothing else is read."""
+        if edits == self._edits.get(namespace, 0) + 1 and self._took_delete(namespace, old):
+            self._counts.pop(namespace, None)
+            self._edits[namespace] = edits
+            self._on_forget(namespace)
+            return
+        new = NamespaceBuffer(self.store.load(namespace))
+        if new.n == 0:
+            self.forget(namespace)
+            return
+        self._buffers[namespace] = new
+        self._counts.pop(namespace, None)
+        self._edits[namespace] = edits
+        if not new.starts_with(old):
+            self._on_forget(namespace)
+
+    def _took_delete(self, namespace: str, old: NamespaceBuffer) -> bool:
+        """If the namespace's stored ids are those of ``old`` less some (in order),
+        then any newer ones: ``old``'s buffer less the missing steps, with the new
+        ones appended, is cached, and ``True``; otherwise nothing changes."""
+        ids = np.asarray(self.store.step_ids(namespace), dtype=np.int64)
+        held = old.data().step_ids
+        kept = np.isin(held, ids)
+        m = int(np.count_nonzero(kept))
+        if m == held.shape[0] or m == 0:
+            return False  # nothing deleted, or nothing left: read it all
+        if not np.array_equal(ids[:m], held[kept]) or (ids[m:] <= held.max()).any():
+            return False
+        buf = old.without(np.flatnonzero(~kept))
+        if ids.shape[0] > m:
+            tail = self.store.load(namespace, start=m)
+            if not np.array_equal(tail.step_ids, ids[m:]):
+                return False  # moved on meanwhile: read it all
+            buf.extend(tail)
+        self._buffers[namespace] = buf
         return True
 
     def sizes(self) -> dict[str, int]:
