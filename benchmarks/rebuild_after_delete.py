@@ -1,19 +1,20 @@
-"""The retrieve after a delete (or a text update, ``--edit update``): the namespace's
-structure rebuilt on a background thread (``Memory.rebuild_in_background``, the default) against rebuilt before the
-retrieve answers (``False``, the server's setting), on copies of one store.
+"""The retrieve after a delete (or a text update, ``--edit update``, or a metadata
+update, ``--edit metadata``), made by the memory itself or by another writer
+(``--by other``: a second ``Memory`` on the same store): the namespace's structure
+rebuilt on a background thread (``Memory.rebuild_in_background``, the default)
+against rebuilt before the retrieve answers (``False``), on copies of one store.
 
 One store of ``--steps`` generated agent steps (hashing encoder, the logs of ``osumem
 bench serve``; kept in ``--work-dir`` so a rerun reuses it). For each mode, ``--repeat``
 times, alternating: a fresh copy is opened, a retrieve loads it (and ``wait_ready``
-settles it), step ``--position`` is deleted (or given a new text), and then timed: the
-edit, the next
-retrieve (wall and CPU, and which method answered), the retrieves of a loop (one every
-50 ms) while the rebuild runs (p50 and max), and the time until ``wait_ready``
-returns. Then 100 retrieves: their selected step ids, digested, must be the same in
+settles it), step ``--position`` is deleted (or given a new text or metadata), and
+then timed: the edit, the next retrieve (wall and CPU, and which method answered), the
+retrieves of a loop (one every 50 ms) while the rebuild runs (p50 and max), and the
+time until ``wait_ready`` returns. Then 100 retrieves: their selected step ids, digested, must be the same in
 both modes (the rebuilt structure equals the one replayed before answering).
 
 Usage: ``python benchmarks/rebuild_after_delete.py [--steps 10000] [--repeat 2]
-[--edit delete|update]``
+[--edit delete|update|metadata] [--by self|other]``
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from osumem.bench.serve import NAMESPACE, ServeBenchConfig, _build
 from osumem.memory import Memory
 
 MODES = {"background": True, "before answering": False}
+_EDITS = {"delete": "a delete", "update": "a text update", "metadata": "a metadata update"}
 
 
 def _query(i: int) -> str:
@@ -41,18 +43,24 @@ def _query(i: int) -> str:
 def _edit(mem: Memory, edit: str, position: int) -> None:
     if edit == "delete":
         mem.delete(NAMESPACE, [position])
-    else:
+    elif edit == "update":
         mem.update(NAMESPACE, position, text="reservation R00042 moved to the 9:40 flight")
+    else:
+        mem.update(NAMESPACE, position, metadata={"pinned": True})
 
 
-def _once(store: Path, background: bool, position: int, edit: str = "delete") -> dict[str, Any]:
+def _once(
+    store: Path, background: bool, position: int, edit: str = "delete", by: str = "self"
+) -> dict[str, Any]:
     mem = Memory.open(store, encoder="hashing")
+    other = Memory.open(store, encoder="hashing") if by == "other" else mem
     try:
         mem.rebuild_in_background = background
         mem.retrieve(_query(0), 256, namespace=NAMESPACE)
         mem.wait_ready()
+        other.view(NAMESPACE)  # the editing memory has the namespace loaded
         t0, c0 = time.perf_counter(), time.process_time()
-        _edit(mem, edit, position)
+        _edit(other, edit, position)
         t1, c1 = time.perf_counter(), time.process_time()
         first = mem.retrieve(_query(1), 256, namespace=NAMESPACE)
         t2, c2 = time.perf_counter(), time.process_time()
@@ -71,6 +79,7 @@ def _once(store: Path, background: bool, position: int, edit: str = "delete") ->
             digest.update(json.dumps([s.step_id for s in r.steps]).encode())
     finally:
         mem.close()
+        other.close()
     during.sort()
     return {
         "edit_s": t1 - t0,
@@ -86,7 +95,9 @@ def _once(store: Path, background: bool, position: int, edit: str = "delete") ->
     }
 
 
-def run(steps: int, repeat: int, position: int, work: Path, edit: str = "delete") -> dict[str, Any]:
+def run(
+    steps: int, repeat: int, position: int, work: Path, edit: str = "delete", by: str = "self"
+) -> dict[str, Any]:
     store = work / "bench.db"
     built = _build(ServeBenchConfig(steps=steps), store, lambda m: print(m, file=sys.stderr))
     rows = []
@@ -94,12 +105,15 @@ def run(steps: int, repeat: int, position: int, work: Path, edit: str = "delete"
         for mode in MODES if r % 2 == 0 else list(MODES)[::-1]:
             copy = work / "copy.db"
             shutil.copy(store, copy)
-            rows.append({"round": r + 1, "mode": mode} | _once(copy, MODES[mode], position, edit))
+            rows.append(
+                {"round": r + 1, "mode": mode} | _once(copy, MODES[mode], position, edit, by)
+            )
             for extra in (copy, Path(f"{copy}-wal"), Path(f"{copy}-shm")):
                 extra.unlink(missing_ok=True)
     return {
         "steps": built["steps"],
         "edit": edit,
+        "by": by,
         "rows": rows,
         "same_answers": len({r["answers"] for r in rows}) == 1,
     }
@@ -107,8 +121,8 @@ def run(steps: int, repeat: int, position: int, work: Path, edit: str = "delete"
 
 def render(result: dict[str, Any]) -> str:
     lines = [
-        f"{'a delete' if result['edit'] == 'delete' else 'a text update'} in a "
-        f"{result['steps']}-step memory, then retrieves:",
+        f"{_EDITS[result['edit']]} by {'another writer' if result['by'] == 'other' else 'it'} "
+        f"in a {result['steps']}-step memory, then its retrieves:",
         "",
         f"| round | rebuild | {result['edit']} s | next retrieve s (CPU) | answered by | "
         "retrieves while rebuilding: n, p50 / max ms | until ready s |",
@@ -135,14 +149,15 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--position", type=int, default=5, help="the step edited")
-    ap.add_argument("--edit", choices=("delete", "update"), default="delete")
+    ap.add_argument("--edit", choices=tuple(_EDITS), default="delete")
+    ap.add_argument("--by", choices=("self", "other"), default="self")
     ap.add_argument("--work-dir", type=Path, default=None)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="osumem-rebuild-") as tmp:
         work = args.work_dir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        result = run(args.steps, args.repeat, args.position, work, args.edit)
+        result = run(args.steps, args.repeat, args.position, work, args.edit, args.by)
     print(json.dumps(result, indent=2) if args.json else render(result))
     if not result["same_answers"]:
         sys.exit("the two modes answered differently after wait_ready")
