@@ -315,7 +315,9 @@ class MemoryStore(ABC, metaclass=_Constructible):
         an add: every :meth:`delete_steps`, :meth:`replace_steps`, :meth:`set_metadata`
         and :meth:`delete_namespace` adds one in its transaction, and the count is never
         reset (0 for a namespace never edited). A memory that cached the namespace
-        reloads it when the count moved."""
+        catches up when the count moved: when it moved by one and ids are missing, that
+        edit was a delete of them (it drops them from what it cached), otherwise it
+        reads the namespace again."""
 
     # --- held messages and digests ------------------------------------------------------
 
