@@ -170,6 +170,45 @@ def test_set_metadata_changes_only_metadata_and_keeps_the_snapshot(location):
         assert data.times[2] == before.times[2] and np.isnan(data.times[9])
         assert data.view.texts.tolist() == before.view.texts.tolist()
         assert store.snapshot("ns") == snap
+        ids, updated = store.step_versions("ns")
+        assert ids.tolist() == data.step_ids.tolist() and updated.dtype == np.float64
+        assert (
+            updated[[2, 9]].tolist() == [55.0, 55.0] and np.isnan(np.delete(updated, [2, 9])).all()
+        )
+        assert [a.size for a in store.step_versions("nothing here")] == [0, 0]
+
+
+def test_every_change_moves_the_changed_steps_change_time(location):
+    """What another memory reads to tell which steps an edit changed: a replaced step
+    given no change time, or the one it has, and a step given the metadata time it
+    has, get a new one; a time given that differs is kept."""
+    with open_store(location) as store:
+        filled(store)
+        store.set_metadata("ns", [2], ['{"a":1}'], 55.0)
+        store.set_metadata("ns", [2, 4], ['{"a":2}', '{"b":1}'], 55.0)
+        _ids, updated = store.step_versions("ns")
+        assert updated[4] == 55.0 and updated[2] not in (55.0,) and updated[2] > 55.0
+        store.replace_steps("ns", [4, 6], [row(4), row(6, updated=70.0)], vectors(2))
+        _ids, again = store.step_versions("ns")
+        assert again[4] not in (55.0,) and not np.isnan(again[4]) and again[6] == 70.0
+        store.replace_steps("ns", [6], [row(6, updated=70.0)], vectors(1))
+        _ids, third = store.step_versions("ns")
+        assert third[6] > 70.0
+        assert np.isnan(np.delete(third, [2, 4, 6])).all()
+
+
+def test_a_load_between_two_positions_equals_that_part_of_the_whole(location):
+    with open_store(location) as store:
+        filled(store)  # batches end at 3, 5, 9
+        whole = store.load("ns")
+        for start, stop in ((0, 9), (2, 5), (4, 5), (5, 8), (3, 3), (7, None)):
+            part = store.load("ns", start, stop)
+            end = 9 if stop is None else stop
+            assert part.step_ids.tolist() == whole.step_ids[start:end].tolist()
+            assert part.view.texts.tolist() == whole.view.texts[start:end].tolist()
+            assert part.view.embeddings.tobytes() == whole.view.embeddings[start:end].tobytes()
+            assert list(part.metadata) == list(whole.metadata[start:end])
+            assert list(part.batch_ends) == [e for e in (3, 5, 9) if start < e <= end]
 
 
 def test_deleted_and_replaced_text_leaves_no_trace_in_the_store(backend, location):

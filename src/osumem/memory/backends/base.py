@@ -39,6 +39,8 @@ What every backend guarantees:
 from __future__ import annotations
 
 import itertools
+import math
+import time
 import warnings
 from abc import ABC, ABCMeta, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -250,10 +252,17 @@ class MemoryStore(ABC, metaclass=_Constructible):
         """Number of steps with ``role`` in ``namespace`` at positions ``>= start``."""
 
     @abstractmethod
-    def load(self, namespace: str, start: int = 0) -> NamespaceData:
-        """One namespace's steps at positions ``>= start`` (embeddings exactly as
-        stored) and its add-batch ends after ``start``. A damaged row raises
+    def load(self, namespace: str, start: int = 0, stop: int | None = None) -> NamespaceData:
+        """One namespace's steps at positions ``start`` up to ``stop`` (excluded; to the
+        last when ``None``; embeddings exactly as stored) and its add-batch ends after
+        ``start`` up to ``stop``. A damaged row raises
         :class:`~osumem.errors.StoreCorruptError`."""
+
+    @abstractmethod
+    def step_versions(self, namespace: str) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+        """The ids of the namespace's steps in position order, and when each was last
+        changed by :meth:`replace_steps` or :meth:`set_metadata` (``updated``; NaN
+        when never), read at one moment."""
 
     @abstractmethod
     def step_ids(self, namespace: str | None = None) -> list[int]:
@@ -290,7 +299,8 @@ class MemoryStore(ABC, metaclass=_Constructible):
     ) -> None:
         """Replace the whole content of the steps at ``positions`` (their text, every
         annotation, cost, embedding, metadata and times: all of ``rows``, one per
-        position; the embeddings of the store's dimension) in one transaction. Ids,
+        position; the embeddings of the store's dimension) in one transaction. A
+        row's change time is written through :func:`moved_time` (so it always moves). Ids,
         positions and add batches stay; the namespace's snapshot is deleted when it
         covers one of the positions; the old content is gone as for
         :meth:`delete_steps`. A position the namespace does not hold raises
@@ -305,7 +315,8 @@ class MemoryStore(ABC, metaclass=_Constructible):
         updated: float,
     ) -> None:
         """Replace the metadata (JSON texts of objects, one per position) of the steps at
-        ``positions`` and set their ``updated`` time, in one transaction; nothing a
+        ``positions`` and set their ``updated`` time (through :func:`moved_time`, per
+        step), in one transaction; nothing a
         retriever reads changes, so the snapshot stays. A position the namespace does
         not hold raises :class:`~osumem.errors.StoreError` and changes nothing."""
 
@@ -431,6 +442,32 @@ def position_after_delete(position: int, deleted: Sequence[int]) -> int:
     import bisect
 
     return position - bisect.bisect_left(deleted, position)
+
+
+def moved_time(given: float | None, stored: float | None) -> float:
+    """The change time (``updated``) a change of a step writes: ``given``, unless it
+    is missing or the one stored already; then now, or just after the stored one when
+    the clock is not past it. Every change moves a step's change time, which is how
+    another memory on the store tells which steps an edit changed."""
+    if given is not None and not math.isnan(given) and given != stored:
+        return float(given)
+    now = time.time()
+    if stored is not None and not math.isnan(stored) and now <= stored:
+        now = math.nextafter(stored, math.inf)
+    return now
+
+
+#: The ``stop`` a load without one reads up to: past every position.
+NO_STOP = 2**31 - 1
+
+
+def step_versions(rows: Sequence[tuple[Any, Any]]) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+    """:meth:`MemoryStore.step_versions` from its ``(id, updated)`` rows."""
+    ids = np.fromiter((int(r[0]) for r in rows), dtype=np.int64, count=len(rows))
+    updated = np.fromiter(
+        (np.nan if r[1] is None else float(r[1]) for r in rows), dtype=np.float64, count=len(rows)
+    )
+    return ids, updated
 
 
 def checked_positions(name: str, namespace: str, positions: Sequence[int], n: int) -> list[int]:

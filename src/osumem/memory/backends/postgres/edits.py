@@ -5,13 +5,14 @@ counter and the snapshots past an edited position kept right."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from osumem.errors import IncompatibleStoreError, StoreError
-from osumem.memory.backends.base import checked_positions
+from osumem.memory.backends.base import checked_positions, moved_time
 from osumem.memory.backends.codec import batch_end_moves
 from osumem.memory.backends.connected import ConnectedStore
 from osumem.memory.backends.postgres import sql
@@ -46,6 +47,11 @@ class PostgresEdits(ConnectedStore):
             missing = next(p for p in ordered if p not in found)
             raise StoreError(f"{self.name}: namespace {namespace!r}: no step at {missing}")
         return ordered, [found[p] for p in ordered]
+
+    def _updated_of(self, c: Any, ids: Sequence[int]) -> dict[int, float | None]:
+        """The stored change times of the steps ``ids`` (those with a metadata row)."""
+        rows = c.execute(sql.UPDATED_OF, (list(ids),))
+        return {int(i): (None if u is None else float(u)) for i, u in rows}
 
     def _drop_snapshot_from(self, c: Any, namespace: str, position: int) -> None:
         """Delete the namespace's snapshot if it covers ``position``."""
@@ -113,9 +119,19 @@ class PostgresEdits(ConnectedStore):
                 ],
             )
             if self._has_metadata:
+                was = self._updated_of(c, ids)
                 cur.executemany(
                     sql.REPLACE_METADATA,
-                    [metadata_params(i, rows[order[p]]) for p, i in zip(ordered, ids, strict=True)],
+                    [
+                        metadata_params(
+                            i,
+                            replace(
+                                rows[order[p]],
+                                updated=moved_time(rows[order[p]].updated, was.get(i)),
+                            ),
+                        )
+                        for p, i in zip(ordered, ids, strict=True)
+                    ],
                 )
             self._edited(c, namespace)
 
@@ -135,10 +151,11 @@ class PostgresEdits(ConnectedStore):
             ordered, ids = self._ids_at(c, namespace, positions)
             value = dict(zip((int(p) for p in positions), metadata, strict=True))
             if ordered:
+                was = self._updated_of(c, ids)
                 c.cursor().executemany(
                     sql.UPSERT_METADATA,
                     [
-                        (i, value[p], None, float(updated))
+                        (i, value[p], None, moved_time(float(updated), was.get(i)))
                         for p, i in zip(ordered, ids, strict=True)
                     ],
                 )

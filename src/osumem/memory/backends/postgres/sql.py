@@ -8,15 +8,17 @@ SELECT_STEPS = (
     "SELECT s.id, s.pos, s.role, s.text, s.tool_action, s.arguments, s.tool_signature, "
     "s.entities, s.subgoal, s.source, s.cost, s.embedding, m.metadata, m.time, m.updated "
     "FROM steps s LEFT JOIN step_metadata m ON m.id = s.id "
-    "WHERE s.ns = %s AND s.pos >= %s ORDER BY s.pos"
+    "WHERE s.ns = %s AND s.pos >= %s AND s.pos < %s ORDER BY s.pos"
 )
 #: :data:`SELECT_STEPS` of a store read as it is, without the metadata table.
 SELECT_STEPS_NO_METADATA = (
     "SELECT id, pos, role, text, tool_action, arguments, tool_signature, entities, "
     "subgoal, source, cost, embedding, NULL::text, NULL::float8, NULL::float8 FROM steps "
-    "WHERE ns = %s AND pos >= %s ORDER BY pos"
+    "WHERE ns = %s AND pos >= %s AND pos < %s ORDER BY pos"
 )
-SELECT_BATCH_ENDS = "SELECT end_pos FROM batches WHERE ns = %s AND end_pos > %s ORDER BY end_pos"
+SELECT_BATCH_ENDS = (
+    "SELECT end_pos FROM batches WHERE ns = %s AND end_pos > %s AND end_pos <= %s ORDER BY end_pos"
+)
 INSERT_BATCH = "INSERT INTO batches (ns, end_pos) VALUES (%s, %s) RETURNING id"
 INSERT_STEP = (
     "INSERT INTO steps (ns, pos, batch, role, text, tool_action, arguments, "
@@ -29,6 +31,7 @@ UPSERT_METADATA = (
     "INSERT INTO step_metadata (id, metadata, time, updated) VALUES (%s, %s, %s, %s) "
     "ON CONFLICT (id) DO UPDATE SET metadata = excluded.metadata, updated = excluded.updated"
 )
+UPDATED_OF = "SELECT id, updated FROM step_metadata WHERE id = ANY(%s)"
 #: A replaced step: its metadata and times are the new row's.
 REPLACE_METADATA = (
     "INSERT INTO step_metadata (id, metadata, time, updated) VALUES (%s, %s, %s, %s) "
@@ -67,6 +70,12 @@ N_STEPS = "SELECT COALESCE(MAX(pos) + 1, 0) FROM steps WHERE ns = %s"
 COUNT_ROLE = "SELECT COUNT(*) FROM steps WHERE ns = %s AND pos >= %s AND role = %s"
 STEP_IDS = "SELECT id FROM steps ORDER BY id"
 NAMESPACE_STEP_IDS = "SELECT id FROM steps WHERE ns = %s ORDER BY pos"
+#: A namespace's step ids and when each was last changed, in position order.
+STEP_VERSIONS = (
+    "SELECT s.id, m.updated FROM steps s LEFT JOIN step_metadata m ON m.id = s.id "
+    "WHERE s.ns = %s ORDER BY s.pos"
+)
+STEP_VERSIONS_NO_METADATA = "SELECT id, NULL FROM steps WHERE ns = %s ORDER BY pos"
 NAMESPACES = "SELECT DISTINCT ns FROM steps UNION SELECT ns FROM pending ORDER BY 1"
 
 #: The first add records the encoder; a concurrent first add waits for it and then

@@ -27,6 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from osumem.errors import IncompatibleStoreError, StoreError
+from osumem.memory.backends.base import NO_STOP, step_versions
 from osumem.memory.backends.codec import (
     check_meta,
     decode_held,
@@ -223,13 +224,19 @@ class PostgresStore(PostgresEdits):
         return [int(r[0]) for r in self.conn.fetchall(sql.NAMESPACE_STEP_IDS, (namespace,))]
 
     @guarded
-    def load(self, namespace: str, start: int = 0) -> NamespaceData:
+    def step_versions(self, namespace: str) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+        query = sql.STEP_VERSIONS if self._has_metadata else sql.STEP_VERSIONS_NO_METADATA
+        return step_versions(self.conn.fetchall(query, (namespace,)))
+
+    @guarded
+    def load(self, namespace: str, start: int = 0, stop: int | None = None) -> NamespaceData:
         where = f"{self.name}: corrupt: namespace {namespace!r}"
         dim = self.dim
         query = sql.SELECT_STEPS if self._has_metadata else sql.SELECT_STEPS_NO_METADATA
+        end = NO_STOP if stop is None else stop
         with self.conn.snapshot() as c:  # the steps and their batch ends of one moment
-            rows = c.cursor(binary=True).execute(query, (namespace, start)).fetchall()
-            ends = [r[0] for r in c.execute(sql.SELECT_BATCH_ENDS, (namespace, start))]
+            rows = c.cursor(binary=True).execute(query, (namespace, start, end)).fetchall()
+            ends = [r[0] for r in c.execute(sql.SELECT_BATCH_ENDS, (namespace, start, end))]
         emb = decode_vectors([r[11] for r in rows], [r[0] for r in rows], dim, where)
         return decode_steps(rows, ends, start=start, dim=dim, where=where, embeddings=emb)
 

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from osumem.errors import IncompatibleStoreError, StoreError
-from osumem.memory.backends.base import checked_positions, position_after_delete
+from osumem.memory.backends.base import checked_positions, moved_time, position_after_delete
 from osumem.memory.backends.codec import batch_end_moves
 from osumem.memory.backends.connected import ConnectedStore
 from osumem.memory.backends.sqlite import schema, sql
@@ -153,10 +154,12 @@ class SQLiteEdits(ConnectedStore):
             if not by_pos:
                 return
             self._drop_snapshot_from(namespace, by_pos[0])
+            was = self._updated_of(ids)
             for step_id, p in zip(ids, by_pos, strict=True):
                 r = rows[order[p]]
                 conn.execute(sql.UPDATE_STEP, (*content_params(r, emb[order[p]]), step_id))
                 if self._has_metadata:
+                    r = replace(r, updated=moved_time(r.updated, was.get(step_id)))
                     conn.execute(sql.REPLACE_METADATA, metadata_params(step_id, r))
             self._edited(namespace)
 
@@ -176,6 +179,20 @@ class SQLiteEdits(ConnectedStore):
         with conn.transaction():
             ids = self._step_ids_at(namespace, positions)
             value = dict(zip((int(p) for p in positions), metadata, strict=True))
+            was = self._updated_of(ids)
             for step_id, p in zip(ids, sorted(value), strict=True):
-                conn.execute(sql.UPSERT_METADATA, (step_id, value[p], None, float(updated)))
+                at = moved_time(float(updated), was.get(step_id))
+                conn.execute(sql.UPSERT_METADATA, (step_id, value[p], None, at))
             self._edited(namespace)
+
+    def _updated_of(self, ids: Sequence[int]) -> dict[int, float | None]:
+        """The stored change times of the steps ``ids`` (those with a metadata row)."""
+        if not self._has_metadata:
+            return {}
+        out: dict[int, float | None] = {}
+        for lo in range(0, len(ids), _FEW):
+            part = list(ids[lo : lo + _FEW])
+            marks = ", ".join("?" * len(part))
+            query = f"SELECT id, updated FROM step_metadata WHERE id IN ({marks})"
+            out.update((int(i), u) for i, u in self.conn.execute(query, part))
+        return out

@@ -7,15 +7,17 @@ SELECT_STEPS = (
     "SELECT s.id, s.pos, s.role, s.text, s.tool_action, s.arguments, s.tool_signature, "
     "s.entities, s.subgoal, s.source, s.cost, s.embedding, m.metadata, m.time, m.updated "
     "FROM steps s LEFT JOIN step_metadata m ON m.id = s.id "
-    "WHERE s.ns = ? AND s.pos >= ? ORDER BY s.pos"
+    "WHERE s.ns = ? AND s.pos >= ? AND s.pos < ? ORDER BY s.pos"
 )
 #: :data:`SELECT_STEPS` of a store read as it is, without the metadata table.
 SELECT_STEPS_NO_METADATA = (
     "SELECT id, pos, role, text, tool_action, arguments, tool_signature, entities, "
     "subgoal, source, cost, embedding, NULL, NULL, NULL FROM steps "
-    "WHERE ns = ? AND pos >= ? ORDER BY pos"
+    "WHERE ns = ? AND pos >= ? AND pos < ? ORDER BY pos"
 )
-SELECT_BATCH_ENDS = "SELECT end_pos FROM batches WHERE ns = ? AND end_pos > ? ORDER BY end_pos"
+SELECT_BATCH_ENDS = (
+    "SELECT end_pos FROM batches WHERE ns = ? AND end_pos > ? AND end_pos <= ? ORDER BY end_pos"
+)
 INSERT_BATCH = "INSERT INTO batches (ns, end_pos) VALUES (?, ?)"
 INSERT_STEP = (
     "INSERT INTO steps (id, ns, pos, batch, role, text, tool_action, arguments, "
@@ -70,6 +72,12 @@ N_STEPS = "SELECT COALESCE(MAX(pos) + 1, 0) FROM steps WHERE ns = ?"
 COUNT_ROLE = "SELECT COUNT(*) FROM steps WHERE ns = ? AND pos >= ? AND role = ?"
 STEP_IDS = "SELECT id FROM steps ORDER BY id"
 NAMESPACE_STEP_IDS = "SELECT id FROM steps WHERE ns = ? ORDER BY pos"
+#: A namespace's step ids and when each was last changed, in position order.
+STEP_VERSIONS = (
+    "SELECT s.id, m.updated FROM steps s LEFT JOIN step_metadata m ON m.id = s.id "
+    "WHERE s.ns = ? ORDER BY s.pos"
+)
+STEP_VERSIONS_NO_METADATA = "SELECT id, NULL FROM steps WHERE ns = ? ORDER BY pos"
 NAMESPACES = "SELECT DISTINCT ns FROM steps UNION SELECT ns FROM pending ORDER BY 1"
 
 SELECT_META = "SELECT key, value FROM meta"

@@ -39,12 +39,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from osumem.errors import (
     IncompatibleStoreError,
     StoreBusyError,
     StoreError,
     StoreIOError,
 )
+from osumem.memory.backends.base import NO_STOP, step_versions
 from osumem.memory.backends.codec import (
     check_meta,
     decode_held,
@@ -257,13 +261,19 @@ class SQLiteStore(SQLiteEdits):
         return [r[0] for r in self.conn.execute(sql.NAMESPACE_STEP_IDS, (namespace,))]
 
     @guarded
-    def load(self, namespace: str, start: int = 0) -> NamespaceData:
+    def load(self, namespace: str, start: int = 0, stop: int | None = None) -> NamespaceData:
         query = sql.SELECT_STEPS if self._has_metadata else sql.SELECT_STEPS_NO_METADATA
-        rows = self.conn.execute(query, (namespace, start)).fetchall()
+        end = NO_STOP if stop is None else stop
+        rows = self.conn.execute(query, (namespace, start, end)).fetchall()
         dim = self.dim
         where = f"{self.name}: corrupt: namespace {namespace!r}"
-        ends = [r[0] for r in self.conn.execute(sql.SELECT_BATCH_ENDS, (namespace, start))]
+        ends = [r[0] for r in self.conn.execute(sql.SELECT_BATCH_ENDS, (namespace, start, end))]
         return decode_steps(rows, ends, start=start, dim=dim, where=where)
+
+    @guarded
+    def step_versions(self, namespace: str) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
+        query = sql.STEP_VERSIONS if self._has_metadata else sql.STEP_VERSIONS_NO_METADATA
+        return step_versions(self.conn.execute(query, (namespace,)).fetchall())
 
     # --- writing ----------------------------------------------------------------------
 
