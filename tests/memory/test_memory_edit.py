@@ -204,18 +204,31 @@ def test_a_metadata_update_rebuilds_nothing(tmp_path):
     mem.close()
 
 
-def test_another_writers_metadata_update_keeps_this_memorys_structure(tmp_path):
-    """Another writer's metadata update (and adds after it): this memory reads the
-    namespace again and keeps its retriever, which takes the added steps as an
-    update; the new metadata filters; the answers equal a fresh memory's. A text
-    update by the other writer drops the retriever."""
+@pytest.mark.parametrize("edits", [1, 2], ids=["one-edit", "two-edits"])
+def test_another_writers_metadata_update_keeps_this_memorys_structure(tmp_path, monkeypatch, edits):
+    """Another writer's metadata update (and adds after it): this memory keeps its
+    retriever, which takes the added steps as an update; the new metadata filters; the
+    answers equal a fresh memory's. A text update by the other writer drops the
+    retriever. One edit since this memory's last look is read as the steps it changed
+    (and those added); more are read as the whole namespace again."""
     path = tmp_path / "a.db"
     mem = filled(path, "osumem")
     retriever = mem.retriever(NS)
+    n = mem.n_steps(NS)
     with Memory.open(path, encoder=ENC, method="osumem") as other:
         other.update(NS, 3, metadata={"label": "important"})
-        other.add_messages(conversation(2)[1:7], namespace=NS)
+        if edits == 2:
+            other.update(NS, 9, metadata={"label": "later"})
+        other.add("and the return flight R2?", namespace=NS)
+    loads = []
+    real_load = mem.store.load
+    monkeypatch.setattr(
+        mem.store, "load", lambda *a, **kw: loads.append((a, kw)) or real_load(*a, **kw)
+    )
     assert mem.refresh() == {NS}
+    monkeypatch.undo()
+    whole = [((NS,), {})]
+    assert loads == ([((NS, 3, 4), {}), ((NS,), {"start": n})] if edits == 1 else whole)
     assert mem.retriever(NS) is retriever
     hit = mem.retrieve("reservation", 256, namespace=NS, filter={"label": "important"})
     assert [s.position for s in hit.steps] == [3] and hit.method == "osumem"
@@ -225,7 +238,13 @@ def test_another_writers_metadata_update_keeps_this_memorys_structure(tmp_path):
     assert mem.refresh() == set()
     with Memory.open(path, encoder=ENC, method="osumem") as other:
         other.update(NS, 5, text="the order R7 moved to Friday")
+    monkeypatch.setattr(
+        mem.store, "load", lambda *a, **kw: loads.append((a, kw)) or real_load(*a, **kw)
+    )
+    loads.clear()
     mem.refresh()
+    monkeypatch.undo()
+    assert loads == [((NS, 5, 6), {})]
     assert mem.retriever(NS) is not retriever
     assert mem.steps(NS)[5].text == "the order R7 moved to Friday"
     with Memory.open(path, encoder=ENC, method="osumem") as fresh:

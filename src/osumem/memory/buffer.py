@@ -146,19 +146,36 @@ class NamespaceBuffer:
         obj["roles"][at] = r.role
         obj["texts"][at] = r.text
 
-    def replaced(self, p: int, row: StepRow, embedding: NDArray[np.float32]) -> NamespaceBuffer:
-        """A new buffer of these steps with the one at position ``p`` replaced by
-        ``row`` and ``embedding`` (its id and add batch kept), as the store holds it
-        after the update. This one is left as it was, as by :meth:`without`."""
+    def replaced(
+        self, changes: Sequence[tuple[int, StepRow, NDArray[np.float32]]]
+    ) -> NamespaceBuffer:
+        """A new buffer of these steps with the ones at the positions of ``changes``
+        replaced by their rows and embeddings (ids and add batches kept), as the store
+        holds them after the update. This one is left as it was, as by
+        :meth:`without`."""
         new = self.without(())
-        was_user = new._obj["roles"][p] == "user"
-        new._set_columns(p, row)
-        new._emb[p] = embedding
-        new._metadata[p] = row.metadata_json
-        new._entities[p] = frozenset(row.entities)
-        new._arguments[p] = row.arguments_json
-        new.users += int(row.role == "user") - int(was_user)
+        for p, row, embedding in changes:
+            was_user = new._obj["roles"][p] == "user"
+            new._set_columns(p, row)
+            new._emb[p] = embedding
+            new._metadata[p] = row.metadata_json
+            new._entities[p] = frozenset(row.entities)
+            new._arguments[p] = row.arguments_json
+            new.users += int(row.role == "user") - int(was_user)
         return new
+
+    def same_row(self, p: int, data: NamespaceData, i: int = 0) -> bool:
+        """Whether the step at position ``p`` equals row ``i`` of ``data`` in everything
+        :meth:`starts_with` compares (its metadata and times may differ)."""
+        v = data.view
+        return bool(
+            int(self._ids[p]) == int(data.step_ids[i])
+            and int(self._costs[p]) == int(v.costs[i])
+            and self._emb[p].tobytes() == np.ascontiguousarray(v.embeddings[i]).tobytes()
+            and all(self._obj[c][p] == getattr(v, c)[i] for c in _OBJECT_COLUMNS)
+            and self._entities[p] == v.entities[i]
+            and self._arguments[p] == data.arguments[i]
+        )
 
     def without(self, gone: Sequence[int] | NDArray[np.int64]) -> NamespaceBuffer:
         """A new buffer of these steps less those at positions ``gone`` (distinct, in

@@ -29,7 +29,7 @@ from osumem.memory.filters import compile_filter
 from osumem.memory.namespaces import NamespaceCache
 from osumem.memory.planner import MessagePlanner
 from osumem.memory.retrieved import StoredStep, stored_steps
-from osumem.memory.rows import NamespaceData, StepRow
+from osumem.memory.rows import NamespaceData, StepRow, stored_row
 from osumem.memory.validate import check_cost, check_metadata, step_row
 from osumem.types import Step
 
@@ -88,25 +88,6 @@ def resolve(
             f"{what[0] if positions is not None else what[1]}: a step is named twice"
         )
     return out
-
-
-def stored_row(data: NamespaceData, p: int) -> StepRow:
-    """The store row of the step at position ``p`` of ``data``."""
-    v = data.view
-    return StepRow(
-        role=str(v.roles[p]),
-        text=str(v.texts[p]),
-        tool_action=str(v.tool_actions[p]),
-        arguments_json=data.arguments[p],
-        tool_signature=str(v.tool_signatures[p]),
-        entities=tuple(sorted(v.entities[p])),
-        subgoal=str(v.subgoals[p]),
-        source=str(v.sources[p]),
-        cost=int(v.costs[p]),
-        metadata_json=data.metadata[p],
-        time=None if np.isnan(data.times[p]) else float(data.times[p]),
-        updated=None if np.isnan(data.updated[p]) else float(data.updated[p]),
-    )
 
 
 class StepEditor:

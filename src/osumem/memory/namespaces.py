@@ -12,7 +12,10 @@ from numpy.typing import NDArray
 from osumem.memory.backends import MemoryStore
 from osumem.memory.buffer import NamespaceBuffer
 from osumem.memory.held import HeldSnapshot, split_held
-from osumem.memory.rows import AddContext, NamespaceData, StepRow
+from osumem.memory.rows import AddContext, NamespaceData, StepRow, stored_row
+
+#: Another writer's edit of at most this many steps is read as those steps.
+_FEW_CHANGED = 64
 
 
 class NamespaceCache:
@@ -73,15 +76,24 @@ class NamespaceCache:
         update. An edit committed after ``edits`` was read is caught at the next
         refresh.
 
-        One edit since this memory's last look (each edit counts one) that left the
-        namespace's ids those it held less some, maybe followed by new ones, was a
-        delete: the cached steps drop those (:meth:`NamespaceBuffer.without`) and
-        take the new ones, nothing else is read."""
-        if edits == self._edits.get(namespace, 0) + 1 and self._took_delete(namespace, old):
-            self._counts.pop(namespace, None)
-            self._edits[namespace] = edits
-            self._on_forget(namespace)
-            return
+        One edit since this memory's last look (each edit counts one) is read from the
+        namespace's ids and change times (:meth:`MemoryStore.step_versions`): when ids
+        are missing, it was a delete of them (:meth:`_took_delete`); when some steps'
+        change times moved, it changed those (:meth:`_took_changes`). Only the steps
+        added since, and the changed ones, are read then."""
+        if edits == self._edits.get(namespace, 0) + 1:
+            ids, updated = self.store.step_versions(namespace)
+            caught = self._took_delete(namespace, old, ids)
+            if caught is None:
+                caught = self._took_changes(namespace, old, ids, updated)
+            if caught is not None:
+                buf, content = caught
+                self._buffers[namespace] = buf
+                self._counts.pop(namespace, None)
+                self._edits[namespace] = edits
+                if content:
+                    self._on_forget(namespace)
+                return
         new = NamespaceBuffer(self.store.load(namespace))
         if new.n == 0:
             self.forget(namespace)
@@ -92,25 +104,74 @@ class NamespaceCache:
         if not new.starts_with(old):
             self._on_forget(namespace)
 
-    def _took_delete(self, namespace: str, old: NamespaceBuffer) -> bool:
-        """If the namespace's stored ids are those of ``old`` less some (in order),
-        then any newer ones: ``old``'s buffer less the missing steps, with the new
-        ones appended, is cached, and ``True``; otherwise nothing changes."""
-        ids = np.asarray(self.store.step_ids(namespace), dtype=np.int64)
+    def _took_delete(
+        self, namespace: str, old: NamespaceBuffer, ids: NDArray[np.int64]
+    ) -> tuple[NamespaceBuffer, bool] | None:
+        """If the namespace's ``ids`` are those of ``old`` less some (in order), then
+        any newer ones: ``old``'s steps less the missing ones, with the new ones read
+        and appended (a new buffer), and ``True`` (the content changed); else
+        ``None``."""
         held = old.data().step_ids
         kept = np.isin(held, ids)
         m = int(np.count_nonzero(kept))
         if m == held.shape[0] or m == 0:
-            return False  # nothing deleted, or nothing left: read it all
+            return None  # nothing deleted, or nothing left: read it all
         if not np.array_equal(ids[:m], held[kept]) or (ids[m:] <= held.max()).any():
-            return False
+            return None
         buf = old.without(np.flatnonzero(~kept))
-        if ids.shape[0] > m:
-            tail = self.store.load(namespace, start=m)
-            if not np.array_equal(tail.step_ids, ids[m:]):
-                return False  # moved on meanwhile: read it all
-            buf.extend(tail)
-        self._buffers[namespace] = buf
+        return None if not self._took_tail(namespace, buf, ids) else (buf, True)
+
+    def _took_changes(
+        self,
+        namespace: str,
+        old: NamespaceBuffer,
+        ids: NDArray[np.int64],
+        updated: NDArray[np.float64],
+    ) -> tuple[NamespaceBuffer, bool] | None:
+        """If the namespace's ``ids`` begin with ``old``'s and any others are newer, and
+        the change times (``updated``) of at most :data:`_FEW_CHANGED` of ``old``'s
+        steps moved: those steps are read. The ones whose content changed make a new
+        buffer (:meth:`NamespaceBuffer.replaced`; ``True``: the content changed); the
+        others only had their metadata replaced (written into the buffer, which
+        keeps its structure). Steps added since are read and appended. Otherwise
+        ``None``."""
+        held = old.data()
+        n = held.view.n
+        if ids.shape[0] < n or not np.array_equal(ids[:n], held.step_ids):
+            return None
+        if ids.shape[0] > n and (ids[n:] <= held.step_ids.max()).any():
+            return None
+        now, was = updated[:n], held.updated
+        moved = np.flatnonzero(~((now == was) | (np.isnan(now) & np.isnan(was))))
+        if moved.size == 0 or moved.size > _FEW_CHANGED:
+            return None  # nothing to tell what changed, or much: read it all
+        rows = []
+        for p in moved.tolist():
+            got = self.store.load(namespace, p, p + 1)
+            if got.view.n != 1 or int(got.step_ids[0]) != int(ids[p]):
+                return None  # moved on meanwhile: read it all
+            rows.append((p, got))
+        changed = [(p, stored_row(got, 0), got.view.embeddings[0]) for p, got in rows]
+        content = any(not old.same_row(p, got) for p, got in rows)
+        if content:
+            buf = old.replaced(changed)
+        else:
+            buf = old
+            for p, row, _ in changed:
+                buf.set_metadata(
+                    [p], [row.metadata_json], np.nan if row.updated is None else row.updated
+                )
+        return None if not self._took_tail(namespace, buf, ids) else (buf, content)
+
+    def _took_tail(self, namespace: str, buf: NamespaceBuffer, ids: NDArray[np.int64]) -> bool:
+        """Append to ``buf`` the steps after its own, whose ``ids`` the caller read;
+        ``False`` when the store moved on meanwhile."""
+        if ids.shape[0] == buf.n:
+            return True
+        tail = self.store.load(namespace, start=buf.n)
+        if not np.array_equal(tail.step_ids, ids[buf.n :]):
+            return False
+        buf.extend(tail)
         return True
 
     def sizes(self) -> dict[str, int]:
@@ -167,7 +228,7 @@ class NamespaceCache:
         if buf is None or not 0 <= p < buf.n:
             self.forget(namespace)
             return
-        self._buffers[namespace] = buf.replaced(p, row, embedding)
+        self._buffers[namespace] = buf.replaced([(p, row, embedding)])
         self._counts.pop(namespace, None)
         self._edits[namespace] = edits
         self._on_forget(namespace)

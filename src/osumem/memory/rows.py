@@ -224,3 +224,22 @@ def subset(data: NamespaceData, keep: NDArray[np.int64]) -> NamespaceData:
         times=data.times[idx],
         updated=data.updated[idx],
     )
+
+
+def stored_row(data: NamespaceData, p: int) -> StepRow:
+    """The store row of the step at position ``p`` of ``data``."""
+    v = data.view
+    return StepRow(
+        role=str(v.roles[p]),
+        text=str(v.texts[p]),
+        tool_action=str(v.tool_actions[p]),
+        arguments_json=data.arguments[p],
+        tool_signature=str(v.tool_signatures[p]),
+        entities=tuple(sorted(v.entities[p])),
+        subgoal=str(v.subgoals[p]),
+        source=str(v.sources[p]),
+        cost=int(v.costs[p]),
+        metadata_json=data.metadata[p],
+        time=None if np.isnan(data.times[p]) else float(data.times[p]),
+        updated=None if np.isnan(data.updated[p]) else float(data.updated[p]),
+    )
