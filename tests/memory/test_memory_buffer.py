@@ -243,3 +243,29 @@ def test_another_writers_delete_drops_the_steps_from_the_cached_ones(
             got, want = mem.retrieve(q, 64, namespace="ns"), fresh.retrieve(q, 64, namespace="ns")
             assert [s.step_id for s in got.steps] == [s.step_id for s in want.steps]
     mem.close()
+
+
+def test_another_writers_change_of_times_alone_is_read_as_that_step(tmp_path, monkeypatch):
+    """A store-level replace that keeps a step's content but gives it another time and
+    metadata: this memory reads only that step, keeps its structure, and holds the
+    new time and metadata as the store does."""
+    from dataclasses import replace
+
+    from osumem.memory.rows import stored_row
+
+    path = tmp_path / "m.db"
+    mem = _loaded(path, 6, "osumem")
+    retriever = mem.retriever("ns")
+    with Memory.open(path, encoder=HashingEncoder(16), method="osumem") as other:
+        data = other.store.load("ns")
+        row = replace(stored_row(data, 4), time=123.0, metadata_json='{"x": 1}')
+        other.store.replace_steps("ns", [4], [row], data.view.embeddings[4:5])
+    loads = []
+    real_load = mem.store.load
+    monkeypatch.setattr(mem.store, "load", lambda *a, **kw: loads.append(a) or real_load(*a, **kw))
+    assert mem.refresh() == {"ns"}
+    monkeypatch.undo()
+    assert loads == [("ns", 4, 5)] and mem.retriever("ns") is retriever
+    _same_as_stored(mem._views.cached("ns"), real_load("ns"))
+    assert mem.steps("ns", positions=[4])[0].time == 123.0
+    mem.close()

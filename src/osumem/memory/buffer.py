@@ -286,13 +286,20 @@ class NamespaceBuffer:
         return self._snapshot
 
     def set_metadata(
-        self, positions: Sequence[int], metadata: Sequence[str], updated: float
+        self,
+        positions: Sequence[int],
+        metadata: Sequence[str],
+        updated: float,
+        times: Sequence[float] | None = None,
     ) -> None:
-        """Replace the metadata of the steps at ``positions`` (already stored): nothing a
-        retriever reads changes. The list is copied first, so earlier snapshots (their
-        :class:`ListPrefix` columns) keep what they held."""
+        """Replace the metadata of the steps at ``positions`` (already stored), and
+        their times when ``times`` are given: nothing a retriever reads changes. The
+        list is copied first, so earlier snapshots (their :class:`ListPrefix` columns)
+        keep what they held."""
         self._metadata = list(self._metadata)
         for p, m in zip(positions, metadata, strict=True):
             self._metadata[p] = m
             self._updated[p] = updated
+        if times is not None:
+            self._times[list(positions)] = times
         self._snapshot = None

@@ -132,8 +132,8 @@ class NamespaceCache:
         the change times (``updated``) of at most :data:`_FEW_CHANGED` of ``old``'s
         steps moved: those steps are read. The ones whose content changed make a new
         buffer (:meth:`NamespaceBuffer.replaced`; ``True``: the content changed); the
-        others only had their metadata replaced (written into the buffer, which
-        keeps its structure). Steps added since are read and appended. Otherwise
+        others only had their metadata or times replaced (written into the buffer,
+        which keeps its structure). Steps added since are read and appended. Otherwise
         ``None``."""
         held = old.data()
         n = held.view.n
@@ -157,10 +157,8 @@ class NamespaceCache:
             buf = old.replaced(changed)
         else:
             buf = old
-            for p, row, _ in changed:
-                buf.set_metadata(
-                    [p], [row.metadata_json], np.nan if row.updated is None else row.updated
-                )
+            for p, got in rows:
+                buf.set_metadata([p], got.metadata, float(got.updated[0]), got.times.tolist())
         return None if not self._took_tail(namespace, buf, ids) else (buf, content)
 
     def _took_tail(self, namespace: str, buf: NamespaceBuffer, ids: NDArray[np.int64]) -> bool:
