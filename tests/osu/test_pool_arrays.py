@@ -138,7 +138,7 @@ def test_build_equals_a_rederivation_of_its_own_slots():
         pool = OSUPool.build(view, cfg, seed=1)
         before = pool.state()
         cent = pool.slots.live_cent.v.copy()
-        keys, members = list(pool.slots.keys), [list(m) for m in pool.slots.members]
+        keys, members = list(pool.slots.keys), list(pool.slots.members)
         construct.rebuild(pool, view, construct.refresh_similarity(pool, view))
         after = pool.state()
         assert pool.slots.keys == keys and pool.slots.members == members

@@ -128,3 +128,22 @@ def test_units_at_equals_units_of_step_by_step():
     assert pool.units_at(steps) == [pool.units_of(p) for p in steps]
     assert any(len(pool.units_of(p)) > 1 for p in steps)  # orders are exercised
     assert pool.units_at([]) == []
+
+
+def test_member_groups_leave_the_garbage_collectors_tracking():
+    """A unit's raw members are a tuple of ints, which the collector stops tracking at
+    its first collection: a full collection of a large memory does not walk one object
+    per unit. Built, grown one step at a time, and restored from its state alike."""
+    import gc
+
+    view = generate_scale(600, 16, 0, 10).view
+    pool = OSUPool.build(view.prefix(500), OSUConfig(), 0)
+    for t in range(501, view.n + 1):
+        pool.add(view.prefix(t))
+    restored = OSUPool.from_state(view, OSUConfig(), 0, pool.state())
+    gc.collect()
+    for p in (pool, restored):
+        groups = p.slots.members
+        assert len(groups) > 100 and all(type(m) is tuple for m in groups)
+        assert not any(gc.is_tracked(m) for m in groups)
+    assert restored.slots.members == pool.slots.members

@@ -184,11 +184,11 @@ def add(pool: OSUPool, view: MemoryView) -> None:
             if g is not None:
                 members = slots.members[g]
                 if p - members[-1] <= delta and len(members) < cfg.max_osu_size:
-                    members.append(p)
+                    slots.members[g] = (*members, p)
                     touched.add(g)
                     rows[p].append(g)
                     continue
-            g = slots.new_slot(name, key, [p])
+            g = slots.new_slot(name, key, (p,))
             slots.last[(name, key)] = g
             touched.add(g)
             rows[p].append(g)
@@ -513,7 +513,7 @@ def _annotation_table(
     keys = [slots.keys[g] for g in kept]
     members = []
     for g in kept:
-        m = list(slots.members[g])  # one copy: later adds may append to the list
+        m = slots.members[g]  # a tuple: later adds replace it, never change it
         members.append(m[: bisect.bisect_left(m, upto)])
     table.new_slots(names, keys, members)
     table.last = {(name, key): i for i, (name, key) in enumerate(zip(names, keys, strict=True))}
@@ -756,8 +756,8 @@ def _update(pool: OSUPool, view: MemoryView, touched: set[int]) -> None:
 def _derive_one(pool: OSUPool, view: MemoryView, g: int) -> None:
     slots = pool.slots
     kept = slots.kept.a
-    rows = slots.members[g]
-    members = np.asarray(rows)[(kept[rows] == g).any(axis=1)].tolist() if rows else []
+    rows = np.asarray(slots.members[g], dtype=np.int64)  # a tuple indexes dimensions
+    members = rows[(kept[rows] == g).any(axis=1)].tolist() if rows.size else []
     k = len(members)
     if k < max(pool.config.min_osu_size, 1):
         slots.k_size.a[g] = 0

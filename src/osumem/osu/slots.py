@@ -28,16 +28,19 @@ _EPOCHS = itertools.count()
 _LIST_CHUNK = 1 << 16
 
 
-def shared_lists(positions: list[int], members: IntArray, bounds: IntArray) -> list[list[int]]:
-    """The groups ``members[bounds[i]:bounds[i + 1]]`` as lists holding the int objects
+def shared_lists(
+    positions: list[int], members: IntArray, bounds: IntArray
+) -> list[tuple[int, ...]]:
+    """The groups ``members[bounds[i]:bounds[i + 1]]`` as tuples holding the int objects
     of ``positions`` (one object per step however many groups it joins: a fresh Python
     int per membership would cost about as much as the rest of the pool's per-group
-    state)."""
+    state). Tuples, not lists: a tuple of ints leaves the garbage collector's tracking
+    at its first collection, so a full collection does not walk one per unit."""
     chunks = (
         members[i : i + _LIST_CHUNK].tolist() for i in range(0, members.shape[0], _LIST_CHUNK)
     )
     every = map(positions.__getitem__, itertools.chain.from_iterable(chunks))
-    return [list(itertools.islice(every, k)) for k in np.diff(bounds).tolist()]
+    return [tuple(itertools.islice(every, k)) for k in np.diff(bounds).tolist()]
 
 
 #: From this many entries, a bulk resize leaves a quarter of headroom (GrowArray).
@@ -113,7 +116,7 @@ class SlotTable:
         self.rank = GrowArray((), np.int8)
         self.first = GrowArray((), np.int64)
         self.keys: list[str] = []
-        self.members: list[list[int]] = []
+        self.members: list[tuple[int, ...]] = []
         self.last: dict[tuple[str, str], int] = {}
         self.coh_raw = GrowArray((), np.float64)
         self.k_size = GrowArray((), np.int64)
@@ -146,7 +149,7 @@ class SlotTable:
         """Number of raw groups (slots), live or not."""
         return len(self.keys)
 
-    def new_slot(self, view: str, key: str, members: list[int]) -> int:
+    def new_slot(self, view: str, key: str, members: tuple[int, ...]) -> int:
         """Append one raw group as a slot; returns its slot number."""
         g = len(self.keys)
         for arr in (self.view_code, self.rank, self.first, self.coh_raw, self.k_size):
@@ -164,7 +167,7 @@ class SlotTable:
         self,
         views: list[str] | str,
         keys: list[str],
-        members: list[list[int]],
+        members: list[tuple[int, ...]],
         firsts: IntArray | None = None,
     ) -> int:
         """Append raw groups as slots in one go: the state :meth:`new_slot` called for

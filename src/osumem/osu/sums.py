@@ -8,6 +8,7 @@ order), so their centroids agree bit for bit.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -101,8 +102,9 @@ def row_norms(sums: NDArray[np.float64]) -> NDArray[np.float64]:
     return np.sqrt(np.add.reduce(sums * sums, axis=1))
 
 
-def row_sum(embeddings: NDArray[np.float32], rows: list[int]) -> NDArray[np.float64]:
+def row_sum(embeddings: NDArray[np.float32], rows: Sequence[int]) -> NDArray[np.float64]:
     """``(1, d)`` float64 sum of ``rows`` added one after another, from 0.0 (NumPy
     reduces a C-ordered matrix along its first axis row after row, adding each row to
     the running sum: the bits, zeros' signs included, of a Python loop of ``+=``)."""
-    return np.add.reduce(embeddings[rows].astype(np.float64), axis=0, initial=0.0, keepdims=True)
+    at = np.asarray(rows, dtype=np.intp)  # a tuple would index dimensions, not rows
+    return np.add.reduce(embeddings[at].astype(np.float64), axis=0, initial=0.0, keepdims=True)
