@@ -1,0 +1,146 @@
+"""What the cyclic garbage collector walks in a process holding a memory, and what
+its full collections cost an agent loop.
+
+One store of ``--steps`` generated agent steps (hashing encoder, the logs of ``osumem
+bench serve``; kept in ``--work-dir`` so a rerun reuses it). A fresh copy is opened
+and retrieved from once (loaded, its structure restored); then an agent loop of
+``--rounds`` rounds (one add, one retrieve): each call's wall time (p50, p99, max),
+and the longest collection of each generation during it (``gc.callbacks``) and the
+number of full ones; then the objects the collector tracks (before opening, after
+the rounds) and a full collection's wall time (``--collections`` of them back to
+back: min and median).
+Run it with ``PYTHONPATH`` on two trees to compare code versions.
+
+Usage: ``python benchmarks/gc_walk.py [--steps 60000] [--rounds 400]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from osumem.bench.serve import NAMESPACE, ServeBenchConfig, _build
+from osumem.memory import Memory
+
+
+class _Pauses:
+    """The wall time of every collection, by generation, while installed."""
+
+    def __init__(self) -> None:
+        self.longest = {0: 0.0, 1: 0.0, 2: 0.0}
+        self.full = 0
+        self._t0 = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+            return
+        gen = int(info["generation"])
+        self.longest[gen] = max(self.longest[gen], time.perf_counter() - self._t0)
+        self.full += gen == 2
+
+
+def measure(store: Path, rounds: int, collections: int) -> dict[str, Any]:
+    """The measurements on the store file ``store`` (changed: pass a copy)."""
+    gc.collect()
+    before = len(gc.get_objects())
+    mem = Memory.open(store, encoder="hashing")
+    try:
+        mem.retrieve("which flight is on reservation R00001?", 256, namespace=NAMESPACE)
+        mem.wait_ready()
+        pauses = _Pauses()
+        calls: list[float] = []
+        gc.callbacks.append(pauses)
+        try:
+            for i in range(rounds):
+                msg = {"role": "user", "content": f"please move reservation R{i:05d} to UA{i % 90}"}
+                t0 = time.perf_counter()
+                mem.add_messages([msg], namespace=NAMESPACE)
+                t1 = time.perf_counter()
+                query = f"which flight is on reservation R{i * 37 % 3000:05d}?"
+                mem.retrieve(query, 256, namespace=NAMESPACE)
+                calls += [t1 - t0, time.perf_counter() - t1]
+        finally:
+            gc.callbacks.remove(pauses)
+        gc.collect()
+        after = len(gc.get_objects())
+        walks = []
+        for _ in range(collections):
+            t0 = time.perf_counter()
+            gc.collect()
+            walks.append(time.perf_counter() - t0)
+    finally:
+        mem.close()
+    ms = np.asarray(calls) * 1000.0
+    return {
+        "tracked_before_open": before,
+        "tracked_after": after,
+        "full_collection_ms": {
+            "min": 1000.0 * min(walks),
+            "median": 1000.0 * float(np.median(walks)),
+        },
+        "calls_ms": {
+            "p50": float(np.percentile(ms, 50)),
+            "p99": float(np.percentile(ms, 99)),
+            "max": float(ms.max()),
+        },
+        "longest_collection_ms": {str(g): 1000.0 * t for g, t in pauses.longest.items()},
+        "full_collections_in_loop": pauses.full,
+    }
+
+
+def run(steps: int, rounds: int, collections: int, work: Path) -> dict[str, Any]:
+    store = work / "bench.db"
+    built = _build(ServeBenchConfig(steps=steps), store, lambda m: print(m, file=sys.stderr))
+    copy = work / "copy.db"
+    shutil.copy(store, copy)
+    try:
+        result = measure(copy, rounds, collections)
+    finally:
+        for extra in (copy, Path(f"{copy}-wal"), Path(f"{copy}-shm")):
+            extra.unlink(missing_ok=True)
+    return {"steps": built["steps"], "rounds": rounds, **result}
+
+
+def render(r: dict[str, Any]) -> str:
+    full, calls, longest = r["full_collection_ms"], r["calls_ms"], r["longest_collection_ms"]
+    return "\n".join(
+        [
+            f"a {r['steps']}-step memory, loaded and restored:",
+            f"- objects the collector tracks: {r['tracked_before_open']:,} before opening, "
+            f"{r['tracked_after']:,} after the rounds",
+            f"- a full collection: {full['min']:.1f} ms min, {full['median']:.1f} ms median",
+            f"- {r['rounds']} rounds of add + retrieve: calls p50 {calls['p50']:.2f} / p99 "
+            f"{calls['p99']:.2f} / max {calls['max']:.1f} ms; longest collection by "
+            f"generation {longest['0']:.1f} / {longest['1']:.1f} / {longest['2']:.1f} ms, "
+            f"{r['full_collections_in_loop']} full",
+        ]
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=60_000)
+    ap.add_argument("--rounds", type=int, default=400)
+    ap.add_argument("--collections", type=int, default=15)
+    ap.add_argument("--work-dir", type=Path, default=None)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="osumem-gc-") as tmp:
+        work = args.work_dir or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        result = run(args.steps, args.rounds, args.collections, work)
+    print(json.dumps(result, indent=2) if args.json else render(result))
+
+
+if __name__ == "__main__":
+    main()
