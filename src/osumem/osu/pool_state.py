@@ -175,9 +175,9 @@ def load_pool_arrays(pool: OSUPool, view: MemoryView, state: dict[str, NDArray[A
         dtype=np.int8,
     )
     bounds = segment_bounds(sizes)
-    every = flat.tolist()
+    every = tuple(flat.tolist())  # its slices are the units' tuples, one copy each
     slots.keys = list(keys)
-    slots.members = [tuple(every[a:b]) for a, b in itertools.pairwise(bounds.tolist())]
+    slots.members = [every[a:b] for a, b in itertools.pairwise(bounds.tolist())]
     for grow in (slots.view_code, slots.rank, slots.first, slots.live_row):
         grow.resize(G)
     slots.view_code.a[:G] = g_view
