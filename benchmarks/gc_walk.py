@@ -3,7 +3,8 @@ its full collections cost an agent loop.
 
 One store of ``--steps`` generated agent steps (hashing encoder, the logs of ``osumem
 bench serve``; kept in ``--work-dir`` so a rerun reuses it). A fresh copy is opened
-and retrieved from once (loaded, its structure restored); then an agent loop of
+and retrieved from once (loaded, its structure restored: that retrieve's wall and
+CPU time, and whether ``scipy.sparse`` was imported by then); then an agent loop of
 ``--rounds`` rounds (one add, one retrieve): each call's wall time (p50, p99, max),
 and the longest collection of each generation during it (``gc.callbacks``) and the
 number of full ones; then the objects the collector tracks (before opening, after
@@ -55,7 +56,10 @@ def measure(store: Path, rounds: int, collections: int) -> dict[str, Any]:
     before = len(gc.get_objects())
     mem = Memory.open(store, encoder="hashing")
     try:
+        w0, c0 = time.perf_counter(), time.process_time()
         mem.retrieve("which flight is on reservation R00001?", 256, namespace=NAMESPACE)
+        first = (time.perf_counter() - w0, time.process_time() - c0)
+        sparse = "scipy.sparse" in sys.modules
         mem.wait_ready()
         pauses = _Pauses()
         calls: list[float] = []
@@ -82,6 +86,9 @@ def measure(store: Path, rounds: int, collections: int) -> dict[str, Any]:
         mem.close()
     ms = np.asarray(calls) * 1000.0
     return {
+        "first_retrieve_s": first[0],
+        "first_retrieve_cpu_s": first[1],
+        "scipy_sparse_imported": sparse,
         "tracked_before_open": before,
         "tracked_after": after,
         "full_collection_ms": {
@@ -116,6 +123,9 @@ def render(r: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"a {r['steps']}-step memory, loaded and restored:",
+            f"- the first retrieve after opening: {r['first_retrieve_s']:.3f} s wall, "
+            f"{r['first_retrieve_cpu_s']:.3f} s CPU (scipy.sparse imported by then: "
+            f"{r['scipy_sparse_imported']})",
             f"- objects the collector tracks: {r['tracked_before_open']:,} before opening, "
             f"{r['tracked_after']:,} after the rounds",
             f"- a full collection: {full['min']:.1f} ms min, {full['median']:.1f} ms median",

@@ -15,6 +15,7 @@ def test_it_reports_the_collectors_walk_and_the_loop(tmp_path):
     finally:
         sys.modules.pop("gc_walk", None)
     assert result["tracked_after"] > 0 and result["rounds"] == 5
+    assert result["first_retrieve_s"] > 0 and isinstance(result["scipy_sparse_imported"], bool)
     assert 0 < result["full_collection_ms"]["min"] <= result["full_collection_ms"]["median"]
     assert result["calls_ms"]["max"] >= result["calls_ms"]["p50"] > 0
     assert script.render(result).startswith(f"a {result['steps']}-step memory")
