@@ -13,7 +13,6 @@ nothing a retriever reads and rebuilds nothing.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -24,6 +23,7 @@ from numpy.typing import NDArray
 from osumem.embed import Encoder
 from osumem.errors import InvalidInputError, StepNotFoundError, show_value
 from osumem.memory.backends import MemoryStore
+from osumem.memory.backends.base import moved_time
 from osumem.memory.config import MemoryConfig
 from osumem.memory.filters import compile_filter
 from osumem.memory.namespaces import NamespaceCache
@@ -147,7 +147,9 @@ class StepEditor:
         meta = (
             old.metadata_json if metadata is None else check_metadata(metadata, "metadata", limit)
         )
-        now = time.time()
+        # the change time the store will write (moved past the stored one), so the
+        # row returned, and cached, equals the stored row
+        now = moved_time(None, old.updated)
         if text is None:
             self.store.set_metadata(namespace, [p], [meta], now)
             return p, replace(old, metadata_json=meta, updated=now), None

@@ -88,20 +88,21 @@ class NamespaceCache:
                 caught = self._took_changes(namespace, old, ids, updated)
             if caught is not None:
                 buf, content = caught
-                self._buffers[namespace] = buf
-                self._counts.pop(namespace, None)
-                self._edits[namespace] = edits
-                if content:
-                    self._on_forget(namespace)
+                self._took(namespace, buf, edits, rebuilt=content)
                 return
         new = NamespaceBuffer(self.store.load(namespace))
         if new.n == 0:
             self.forget(namespace)
             return
-        self._buffers[namespace] = new
+        self._took(namespace, new, edits, rebuilt=not new.starts_with(old))
+
+    def _took(self, namespace: str, buf: NamespaceBuffer, edits: int, rebuilt: bool) -> None:
+        """Cache ``buf`` as the namespace's steps, as of its store edit count ``edits``;
+        ``rebuilt``: what was built from the steps goes (their content changed)."""
+        self._buffers[namespace] = buf
         self._counts.pop(namespace, None)
         self._edits[namespace] = edits
-        if not new.starts_with(old):
+        if rebuilt:
             self._on_forget(namespace)
 
     def _took_delete(
@@ -210,10 +211,7 @@ class NamespaceCache:
         if gone.size != len(ids):  # not all of them cached: read back
             self.forget(namespace)
             return
-        self._buffers[namespace] = buf.without(gone)
-        self._counts.pop(namespace, None)
-        self._edits[namespace] = edits
-        self._on_forget(namespace)
+        self._took(namespace, buf.without(gone), edits, rebuilt=True)
 
     def replaced(
         self, namespace: str, p: int, row: StepRow, embedding: NDArray[np.float32], edits: int
@@ -226,10 +224,7 @@ class NamespaceCache:
         if buf is None or not 0 <= p < buf.n:
             self.forget(namespace)
             return
-        self._buffers[namespace] = buf.replaced([(p, row, embedding)])
-        self._counts.pop(namespace, None)
-        self._edits[namespace] = edits
-        self._on_forget(namespace)
+        self._took(namespace, buf.replaced([(p, row, embedding)]), edits, rebuilt=True)
 
     def edited(self, namespace: str, edits: int) -> None:
         """Record this memory's own edit of ``namespace`` (a metadata change applied to
