@@ -49,13 +49,12 @@ from functools import wraps
 from typing import Any, TypeVar
 
 import osumem.process
+from osumem.memory.process_wide import ProcessWide
 from osumem.process import BLAS_THREAD_VARIABLES
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 _lock = threading.Lock()
-_depth = 0
-_restore: list[tuple[Any, int]] = []  # (library controller, the caller's thread count)
 _libraries: list[Any] = []
 _modules_seen = -1
 _extensions_seen = -1
@@ -121,33 +120,37 @@ def limit_process(limit: int | None) -> None:
                 _set_threads(lib, limit)
 
 
+def _lower(limit: int) -> list[tuple[Any, int]]:
+    """Lower every loaded BLAS library above ``limit`` threads to it (call under the
+    lock); the libraries changed and their counts before."""
+    changed = []
+    for lib in _blas_libraries():
+        current = lib.get_num_threads()
+        if isinstance(current, int) and current > limit:
+            _set_threads(lib, limit)
+            changed.append((lib, current))
+    return changed
+
+
+def _put_back(changed: list[tuple[Any, int]]) -> None:
+    for lib, count in changed:
+        _set_threads(lib, count)
+
+
+#: The blocks of :func:`blas_threads`, overlapping on any threads: the first one's
+#: limit holds for them all (under the lock that guards the library list).
+_held = ProcessWide(_lower, _put_back, lock=_lock)
+
+
 @contextmanager
 def blas_threads(limit: int | None) -> Iterator[None]:
     """At most ``limit`` BLAS threads inside the block (``None``: leave them as they
     are); the caller's counts come back when the last overlapping block ends."""
-    global _depth, _restore
     if limit is None or _limited_at_start(limit):
         yield
         return
-    with _lock:
-        if _depth == 0:
-            changed = []
-            for lib in _blas_libraries():
-                current = lib.get_num_threads()
-                if isinstance(current, int) and current > limit:
-                    _set_threads(lib, limit)
-                    changed.append((lib, current))
-            _restore = changed
-        _depth += 1
-    try:
+    with _held.held(limit):
         yield
-    finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0:
-                for lib, count in _restore:
-                    _set_threads(lib, count)
-                _restore = []
 
 
 def limited(method: _F) -> _F:

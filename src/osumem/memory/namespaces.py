@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
+from osumem.memory import collector
 from osumem.memory.backends import MemoryStore
 from osumem.memory.buffer import NamespaceBuffer
 from osumem.memory.held import HeldSnapshot, split_held
@@ -90,7 +91,7 @@ class NamespaceCache:
                 buf, content = caught
                 self._took(namespace, buf, edits, rebuilt=content)
                 return
-        new = NamespaceBuffer(self.store.load(namespace))
+        new = self._loaded(namespace)
         if new.n == 0:
             self.forget(namespace)
             return
@@ -191,10 +192,17 @@ class NamespaceCache:
         buf = self._buffers.get(namespace)
         if buf is None:
             edits = self.store.edits(namespace)
-            buf = NamespaceBuffer(self.store.load(namespace))
+            buf = self._loaded(namespace)
             self._buffers[namespace] = buf
             self._edits[namespace] = edits
         return buf
+
+    def _loaded(self, namespace: str) -> NamespaceBuffer:
+        """The namespace's steps read from the store, the garbage collector paused
+        meanwhile (:mod:`osumem.memory.collector`: the read makes objects for every
+        stored column of every step, in no reference cycle)."""
+        with collector.paused():
+            return NamespaceBuffer(self.store.load(namespace))
 
     def dropped(self, namespace: str, ids: Sequence[int], edits: int) -> None:
         """This memory deleted the steps ``ids`` of ``namespace`` (committed; ``edits``:

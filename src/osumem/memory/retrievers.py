@@ -18,7 +18,7 @@ from threading import Event
 from typing import Any
 
 from osumem.errors import InvalidInputError, StoreError, show_value
-from osumem.memory import snapshot
+from osumem.memory import collector, snapshot
 from osumem.memory.buffer import NamespaceBuffer
 from osumem.memory.config import MemoryConfig
 from osumem.memory.namespaces import NamespaceCache
@@ -368,7 +368,9 @@ class RetrieverCache:
         n = row.steps
         buf = self.namespaces.buffer(namespace)
         view = data.view.prefix(n) if n == data.view.n else buf.prefix_view(n)
-        if not snapshot.restore(retriever, row, data, view):
+        with collector.paused():  # the units' member tuples, one per unit
+            restored = snapshot.restore(retriever, row, data, view)
+        if not restored:
             return None, 0
         self._snapshot_steps[namespace] = n
         return retriever, n
