@@ -11,11 +11,9 @@ from typing import Any, cast
 import numpy as np
 from numpy.typing import NDArray
 
-from osumem.memory.rows import NamespaceData, StepRow, kept_ends
+from osumem.memory.rows import HEADROOM_DIVISOR, NamespaceData, StepRow, kept_ends, take_room
 from osumem.types import EntityPrefix, ListPrefix, MemoryView
 
-#: A loaded namespace's buffers hold 1/this more rows than its steps.
-HEADROOM_DIVISOR = 4
 #: :meth:`NamespaceBuffer.without` copies the kept rows slice by slice up to this many
 #: runs of consecutive positions, through a mask above.
 _MAX_RUNS = 64
@@ -39,7 +37,13 @@ class NamespaceBuffer:
         # otherwise copy every column into buffers twice the size (75 ms of CPU at 50k
         # steps); untouched rows of np.empty cost address space, not resident memory
         cap = max(64, v.n + v.n // HEADROOM_DIVISOR)
-        self._emb = np.empty((cap, self.dim), dtype=np.float32)
+        # the vectors of a namespace just read from the store are taken over where they
+        # lie, with their spare rows (rows.vectors_with_room), not copied
+        room = take_room(v.embeddings)
+        taken = room is not None and room.shape[0] >= cap and room.shape[1] == self.dim
+        self._emb: NDArray[np.float32] = (
+            room if room is not None and taken else np.empty((cap, self.dim), dtype=np.float32)
+        )
         self._costs = np.empty(cap, dtype=np.int64)
         self._ids = np.empty(cap, dtype=np.int64)
         self._times = np.empty(cap, dtype=np.float64)
@@ -51,7 +55,7 @@ class NamespaceBuffer:
         self.batch_ends: list[int] = []
         self.users = 0
         self._snapshot: NamespaceData | None = None
-        self.extend(data)
+        self.extend(data, vectors_in_place=taken)
 
     @property
     def capacity(self) -> int:
@@ -85,15 +89,18 @@ class NamespaceBuffer:
         self._grow(self.n + k)
         return self.n, self.n + k
 
-    def extend(self, delta: NamespaceData) -> None:
-        """Append the steps of ``delta`` (the positions right after the buffered ones)."""
+    def extend(self, delta: NamespaceData, *, vectors_in_place: bool = False) -> None:
+        """Append the steps of ``delta`` (the positions right after the buffered ones);
+        ``vectors_in_place``: their vectors are already where they go (the buffer took
+        over their matrix)."""
         d = delta.view
         k = d.n
         if k == 0:
             self.batch_ends.extend(e for e in delta.batch_ends if e > self.n)
             return
         lo, hi = self._room(k, d.dim)
-        self._emb[lo:hi] = d.embeddings
+        if not vectors_in_place:
+            self._emb[lo:hi] = d.embeddings
         self._costs[lo:hi] = d.costs
         self._ids[lo:hi] = delta.step_ids
         self._times[lo:hi] = delta.times

@@ -4,9 +4,10 @@ into the :class:`~osumem.types.MemoryView` the retrievers read."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -141,6 +142,42 @@ class SnapshotRow:
     fingerprint: str
     checksum: str
     payload: bytes
+
+
+#: A loaded namespace's buffers hold 1/this more rows than its steps.
+HEADROOM_DIVISOR = 4
+
+#: The matrices :func:`matrix_with_room` made, by ``id``, each until a namespace
+#: buffer takes it over (:func:`take_room`) or it is freed.
+_with_room: dict[int, weakref.ReferenceType[NDArray[np.float32]]] = {}
+
+
+def matrix_with_room(n: int, dim: int) -> NDArray[np.float32]:
+    """An unwritten float32 matrix for the vectors of ``n`` steps with
+    1/:data:`HEADROOM_DIVISOR` more rows to spare (unwritten rows cost address space,
+    not memory). A store reading a namespace writes its vectors into the first rows
+    and hands those rows out; the namespace buffer built from them takes the matrix
+    over (:func:`take_room`) instead of copying the vectors into buffers of its own."""
+    room = np.empty((max(64, n + n // HEADROOM_DIVISOR), dim), dtype=np.float32)
+    key = id(room)
+    _with_room[key] = weakref.ref(room, lambda _ref: _with_room.pop(key, None))
+    return room
+
+
+def take_room(rows: NDArray[Any]) -> NDArray[np.float32] | None:
+    """The whole matrix whose first rows ``rows`` are, when :func:`matrix_with_room`
+    made it and nothing has taken it yet (then nothing else will); else ``None``. The
+    taker may write the spare rows: nothing else sees them (the rows handed out are
+    never written)."""
+    base = rows.base
+    if not isinstance(base, np.ndarray) or rows.shape[0] == 0:
+        return None
+    starts_there = rows.ctypes.data == base.ctypes.data
+    ref = _with_room.get(id(base))
+    if ref is None or ref() is not base or not starts_there:
+        return None
+    del _with_room[id(base)]
+    return cast(NDArray[np.float32], base)
 
 
 def _objects(values: Sequence[Any], n: int) -> NDArray[Any]:

@@ -9,19 +9,23 @@ from typing import Any
 from numpy.typing import NDArray
 
 from osumem.memory.backends.codec import (
+    READ_CHUNK,
     decode_pending,
     decode_steps,
     encode_pending,
+    read_step_rows,
     step_columns,
 )
 from osumem.memory.rows import StepRow
 
 __all__ = [
+    "READ_CHUNK",
     "content_params",
     "decode_pending",
     "decode_steps",
     "encode_pending",
     "metadata_params",
+    "read_step_rows",
     "step_params",
 ]
 

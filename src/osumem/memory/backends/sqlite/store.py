@@ -61,10 +61,12 @@ from osumem.memory.backends.sqlite.connection import Connection, SQLiteSettings,
 from osumem.memory.backends.sqlite.edits import SQLiteEdits
 from osumem.memory.backends.sqlite.integrity import collect_problems
 from osumem.memory.backends.sqlite.rows import (
+    READ_CHUNK,
     decode_pending,
     decode_steps,
     encode_pending,
     metadata_params,
+    read_step_rows,
     step_params,
 )
 from osumem.memory.rows import AddBatch, AddContext, NamespaceData, SnapshotRow
@@ -264,11 +266,17 @@ class SQLiteStore(SQLiteEdits):
     def load(self, namespace: str, start: int = 0, stop: int | None = None) -> NamespaceData:
         query = sql.SELECT_STEPS if self._has_metadata else sql.SELECT_STEPS_NO_METADATA
         end = NO_STOP if stop is None else stop
-        rows = self.conn.execute(query, (namespace, start, end)).fetchall()
         dim = self.dim
         where = f"{self.name}: corrupt: namespace {namespace!r}"
+        cursor = self.conn.execute(query, (namespace, start, end))
+        expected = max(0, min(self.n_steps(namespace), end) - start)
+        read = read_step_rows(iter(lambda: cursor.fetchmany(READ_CHUNK), []), expected, dim)
         ends = [r[0] for r in self.conn.execute(sql.SELECT_BATCH_ENDS, (namespace, start, end))]
-        return decode_steps(rows, ends, start=start, dim=dim, where=where)
+        if read is None:  # a blob of the wrong size: decoded whole, to name the first bad row
+            rows = self.conn.execute(query, (namespace, start, end)).fetchall()
+            return decode_steps(rows, ends, start=start, dim=dim, where=where)
+        rows, vectors = read
+        return decode_steps(rows, ends, start=start, dim=dim, where=where, embeddings=vectors)
 
     @guarded
     def step_versions(self, namespace: str) -> tuple[NDArray[np.int64], NDArray[np.float64]]:
