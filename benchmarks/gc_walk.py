@@ -2,9 +2,12 @@
 its full collections cost an agent loop.
 
 One store of ``--steps`` generated agent steps (hashing encoder, the logs of ``osumem
-bench serve``; kept in ``--work-dir`` so a rerun reuses it). A fresh copy is opened
-and retrieved from once (loaded, its structure restored: that retrieve's wall and
-CPU time, and whether ``scipy.sparse`` was imported by then); then an agent loop of
+bench serve``; kept in ``--work-dir`` so a rerun reuses it), copied. A memory opened on
+the copy reads its namespace's steps alone (wall and CPU time, the collections that
+ran, the resident memory the read added at its peak, on Linux). Another is opened
+and retrieved from once (loaded, its structure restored: that retrieve's wall and CPU
+time, its collections, the resident memory the opening and that retrieve added at
+their peak, and whether ``scipy.sparse`` was imported by then); then an agent loop of
 ``--rounds`` rounds (one add, one retrieve): each call's wall time (p50, p99, max),
 and the longest collection of each generation during it (``gc.callbacks``) and the
 number of full ones; then the objects the collector tracks (before opening, after
@@ -18,6 +21,8 @@ Usage: ``python benchmarks/gc_walk.py [--steps 60000] [--rounds 400]``
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import gc
 import json
 import shutil
@@ -34,11 +39,14 @@ from osumem.memory import Memory
 
 
 class _Pauses:
-    """The wall time of every collection, by generation, while installed."""
+    """The collections while installed: the longest of each generation, how many ran
+    (full ones apart) and their total wall time."""
 
     def __init__(self) -> None:
         self.longest = {0: 0.0, 1: 0.0, 2: 0.0}
         self.full = 0
+        self.count = 0
+        self.total = 0.0
         self._t0 = 0.0
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
@@ -46,19 +54,88 @@ class _Pauses:
             self._t0 = time.perf_counter()
             return
         gen = int(info["generation"])
-        self.longest[gen] = max(self.longest[gen], time.perf_counter() - self._t0)
+        took = time.perf_counter() - self._t0
+        self.longest[gen] = max(self.longest[gen], took)
         self.full += gen == 2
+        self.count += 1
+        self.total += took
+
+
+def _status_mb(field: str) -> float | None:
+    """A memory figure of this process from ``/proc/self/status`` (``VmRSS``, the
+    resident memory now; ``VmHWM``, its high-water mark), in MB; ``None`` where there
+    is no such file."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _trim() -> None:
+    """Hand the heap memory freed so far back to the system (glibc's ``malloc_trim``;
+    elsewhere nothing), so that the next peak counts the memory a step needs, not
+    less for the freed memory an earlier step left resident."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)
+
+
+def _reset_peak() -> bool:
+    """Start the high-water mark of resident memory again from the memory resident now
+    (Linux: ``5`` written to ``/proc/self/clear_refs``); whether that was possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        return False
+    return True
+
+
+def measure_read(store: Path) -> dict[str, Any]:
+    """Reading the namespace's steps alone (what the first retrieve does first): wall
+    and CPU time, the collections that ran, and the resident memory it added at its
+    peak (Linux)."""
+    with Memory.open(store, encoder="hashing") as mem:
+        gc.collect()
+        _trim()
+        pauses = _Pauses()
+        rss = _status_mb("VmRSS") if _reset_peak() else None
+        gc.callbacks.append(pauses)
+        w0, c0 = time.perf_counter(), time.process_time()
+        try:
+            mem._views.buffer(NAMESPACE)
+        finally:
+            gc.callbacks.remove(pauses)
+        took = (time.perf_counter() - w0, time.process_time() - c0)
+        peak = _status_mb("VmHWM")
+    return {
+        "read_s": took[0],
+        "read_cpu_s": took[1],
+        "read_collections": pauses.count,
+        "read_peak_mb": None if rss is None or peak is None else peak - rss,
+    }
 
 
 def measure(store: Path, rounds: int, collections: int) -> dict[str, Any]:
     """The measurements on the store file ``store`` (changed: pass a copy)."""
     gc.collect()
+    _trim()
     before = len(gc.get_objects())
+    first_pauses = _Pauses()
+    rss = _status_mb("VmRSS") if _reset_peak() else None
     mem = Memory.open(store, encoder="hashing")
     try:
+        gc.callbacks.append(first_pauses)
         w0, c0 = time.perf_counter(), time.process_time()
-        mem.retrieve("which flight is on reservation R00001?", 256, namespace=NAMESPACE)
+        try:
+            mem.retrieve("which flight is on reservation R00001?", 256, namespace=NAMESPACE)
+        finally:
+            gc.callbacks.remove(first_pauses)
         first = (time.perf_counter() - w0, time.process_time() - c0)
+        peak = _status_mb("VmHWM")
         sparse = "scipy.sparse" in sys.modules
         mem.wait_ready()
         pauses = _Pauses()
@@ -88,6 +165,10 @@ def measure(store: Path, rounds: int, collections: int) -> dict[str, Any]:
     return {
         "first_retrieve_s": first[0],
         "first_retrieve_cpu_s": first[1],
+        "first_retrieve_collections": first_pauses.count,
+        "first_retrieve_collections_ms": 1000.0 * first_pauses.total,
+        # resident memory the opening and the first retrieve added at their peak
+        "first_retrieve_peak_mb": None if rss is None or peak is None else peak - rss,
         "scipy_sparse_imported": sparse,
         "tracked_before_open": before,
         "tracked_after": after,
@@ -111,11 +192,12 @@ def run(steps: int, rounds: int, collections: int, work: Path) -> dict[str, Any]
     copy = work / "copy.db"
     shutil.copy(store, copy)
     try:
+        read = measure_read(copy)
         result = measure(copy, rounds, collections)
     finally:
         for extra in (copy, Path(f"{copy}-wal"), Path(f"{copy}-shm")):
             extra.unlink(missing_ok=True)
-    return {"steps": built["steps"], "rounds": rounds, **result}
+    return {"steps": built["steps"], "rounds": rounds, **read, **result}
 
 
 def render(r: dict[str, Any]) -> str:
@@ -123,9 +205,23 @@ def render(r: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"a {r['steps']}-step memory, loaded and restored:",
+            f"- reading its steps alone: {r['read_s']:.3f} s wall, {r['read_cpu_s']:.3f} s CPU, "
+            f"{r['read_collections']} garbage collections"
+            + (
+                f", peak resident memory +{r['read_peak_mb']:.0f} MB"
+                if r["read_peak_mb"] is not None
+                else ""
+            ),
             f"- the first retrieve after opening: {r['first_retrieve_s']:.3f} s wall, "
             f"{r['first_retrieve_cpu_s']:.3f} s CPU (scipy.sparse imported by then: "
-            f"{r['scipy_sparse_imported']})",
+            f"{r['scipy_sparse_imported']}); {r['first_retrieve_collections']} garbage "
+            f"collections in it ({r['first_retrieve_collections_ms']:.0f} ms); "
+            + (
+                "peak resident memory +"
+                f"{r['first_retrieve_peak_mb']:.0f} MB over the process before opening"
+                if r["first_retrieve_peak_mb"] is not None
+                else "peak resident memory not measured (no /proc/self)"
+            ),
             f"- objects the collector tracks: {r['tracked_before_open']:,} before opening, "
             f"{r['tracked_after']:,} after the rounds",
             f"- a full collection: {full['min']:.1f} ms min, {full['median']:.1f} ms median",
