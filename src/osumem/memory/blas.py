@@ -43,8 +43,8 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from functools import wraps
 from typing import Any, TypeVar
 
@@ -142,15 +142,12 @@ def _put_back(changed: list[tuple[Any, int]]) -> None:
 _held = ProcessWide(_lower, _put_back, lock=_lock)
 
 
-@contextmanager
-def blas_threads(limit: int | None) -> Iterator[None]:
-    """At most ``limit`` BLAS threads inside the block (``None``: leave them as they
-    are); the caller's counts come back when the last overlapping block ends."""
+def blas_threads(limit: int | None) -> AbstractContextManager[None]:
+    """At most ``limit`` BLAS threads inside the ``with`` block (``None``: leave them as
+    they are); the caller's counts come back when the last overlapping block ends."""
     if limit is None or _limited_at_start(limit):
-        yield
-        return
-    with _held.held(limit):
-        yield
+        return nullcontext()
+    return _held.held(limit)
 
 
 def limited(method: _F) -> _F:

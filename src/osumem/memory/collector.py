@@ -21,8 +21,7 @@ walks what was made during it. Nothing is frozen
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 from osumem.memory.process_wide import ProcessWide
 
@@ -41,8 +40,7 @@ def _enable_if(was: bool) -> None:
 _pause = ProcessWide(_disable, _enable_if)
 
 
-@contextmanager
-def paused() -> Iterator[None]:
-    """Automatic garbage collection off inside the block (see the module doc)."""
-    with _pause.held():
-        yield
+def paused() -> AbstractContextManager[None]:
+    """Automatic garbage collection off inside the ``with`` block (see the module
+    doc)."""
+    return _pause.held()
