@@ -38,7 +38,7 @@ class NamespaceBuffer:
         # steps); untouched rows of np.empty cost address space, not resident memory
         cap = max(64, v.n + v.n // HEADROOM_DIVISOR)
         # the vectors of a namespace just read from the store are taken over where they
-        # lie, with their spare rows (rows.vectors_with_room), not copied
+        # lie, with their spare rows (rows.matrix_with_room), not copied
         room = take_room(v.embeddings)
         taken = room is not None and room.shape[0] >= cap and room.shape[1] == self.dim
         self._emb: NDArray[np.float32] = (

@@ -6,16 +6,16 @@ of them in a reference cycle. Each 700 new container objects start a collection,
 each collection of the older generations walks every tracked object made so far: the
 first retrieve after opening a 200,016-step memory ran 1,084 collections (0.34-0.36 s
 of their own, more in the caches they evicted), nearly all while it read the steps
-and the stored structure (``benchmarks/gc_walk.py``; docs/decisions.md, "No stalls in the
-agent loop").
+and the stored structure (``benchmarks/gc_walk.py``; docs/decisions.md, "No stalls in
+the agent loop").
 
 How: :func:`paused` turns automatic collection off for the duration of the block and
 back on when the last overlapping block ends (blocks on several threads share one
 pause: :class:`~osumem.memory.process_wide.ProcessWide`), unless it was already off,
 which it leaves as it was. The collector's setting is process-wide, so a thread that
 allocates meanwhile collects later, not less: the first collection after the block
-walks what was made during it. Nothing is frozen
-(``gc.freeze`` would exempt the caller's objects too).
+walks what was made during it. Nothing is frozen (``gc.freeze`` would exempt the
+caller's objects too).
 """
 
 from __future__ import annotations
