@@ -29,6 +29,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,48 +95,56 @@ def _reset_peak() -> bool:
     return True
 
 
+class _Watch:
+    """One call watched (:meth:`__call__`): its collections, wall and CPU time, and the
+    resident memory added at its peak since the watch was made (Linux; ``None``
+    elsewhere). Made after a collection and with the freed heap handed back."""
+
+    def __init__(self) -> None:
+        gc.collect()
+        _trim()
+        self.pauses = _Pauses()
+        self._rss = _status_mb("VmRSS") if _reset_peak() else None
+        self.wall = self.cpu = 0.0
+        self.peak_mb: float | None = None
+
+    def __call__(self, fn: Callable[[], Any]) -> Any:
+        gc.callbacks.append(self.pauses)
+        w0, c0 = time.perf_counter(), time.process_time()
+        try:
+            return fn()
+        finally:
+            gc.callbacks.remove(self.pauses)
+            self.wall, self.cpu = time.perf_counter() - w0, time.process_time() - c0
+            peak = _status_mb("VmHWM")
+            self.peak_mb = None if self._rss is None or peak is None else peak - self._rss
+
+
 def measure_read(store: Path) -> dict[str, Any]:
     """Reading the namespace's steps alone (what the first retrieve does first): wall
     and CPU time, the collections that ran, and the resident memory it added at its
     peak (Linux)."""
     with Memory.open(store, encoder="hashing") as mem:
-        gc.collect()
-        _trim()
-        pauses = _Pauses()
-        rss = _status_mb("VmRSS") if _reset_peak() else None
-        gc.callbacks.append(pauses)
-        w0, c0 = time.perf_counter(), time.process_time()
-        try:
-            mem._views.buffer(NAMESPACE)
-        finally:
-            gc.callbacks.remove(pauses)
-        took = (time.perf_counter() - w0, time.process_time() - c0)
-        peak = _status_mb("VmHWM")
+        watch = _Watch()
+        watch(lambda: mem._views.buffer(NAMESPACE))
     return {
-        "read_s": took[0],
-        "read_cpu_s": took[1],
-        "read_collections": pauses.count,
-        "read_peak_mb": None if rss is None or peak is None else peak - rss,
+        "read_s": watch.wall,
+        "read_cpu_s": watch.cpu,
+        "read_collections": watch.pauses.count,
+        "read_peak_mb": watch.peak_mb,
     }
 
 
 def measure(store: Path, rounds: int, collections: int) -> dict[str, Any]:
     """The measurements on the store file ``store`` (changed: pass a copy)."""
     gc.collect()
-    _trim()
     before = len(gc.get_objects())
-    first_pauses = _Pauses()
-    rss = _status_mb("VmRSS") if _reset_peak() else None
+    first = _Watch()  # the opening's memory counts in the first retrieve's peak
     mem = Memory.open(store, encoder="hashing")
     try:
-        gc.callbacks.append(first_pauses)
-        w0, c0 = time.perf_counter(), time.process_time()
-        try:
-            mem.retrieve("which flight is on reservation R00001?", 256, namespace=NAMESPACE)
-        finally:
-            gc.callbacks.remove(first_pauses)
-        first = (time.perf_counter() - w0, time.process_time() - c0)
-        peak = _status_mb("VmHWM")
+        first(
+            lambda: mem.retrieve("which flight is on reservation R00001?", 256, namespace=NAMESPACE)
+        )
         sparse = "scipy.sparse" in sys.modules
         mem.wait_ready()
         pauses = _Pauses()
@@ -163,12 +172,12 @@ def measure(store: Path, rounds: int, collections: int) -> dict[str, Any]:
         mem.close()
     ms = np.asarray(calls) * 1000.0
     return {
-        "first_retrieve_s": first[0],
-        "first_retrieve_cpu_s": first[1],
-        "first_retrieve_collections": first_pauses.count,
-        "first_retrieve_collections_ms": 1000.0 * first_pauses.total,
+        "first_retrieve_s": first.wall,
+        "first_retrieve_cpu_s": first.cpu,
+        "first_retrieve_collections": first.pauses.count,
+        "first_retrieve_collections_ms": 1000.0 * first.pauses.total,
         # resident memory the opening and the first retrieve added at their peak
-        "first_retrieve_peak_mb": None if rss is None or peak is None else peak - rss,
+        "first_retrieve_peak_mb": first.peak_mb,
         "scipy_sparse_imported": sparse,
         "tracked_before_open": before,
         "tracked_after": after,

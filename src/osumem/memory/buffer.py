@@ -42,7 +42,9 @@ class NamespaceBuffer:
         room = take_room(v.embeddings)
         taken = room is not None and room.shape[0] >= cap and room.shape[1] == self.dim
         self._emb: NDArray[np.float32] = (
-            room if room is not None and taken else np.empty((cap, self.dim), dtype=np.float32)
+            cast(NDArray[np.float32], room)
+            if taken
+            else np.empty((cap, self.dim), dtype=np.float32)
         )
         self._costs = np.empty(cap, dtype=np.int64)
         self._ids = np.empty(cap, dtype=np.int64)

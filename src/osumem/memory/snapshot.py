@@ -185,7 +185,7 @@ def restore(retriever: Retriever, row: SnapshotRow, data: NamespaceData, view: M
     check = BackgroundCall(lambda: _digest(n, columns), "osumem-snapshot-fingerprint")
     try:
         loaded = _load(retriever, row, view)
-    except BaseException:
+    except Exception:  # an interrupt is not a load's failure: it goes up at once
         if check.result() != row.fingerprint:
             return False  # the state of other steps: what it raised does not matter
         raise
