@@ -246,3 +246,54 @@ def test_coarse_stage_widens_a_stuck_centroid_beam_then_scans(widened_finds_it, 
         assert (index.raised, index.fallbacks) == (len(data.queries), 0)
     else:
         assert (index.raised, index.fallbacks) == (0, len(data.queries))
+
+
+def test_sample_mean_gives_the_mean_cosine_of_its_rows():
+    from osumem.retrieve.step_index import SampleMean, clear_share
+
+    rng = np.random.default_rng(3)
+    rows = rng.standard_normal((300, 24)).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    for sample in (rows, rows[::7], rows[:1]):  # whole, strided, one row
+        for q in rows[:20]:
+            got = SampleMean(sample).cosine(q)
+            want = float((sample.astype(np.float64) @ q.astype(np.float64)).mean())
+            assert isinstance(got, float) and got == pytest.approx(want, abs=1e-6)
+    assert SampleMean(rows[:0]).cosine(rows[0]) is None
+    found = np.array([0.9, 0.8], dtype=np.float32)
+    assert clear_share(found, None, 2, 300) == 0.0  # no background: nothing is clear
+    # far = 1 - 0.1 = 0.9 against 1.5 * (1 - cos): 0.15 and 0.3 are both clear
+    assert clear_share(found, 0.1, 2, 300) == 1.0
+    # far = 0.3: cosines .9 and .8 are clear (1.5 x .1 and 1.5 x .2 <= .3), .7 is not
+    assert clear_share(np.array([0.9, 0.8, 0.7]), 0.7, 3, 300) == pytest.approx(2 / 3)
+
+
+def test_safeguard_samples_are_summed_once_per_state(monkeypatch):
+    """The coarse stage's sample of the live centroids is summed once per pool state,
+    the step index's sample of the steps once per view: queries of an unchanged
+    memory each take one dot product; a changed one is summed again."""
+    from osumem.bench.scale import generate
+    from osumem.retrieve import osumem as osumem_module
+    from osumem.retrieve import step_index as step_index_module
+
+    made = []
+    real = step_index_module.SampleMean
+
+    def counting(rows):
+        made.append(rows.shape[0])
+        return real(rows)
+
+    monkeypatch.setattr(osumem_module, "SampleMean", counting)
+    monkeypatch.setattr(step_index_module, "SampleMean", counting)
+    data = generate(1500, 24, 0, n_queries=6)
+    r = create("osumem", seed=0)
+    r.ann_min_steps = 1000
+    r.fit(data.view.prefix(1400))
+    for q in data.queries:
+        r._coarse_positions(r.view_.check_query(q), 256)
+        r.step_index.top(r.view_, r.view_.check_query(q), 16)
+    assert len(made) == 2  # one centroid sample, one step sample
+    r.update(data.view.prefix(1401))
+    r._coarse_positions(r.view_.check_query(data.queries[0]), 256)
+    r.step_index.top(r.view_, r.view_.check_query(data.queries[0]), 16)
+    assert len(made) == 4

@@ -23,8 +23,7 @@ from __future__ import annotations
 import atexit
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -55,22 +54,31 @@ def check_exit() -> None:
         raise Cancelled("the interpreter is exiting")
 
 
-@contextmanager
-def native_call() -> Iterator[None]:
+class native_call:
     """Around a call into native code that releases the GIL (hnswlib's insertions and
     queries): on a thread other than the main one, refused once the exit has begun
-    (:class:`Cancelled`) and waited for by the exit while it runs."""
-    thread = threading.current_thread()
-    if thread is threading.main_thread():
-        yield
-        return
-    with _state:
-        if _exiting:
-            raise Cancelled("the interpreter is exiting")
-        _inside[thread] = _inside.get(thread, 0) + 1
-    try:
-        yield
-    finally:
+    (:class:`Cancelled`) and waited for by the exit while it runs.
+
+    (A class, not a generator: every index query of a retrieve enters one, and on the
+    main thread it does nothing.)"""
+
+    __slots__ = ("_thread",)
+
+    def __enter__(self) -> None:
+        thread = threading.current_thread()
+        if thread is threading.main_thread():
+            self._thread = None
+            return
+        with _state:
+            if _exiting:
+                raise Cancelled("the interpreter is exiting")
+            _inside[thread] = _inside.get(thread, 0) + 1
+        self._thread = thread
+
+    def __exit__(self, *exc: object) -> None:
+        thread = self._thread
+        if thread is None:
+            return
         with _state:
             depth = _inside.pop(thread) - 1
             if depth:

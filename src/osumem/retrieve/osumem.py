@@ -32,7 +32,7 @@ from osumem.retrieve.base import Retriever, RetrieverConfig, RetrieverState
 from osumem.retrieve.centroids import CentroidIndex, top_slots
 from osumem.retrieve.explain import SelectionParts, best_unit, unit_ranks
 from osumem.retrieve.packing import greedy_pack, novelty_pack, pack_first_fit
-from osumem.retrieve.step_index import RAISED_EF_PER_K, SPREAD_SAMPLE, ann_unsure
+from osumem.retrieve.step_index import RAISED_EF_PER_K, SPREAD_SAMPLE, SampleMean, ann_unsure
 from osumem.types import IntArray, MemoryView, distinct
 
 if TYPE_CHECKING:
@@ -151,9 +151,8 @@ class _PoolRetriever(Retriever[PoolConfigT]):
 
     pool_: OSUPool | None = None
     _centroid_index: CentroidIndex | None = None
-    #: ``(pool state, rows)``: the live centroids the coarse safeguard samples, copied
-    #: contiguous at the second query of a pool state (``None`` until then)
-    _centroid_sample: tuple[tuple[Any, ...], NDArray[np.float32] | None] | None = None
+    #: ``(pool state, mean)``: the live centroids the coarse safeguard samples, summed
+    _centroid_sample: tuple[tuple[Any, ...], SampleMean] | None = None
     _osu_part: OSUConfig | None = None
 
     @property
@@ -380,7 +379,7 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
             # a wider beam, then answered by a full scan, when their scores do not
             # stand out (the recall safeguard)
             live_row = pool.slot_arrays()[0]
-            sample = self._centroid_sample_rows(pool, cents) @ q
+            background = self._centroid_sample_mean(pool, cents).cosine(q)
             index = self._centroid_index
             wide = RAISED_EF_PER_K * max(HNSW_EF_SEARCH, 2 * (k + CENTROID_MARGIN))
             fell_back = False
@@ -391,7 +390,7 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
                         break
                 scores = cents[live_row[found]] @ q
                 head = np.sort(scores)[-k:] if scores.size >= k else scores
-                if not ann_unsure(head, sample, k, int(slots.size)):
+                if not ann_unsure(head, background, k, int(slots.size)):
                     if ef is not None:
                         index.raised += 1
                     break
@@ -406,25 +405,16 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
             best = top_slots(pool, slots, cents @ q, k)
         return pool.kept_union(best)
 
-    def _centroid_sample_rows(
-        self, pool: OSUPool, cents: NDArray[np.float32]
-    ) -> NDArray[np.float32]:
+    def _centroid_sample_mean(self, pool: OSUPool, cents: NDArray[np.float32]) -> SampleMean:
         """Every ``len(cents) // SPREAD_SAMPLE``-th live centroid (the background the
-        centroid index's answer is compared with): read in place the first time the
-        pool is seen in a state, copied contiguous when it is asked again (an agent
-        that adds between queries pays no copy; a run of queries reads a small
-        table instead of rows spread over the whole centroid table)."""
+        centroid index's answer is compared with), summed once per pool state: each
+        query of that state then takes their mean cosine from one dot product."""
         state = (pool, pool.epoch, pool.change_log_position)
-        rows = cents[:: max(1, cents.shape[0] // SPREAD_SAMPLE)]
         cached = self._centroid_sample
         if cached is None or cached[0] != state:
-            self._centroid_sample = (state, None)
-            return rows
-        copied = cached[1]
-        if copied is None:
-            copied = np.ascontiguousarray(rows)
-            self._centroid_sample = (state, copied)
-        return copied
+            rows = cents[:: max(1, cents.shape[0] // SPREAD_SAMPLE)]
+            cached = self._centroid_sample = (state, SampleMean(rows))
+        return cached[1]
 
     def _centroid_index_of(self, pool: OSUPool) -> CentroidIndex:
         """The coarse stage's centroid index over ``pool`` (made when missing or over

@@ -129,7 +129,26 @@ class UnsureMemo:
         del self._outcomes[:-UNSURE_WINDOW]
 
 
-def clear_share(found: NDArray[np.floating], sample: NDArray[np.floating], k: int, n: int) -> float:
+class SampleMean:
+    """The mean of a fixed sample of unit rows (the background an index's answer is
+    compared with), summed once: the mean cosine of a query with the sampled rows is
+    then one dot product, ``(Σ rows) · q / m``, instead of ``m`` of them."""
+
+    __slots__ = ("_count", "_sum")
+
+    def __init__(self, rows: NDArray[np.float32]) -> None:
+        self._count = int(rows.shape[0])
+        # one matrix-vector product (BLAS) reads the rows, strided or not, once
+        self._sum = np.ones(self._count, dtype=np.float32) @ rows if self._count else None
+
+    def cosine(self, q: NDArray[np.float32]) -> float | None:
+        """The mean cosine of ``q`` with the sampled rows (``None`` for no rows)."""
+        if self._sum is None:
+            return None
+        return float(self._sum @ q) / self._count
+
+
+def clear_share(found: NDArray[np.floating], background: float | None, k: int, n: int) -> float:
     """The share of an approximate top-``k`` answer (``found``: the exact scores of
     what the index returned, of ``n`` steps) the index is sure of.
 
@@ -138,23 +157,24 @@ def clear_share(found: NDArray[np.floating], sample: NDArray[np.floating], k: in
     dimensions, where the nearest steps are barely nearer than a random one). A
     step's relative contrast ``(1 - mean sampled cosine) / (1 - its cosine)``, a
     ratio of cosine distances, measures that; a step is clear at a contrast of at
-    least :data:`MIN_CONTRAST`. The share is of ``min(k, n)`` (0 when the index
-    returned fewer).
+    least :data:`MIN_CONTRAST`. ``background`` is the mean sampled cosine
+    (:meth:`SampleMean.cosine`; ``None`` for an empty sample). The share is of
+    ``min(k, n)`` (0 when the index returned fewer).
     """
     want = min(k, n)
     if want <= 0:
         return 1.0
-    if found.shape[0] < want or sample.shape[0] == 0:
+    if found.shape[0] < want or background is None:
         return 0.0
-    far = 1.0 - float(np.add.reduce(sample) / sample.shape[0])  # sample.mean(), faster
+    far = 1.0 - background
     clear = int(np.count_nonzero(far >= MIN_CONTRAST * (1.0 - found.astype(np.float64))))
     return clear / want
 
 
-def ann_unsure(found: NDArray[np.floating], sample: NDArray[np.floating], k: int, n: int) -> bool:
+def ann_unsure(found: NDArray[np.floating], background: float | None, k: int, n: int) -> bool:
     """Whether fewer than :data:`CLEAR_SHARE` of an approximate top-``k`` answer are
     clear (:func:`clear_share`): the answer may miss much of the true top ``k``."""
-    return clear_share(found, sample, k, n) < CLEAR_SHARE
+    return clear_share(found, background, k, n) < CLEAR_SHARE
 
 
 class StepIndex:
@@ -196,8 +216,8 @@ class StepIndex:
         self._exact: tuple[NDArray[np.float32], MemoryView, NDArray[np.float32]] | None = None
         self._sample: IntArray | None = None
         self._sample_n = 0
-        # the sampled rows of one view, gathered once (a fixed view queried repeatedly)
-        self._sample_rows: tuple[MemoryView, NDArray[np.float32]] | None = None
+        # the sampled rows of one view, gathered and summed once (a view queried repeatedly)
+        self._sample_rows: tuple[MemoryView, SampleMean] | None = None
         self._last: tuple[NDArray[np.float32], MemoryView, int, IntArray] | None = None
         self._cost_view: MemoryView | None = None
         # (sum, count, min, count of the min) of the costs of ``_cost_view``
@@ -269,11 +289,11 @@ class StepIndex:
             found = self._exact_top(view, q, wide)
         else:
             found = index.query(q, wide, ef=wide)
-            sample = self._sample_scores(view, q)
-            share = clear_share(view.embeddings[found[:k]] @ q, sample, k, view.n)
+            background = self._background(view, q)
+            share = clear_share(view.embeddings[found[:k]] @ q, background, k, view.n)
             fell_back = self.fallbacks
             if share < RAISE_EF_SHARE:
-                found = self._widened(index, view, q, k, wide, RAISED_EF_PER_K * k, sample)
+                found = self._widened(index, view, q, k, wide, RAISED_EF_PER_K * k, background)
             self._record(self.fallbacks > fell_back)
         self._last = (np.array(q, copy=True), view, wide, found)
         return found[:k]
@@ -283,8 +303,8 @@ class StepIndex:
         if index is None:
             return self._exact_top(view, q, k)
         found = index.query(q, k)
-        sample = self._sample_scores(view, q)
-        share = clear_share(view.embeddings[found] @ q, sample, k, view.n)
+        background = self._background(view, q)
+        share = clear_share(view.embeddings[found] @ q, background, k, view.n)
         if share >= CLEAR_SHARE:
             self._record(False)
             return found
@@ -293,7 +313,7 @@ class StepIndex:
             self._record(False)
             return index.query(q, k, ef=RAISED_EF_PER_K * k)
         fell_back = self.fallbacks
-        found = self._widened(index, view, q, k, k, RAISED_EF_PER_K * k, sample)
+        found = self._widened(index, view, q, k, k, RAISED_EF_PER_K * k, background)
         self._record(self.fallbacks > fell_back)
         return found
 
@@ -314,7 +334,7 @@ class StepIndex:
         k: int,
         width: int,
         ef: int,
-        sample: NDArray[np.float32],
+        background: float | None,
     ) -> IntArray:
         """The answer to a query the index was mostly unsure of (fewer than
         :data:`RAISE_EF_SHARE` of its first ``k`` clear): the ``width`` steps the index
@@ -323,7 +343,7 @@ class StepIndex:
         exactly (also when ``ef`` is no wider than ``width``, the beam already used)."""
         if ef > width:
             wide = index.query(q, width, ef=ef)
-            if clear_share(view.embeddings[wide[:k]] @ q, sample, k, view.n) >= CLEAR_SHARE:
+            if clear_share(view.embeddings[wide[:k]] @ q, background, k, view.n) >= CLEAR_SHARE:
                 self.raised += 1
                 return wide
         self.fallbacks += 1
@@ -419,9 +439,9 @@ class StepIndex:
             self._exact = (np.array(q, copy=True), view, cos)
         return top_order(cos, k)
 
-    def _sample_scores(self, view: MemoryView, q: NDArray[np.float32]) -> NDArray[np.float32]:
-        """Cosines of ``q`` with a fixed random sample of the steps (the background
-        the index's answer is compared with)."""
+    def _background(self, view: MemoryView, q: NDArray[np.float32]) -> float | None:
+        """The mean cosine of ``q`` with a fixed random sample of the steps (the
+        background the index's answer is compared with)."""
         n = view.n
         if self._sample is None or self._sample_n * 2 < n:
             rng = np.random.default_rng(self.seed)
@@ -431,8 +451,8 @@ class StepIndex:
             self._sample_rows = None
         rows = self._sample_rows
         if rows is None or rows[0] is not view:
-            rows = self._sample_rows = (view, view.embeddings[self._sample])
-        return rows[1] @ q
+            rows = self._sample_rows = (view, SampleMean(view.embeddings[self._sample]))
+        return rows[1].cosine(q)
 
     def _new_hnsw(self, view: MemoryView, capacity: int) -> KnnIndex:
         # headroom for the steps an agent adds next: growing the index copies it whole
