@@ -117,7 +117,9 @@ class _Watch:
             gc.callbacks.remove(self.pauses)
             self.wall, self.cpu = time.perf_counter() - w0, time.process_time() - c0
             peak = _status_mb("VmHWM")
-            self.peak_mb = None if self._rss is None or peak is None else peak - self._rss
+            # both figures come from the kernel's per-CPU resident counters, which it
+            # sums approximately: a call that added nothing can read a few pages below 0
+            self.peak_mb = None if self._rss is None or peak is None else max(0.0, peak - self._rss)
 
 
 def measure_read(store: Path) -> dict[str, Any]:
