@@ -76,20 +76,33 @@ def _reap_orphans(limit_s: float = 60.0) -> None:
             time.sleep(0.05)
 
 
+#: Lines of a failed command's output printed with the failure.
+FAILED_TAIL = 40
+
+
 def measure(command: list[str]) -> tuple[float, float]:
     """``(wall, cpu)`` seconds of one run of ``command`` in a fresh folder."""
     folder = Path(tempfile.mkdtemp(prefix="readme-timing-"))
+    log = folder.with_name(folder.name + ".log")  # beside the folder: the command's output
     try:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.monotonic()
-        subprocess.run(
-            command, cwd=folder, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        with log.open("wb") as out:
+            code = subprocess.run(
+                command, cwd=folder, stdout=out, stderr=subprocess.STDOUT
+            ).returncode
         wall = time.monotonic() - started
         _reap_orphans()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if code:
+            tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-FAILED_TAIL:]
+            raise SystemExit(
+                f"{' '.join(command)} failed (exit status {code}); the end of its output:\n"
+                + "\n".join(tail)
+            )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+        log.unlink(missing_ok=True)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return wall, cpu
 
