@@ -8,11 +8,15 @@ backend without a server of your own.
 It listens on 127.0.0.1 (a free port; password login) and on a Unix socket in its data
 folder (no password). Run as root, the server runs as the system user
 ``embedded_postgres`` (created when missing), as Postgres refuses to run as root.
+A server in a temporary folder of its own (``folder=None``) is stopped, and its folder
+removed, when the process that started it exits, if nothing stopped it before (the
+server runs detached, so it would otherwise outlive the process, folder and all).
 This is not a way to run a production database: point the memory at your server.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import secrets
 import shutil
@@ -30,6 +34,19 @@ from osumem.errors import MissingExtraError, StoreError
 
 #: The system user the server runs as when started by root.
 SERVER_USER = "embedded_postgres"
+
+#: The servers in temporary folders of their own still running, by ``id``, with the
+#: process that started them: stopped at that process's exit (not a forked child's).
+_TO_STOP: dict[int, tuple[int, LocalServer]] = {}
+
+
+def _stop_leftovers() -> None:
+    for pid, server in list(_TO_STOP.values()):
+        if pid == os.getpid():
+            server.stop()
+
+
+atexit.register(_stop_leftovers)
 
 
 def _binaries() -> Path:
@@ -83,6 +100,8 @@ class LocalServer:
         data = root / "data"
         user = cls._server_user(binaries)
         server = cls(root, port or _free_port(), password or secrets.token_hex(12), user, owns)
+        if owns:
+            _TO_STOP[id(server)] = (os.getpid(), server)
         try:
             server._init(binaries, data)
             server._run(binaries, data, durable, settings or {})
@@ -236,6 +255,7 @@ class LocalServer:
 
     def stop(self) -> None:
         """Stop the server (fast shutdown) and remove a folder it made (idempotent)."""
+        _TO_STOP.pop(id(self), None)
         data = self.data
         if (data / "postmaster.pid").exists():
             with suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
