@@ -217,7 +217,7 @@ class StepIndex:
         self._sample: IntArray | None = None
         self._sample_n = 0
         # the sampled rows of one view, gathered and summed once (a view queried repeatedly)
-        self._sample_rows: tuple[MemoryView, SampleMean] | None = None
+        self._sample_mean: tuple[MemoryView, SampleMean] | None = None
         self._last: tuple[NDArray[np.float32], MemoryView, int, IntArray] | None = None
         self._cost_view: MemoryView | None = None
         # (sum, count, min, count of the min) of the costs of ``_cost_view``
@@ -233,7 +233,7 @@ class StepIndex:
         self.unsure = UnsureMemo()
         self._exact = None
         self._sample = None
-        self._sample_rows = None
+        self._sample_mean = None
         self._last = None
 
     def uses_ann(self, view: MemoryView, limit: int) -> bool:
@@ -448,11 +448,11 @@ class StepIndex:
             size = min(n, SPREAD_SAMPLE)
             self._sample = np.sort(rng.choice(n, size=size, replace=False)).astype(np.int64)
             self._sample_n = n
-            self._sample_rows = None
-        rows = self._sample_rows
-        if rows is None or rows[0] is not view:
-            rows = self._sample_rows = (view, SampleMean(view.embeddings[self._sample]))
-        return rows[1].cosine(q)
+            self._sample_mean = None
+        summed = self._sample_mean
+        if summed is None or summed[0] is not view:
+            summed = self._sample_mean = (view, SampleMean(view.embeddings[self._sample]))
+        return summed[1].cosine(q)
 
     def _new_hnsw(self, view: MemoryView, capacity: int) -> KnnIndex:
         # headroom for the steps an agent adds next: growing the index copies it whole

@@ -273,6 +273,7 @@ class SQLiteStore(SQLiteEdits):
         read = read_step_rows(iter(lambda: cursor.fetchmany(READ_CHUNK), []), expected, dim)
         ends = [r[0] for r in self.conn.execute(sql.SELECT_BATCH_ENDS, (namespace, start, end))]
         if read is None:  # a blob of the wrong size: decoded whole, to name the first bad row
+            cursor.close()  # the read stopped partway: its statement is not left open
             rows = self.conn.execute(query, (namespace, start, end)).fetchall()
             return decode_steps(rows, ends, start=start, dim=dim, where=where)
         rows, vectors = read
