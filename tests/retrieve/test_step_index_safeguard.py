@@ -113,3 +113,30 @@ def test_ann_pack_on_an_exact_ranking_is_the_exact_first_fit(data, monkeypatch):
     grown = _packs(data, monkeypatch, 0)
     cheap = _packs(data, monkeypatch, default)
     assert sum(cheap) < sum(grown)
+
+
+def test_the_cheap_finish_packs_the_cheap_steps_left_by_exact_cosine(data):
+    """The cheap finish packs, first fit by exact cosine (ties by position), the steps
+    costing at most the budget other than the head already packed and the excluded
+    ones; a budget below every cost packs nothing."""
+    view = data.view
+    rng = np.random.default_rng(1)
+    low = int(view.costs.min())
+    for q in data.queries[:5]:
+        for budget in (low, low + 3, 3 * low):
+            seen = rng.choice(N, size=30, replace=False).astype(np.int64)
+            skip = np.sort(rng.choice(N, size=40, replace=False)).astype(np.int64)
+            got = StepIndex._cheap_pack(view, q, budget, seen, skip)
+            left_out = np.zeros(N, dtype=bool)
+            left_out[seen] = left_out[skip] = True
+            cheap = np.flatnonzero((view.costs <= budget) & ~left_out)
+            scores = view.embeddings[cheap] @ q
+            ranked = cheap[np.argsort(-scores, kind="stable")]
+            want, room = [], budget
+            for p in ranked.tolist():
+                if view.costs[p] <= room:
+                    want.append(p)
+                    room -= int(view.costs[p])
+            assert got.tolist() == want
+            assert got.size and not np.isin(got, np.concatenate([seen, skip])).any()
+    assert StepIndex._cheap_pack(view, data.queries[0], low - 1, None, None).size == 0

@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 
 from osumem.osu.background import BackgroundCall
 from osumem.osu.views import HNSW_EF_SEARCH, KnnIndex, hnsw_available
-from osumem.retrieve.packing import flat_pack, pack_first_fit, top_order
+from osumem.retrieve.packing import flat_first_fit, flat_pack, pack_first_fit, top_order
 from osumem.types import IntArray, MemoryView
 
 #: From this many steps on, a query over the whole memory takes the flat ranking's
@@ -579,13 +579,29 @@ class StepIndex:
             # only a step of cost <= left fits now: when few are that cheap, first fit
             # goes on over them exactly, by cosine, instead of over a larger head
             if self.n_costing_at_most(view, left) <= CHEAP_SCAN_STEPS:
-                cheap = np.flatnonzero(costs[:n] <= left)
-                cheap = cheap[~np.isin(cheap, found)]
-                if skip is not None:
-                    cheap = cheap[~np.isin(cheap, skip)]
-                rest = cheap[top_order(view.embeddings[cheap] @ q, cheap.shape[0])]
-                return np.concatenate([taken, pack_first_fit(rest, costs, left)])
+                rest = self._cheap_pack(view, q, left, found, skip)
+                return np.concatenate([taken, rest])
             k = min(n, 4 * k)
+
+    @staticmethod
+    def _cheap_pack(
+        view: MemoryView,
+        q: NDArray[np.float32],
+        budget: int,
+        seen: IntArray | None,
+        skip: IntArray | None,
+    ) -> IntArray:
+        """First fit under ``budget`` of the steps that cost at most ``budget``, other
+        than those in ``seen`` (a head already packed) and ``skip``, by exact cosine
+        (ties by position): one mask of the steps left out, not a set lookup per step,
+        and a growing head of the ranking (:func:`flat_first_fit`), not a full sort."""
+        costs = view.costs[: view.n]
+        fits = costs <= budget
+        for out in (seen, skip):
+            if out is not None and out.size:
+                fits[out] = False
+        cheap = np.flatnonzero(fits)
+        return cheap[flat_first_fit(view.embeddings[cheap] @ q, costs[cheap], budget)]
 
     def cost_stats(self, view: MemoryView) -> tuple[float, int, int]:
         """``(mean, min, count of the min)`` of the view's step costs, cached per view
