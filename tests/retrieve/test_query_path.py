@@ -42,6 +42,9 @@ def test_novelty_pack_equals_greedy_pack_with_the_penalty(seed):
             got = novelty_pack(r.view_.embeddings, r.view_.costs, cand, rel, budget, gamma)
             want = _greedy_reference(r, cand, rel, budget, gamma)
             assert got.tolist() == want.tolist()
+            rows = r.view_.embeddings[cand]  # the candidates' rows gathered by the caller
+            again = novelty_pack(r.view_.embeddings, r.view_.costs, cand, rel, budget, gamma, rows)
+            assert again.tolist() == want.tolist()
             assert int(costs[got].sum()) <= budget
 
 

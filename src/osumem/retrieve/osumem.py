@@ -389,8 +389,8 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
                     if found is None:
                         break
                 scores = cents[live_row[found]] @ q
-                head = np.sort(scores)[-k:] if scores.size >= k else scores
-                if not ann_unsure(head, background, k, int(slots.size)):
+                ranked = np.argsort(-scores)
+                if not ann_unsure(scores[ranked[:k]], background, k, int(slots.size)):
                     if ef is not None:
                         index.raised += 1
                     break
@@ -400,7 +400,10 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
             if index.background:
                 index.unsure.record(fell_back)
         if found is not None and scores is not None:
-            best = top_slots(pool, found, scores, k)
+            if k < found.shape[0] and scores[ranked[k - 1]] > scores[ranked[k]]:
+                best = found[ranked[:k]]  # no tie at the k-th place: these k, in any order
+            else:
+                best = top_slots(pool, found, scores, k)
         else:
             best = top_slots(pool, slots, cents @ q, k)
         return pool.kept_union(best)
@@ -479,14 +482,24 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
         else:
             coarse = self.coarse(q, budget, limit, evidence)
             cand = distinct(coarse.members[:, coarse.kept].indices).astype(np.int64)
+        rows = None
         if self.step_index.uses_ann(view, limit):
-            cos_cand = view.embeddings[cand] @ q
+            rows = view.embeddings[cand]  # gathered once: the cosines, then the greedy's rows
+            cos_cand = rows @ q
         else:
             cos_cand = self._cosines(q, limit)[cand]
         order = np.argsort(-cos_cand, kind="stable")
         cand, rel = cand[order], cos_cand[order]
         if cfg.novelty and budget >= cfg.novelty_min_budget and cand.size:
-            chosen = novelty_pack(view.embeddings, costs, cand, rel, budget, cfg.novelty_weight)
+            chosen = novelty_pack(
+                view.embeddings,
+                costs,
+                cand,
+                rel,
+                budget,
+                cfg.novelty_weight,
+                None if rows is None else rows[order],
+            )
         else:
             chosen = pack_first_fit(cand, costs, budget)
         if not cfg.fill_from_flat:

@@ -120,33 +120,38 @@ def novelty_pack(
     relevance: NDArray[np.float32],
     budget: int,
     gamma: float,
+    rows: NDArray[np.float32] | None = None,
 ) -> IntArray:
     """Greedy pick of ``cand`` (step positions) by ``relevance`` minus the novelty
     penalty γ·max(0, max cosine to the selected steps), under the first-fit rule.
+    ``rows``: ``embeddings[cand]`` when the caller has gathered them already.
 
     The same picks, and the same floating-point operations on every score that can
     still be picked, as :func:`greedy_pack` with the penalty as its update (tested);
     steps that no longer fit or are taken are set to −inf instead of masked at every
-    pick, which halves the NumPy calls per pick.
+    pick, which halves the NumPy calls per pick, and a pick that leaves less than the
+    cheapest candidate costs ends the greedy without computing its penalty.
     """
     if cand.shape[0] == 0:
         return np.empty(0, dtype=np.int64)
-    H = embeddings[cand]
+    H = embeddings[cand] if rows is None else rows
     cost = np.asarray(costs, dtype=np.int64)[cand]
     score = relevance.astype(np.float64)
     score[cost > budget] = -np.inf
     max_sim = np.zeros(cand.shape[0])
     new_max = np.empty_like(max_sim)
     remaining = int(budget)
-    top_cost = int(cost.max())
+    top_cost, low_cost = int(cost.max()), int(cost.min())
     picked: list[int] = []
     while True:
         j = int(score.argmax())
         if score[j] == -np.inf:
             break
         picked.append(j)
-        score[j] = -np.inf
         remaining -= int(cost[j])
+        if remaining < low_cost:
+            break  # nothing else fits: the next pick would find none
+        score[j] = -np.inf
         # score += -γ·(new_max − max_sim), written as score −= γ·(…): equal bits
         np.maximum(max_sim, H @ H[j], out=new_max)
         penalty = new_max - max_sim
