@@ -243,17 +243,25 @@ class CentroidIndex:
         return np.concatenate([found[~mask[found]], arr])
 
 
-def top_slots(pool: OSUPool, slots: IntArray, scores: NDArray[Any], k: int) -> IntArray:
+def top_slots(
+    pool: OSUPool,
+    slots: IntArray,
+    scores: NDArray[Any],
+    k: int,
+    order: IntArray | None = None,
+) -> IntArray:
     """The ``k`` of ``slots`` with the best ``scores``, ties by the pool's canonical
     order (as a set: the caller takes the union of their members). Sorting by key
-    in Python happens only when scores tie at the k-th place."""
+    in Python happens only when scores tie at the k-th place. ``order``: the indices
+    of ``scores`` best first, when the caller has sorted them already."""
     m = int(slots.shape[0])
     if k >= m:
         return slots
     sc = np.asarray(scores, dtype=np.float64)
-    if m <= SMALL_SORT:
+    if order is not None or m <= SMALL_SORT:
         # a few candidates (the centroid index's): one sort, the tie check on two
-        order = np.argsort(-sc)
+        if order is None:
+            order = np.argsort(-sc)
         if sc[order[k - 1]] > sc[order[k]]:
             return slots[order[:k]]
         kth = sc[order[k - 1]]

@@ -400,10 +400,7 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
             if index.background:
                 index.unsure.record(fell_back)
         if found is not None and scores is not None:
-            if k < found.shape[0] and scores[ranked[k - 1]] > scores[ranked[k]]:
-                best = found[ranked[:k]]  # no tie at the k-th place: these k, in any order
-            else:
-                best = top_slots(pool, found, scores, k)
+            best = top_slots(pool, found, scores, k, ranked)
         else:
             best = top_slots(pool, slots, cents @ q, k)
         return pool.kept_union(best)
