@@ -12,7 +12,7 @@ pytest.importorskip("hnswlib")
 
 from conftest import unit_rows, with_gaussian_vectors
 from osumem.bench.scale import generate
-from osumem.retrieve import step_index
+from osumem.retrieve import centroids, step_index
 from osumem.retrieve.centroids import CentroidIndex
 from osumem.retrieve.packing import top_order
 from osumem.retrieve.registry import create
@@ -82,6 +82,32 @@ def test_ann_selection_overlaps_exact(kind, method, request):
         b = set(ann.retrieve(q, 256).positions.tolist())
         overlap.append(len(a & b) / max(len(a), 1))
     assert float(np.mean(overlap)) >= 0.95
+
+
+@pytest.mark.parametrize("budget", [64, 1024])
+def test_the_coarse_stage_searches_its_centroids_with_twice_the_beam_it_asks_for(
+    clustered, budget, monkeypatch
+):
+    """The coarse stage's first centroid search runs with a beam of
+    ``CENTROID_BEAM_PER_K`` times the centroids it asks for (K plus the margin), with
+    no floor; only the recall safeguard's second search is wider."""
+    view, queries = clustered
+    r = _fitted("osumem", view, ann=True)
+    searches: list[tuple[int, int | None, int]] = []
+    real = CentroidIndex.query
+
+    def watched(self, q, k, ef=None):
+        found = real(self, q, k, ef)
+        searches.append((k, ef, self._beam_of[1]))
+        return found
+
+    monkeypatch.setattr(CentroidIndex, "query", watched)
+    for q in queries:
+        r.retrieve(q, budget)
+    first = [(k, beam) for k, ef, beam in searches if ef is None]
+    assert len(first) == len(queries)
+    assert all(beam == centroids.CENTROID_BEAM_PER_K * k for k, beam in first)
+    assert min(beam for _, beam in first) < 40  # the former floor
 
 
 @pytest.mark.parametrize("budget", [64, 256, 1024])

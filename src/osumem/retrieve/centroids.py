@@ -13,12 +13,21 @@ from numpy.typing import NDArray
 
 from osumem.osu.background import BackgroundCall, native_call
 from osumem.osu.pool import OSUPool
-from osumem.osu.views import HNSW_EF_CONSTRUCTION, HNSW_EF_SEARCH, HNSW_M, INSERT_CHUNK
+from osumem.osu.views import HNSW_EF_CONSTRUCTION, HNSW_M, INSERT_CHUNK
 from osumem.retrieve.step_index import UnsureMemo
 from osumem.types import IntArray
 
 #: Up to this many candidate OSUs, the top K is taken by one full sort.
 SMALL_SORT = 64
+
+
+#: The first search beam per centroid asked for (the coarse stage asks for K plus a
+#: margin; its recall safeguard asks again with a wider beam when the answer's scores
+#: do not stand out). No floor: a coarse stage's K is small (1 to 7 units at budgets
+#: 64 to 1,024 on a generated 100,000-step memory), and the floor of 40 it had made
+#: the default method's retrieve there 12-35% slower for the same selections (see
+#: docs/decisions.md).
+CENTROID_BEAM_PER_K = 2
 
 
 #: At most this many live OSUs wait outside the index (new, or their centroid moved
@@ -213,7 +222,7 @@ class CentroidIndex:
 
     def query(self, q: NDArray[np.float32], k: int, ef: int | None = None) -> IntArray | None:
         """About the ``k`` best slots by centroid cosine, search beam ``ef`` (default
-        ``max(HNSW_EF_SEARCH, 2k)``), and every pending slot (the caller scores the
+        :data:`CENTROID_BEAM_PER_K` ``· k``), and every pending slot (the caller scores the
         candidates exactly); ``None`` when the index cannot answer ``k`` or is being
         built in the background (the caller then scans)."""
         if not self.ready():
@@ -222,7 +231,7 @@ class CentroidIndex:
         index = self._index  # once: another thread may take a new one meanwhile
         if index is None:
             return None
-        ef = max(HNSW_EF_SEARCH, 2 * k) if ef is None else max(int(ef), k)
+        ef = CENTROID_BEAM_PER_K * k if ef is None else max(int(ef), k)
         try:
             # the beam is the index's, not the call's: set and searched with under one
             # lock, so another thread's query never searches with this one's beam

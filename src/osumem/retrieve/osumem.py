@@ -381,6 +381,8 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
             live_row = pool.slot_arrays()[0]
             background = self._centroid_sample_mean(pool, cents).cosine(q)
             index = self._centroid_index
+            # the second search's beam: 4 · max(40, 2(K + margin)), wider than the
+            # first one's (CENTROID_BEAM_PER_K · (K + margin)) and never below 160
             wide = RAISED_EF_PER_K * max(HNSW_EF_SEARCH, 2 * (k + CENTROID_MARGIN))
             fell_back = False
             for ef in (None, wide):
