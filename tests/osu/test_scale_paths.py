@@ -275,7 +275,9 @@ def _grown_with_centroid_index(monkeypatch, n=1400):
 
 def test_centroid_index_follows_the_pool_through_adds(monkeypatch):
     """Every live OSU is in the index at its current centroid or pending (answered by
-    every query); dead ones are in neither; at most PENDING_MAX are pending."""
+    every query); dead ones are in neither; at most PENDING_MAX are pending. The index
+    holds each distinct centroid once, under a label standing for the slots that
+    share it, and no other label is searched."""
     from osumem.retrieve.centroids import PENDING_MAX
 
     r, _ = _grown_with_centroid_index(monkeypatch)
@@ -286,14 +288,19 @@ def test_centroid_index_follows_the_pool_through_adds(monkeypatch):
     live = set(pool.live_arrays()[0].tolist())
     pending = set(index._pending)
     assert 0 < len(pending) <= PENDING_MAX and pending <= live
-    indexed = set(index._index.get_ids_list()) - index._deleted
+    groups = index.groups()
+    indexed = {s for slots in groups.values() for s in slots}
+    assert sum(len(slots) for slots in groups.values()) == len(indexed)  # one group each
     assert indexed | pending == live
+    searched = set(index._index.get_ids_list()) - set(index._free)
+    assert searched == set(groups)
     rows, _, _ = pool.slot_arrays()
     cents = pool.live_arrays()[1]
-    current = sorted(indexed - pending)
-    np.testing.assert_allclose(
-        np.asarray(index._index.get_items(current)), cents[rows[current]], atol=1e-6
-    )
+    held = {g: np.asarray(index._index.get_items([g]))[0] for g in groups}
+    assert len({v.tobytes() for v in held.values()}) == len(held)  # distinct centroids
+    for g, slots in groups.items():
+        for s in set(slots) - pending:
+            np.testing.assert_allclose(held[g], cents[rows[s]], atol=1e-6)
 
 
 def test_centroid_index_answers_the_pending_osus_and_indexes_each_once(monkeypatch):

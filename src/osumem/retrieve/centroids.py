@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -35,15 +35,39 @@ CENTROID_BEAM_PER_K = 2
 PENDING_MAX = 64
 
 
+class _Built:
+    """A new index over distinct centroids, and which slots share each one."""
+
+    def __init__(self, index: Any, keys: dict[bytes, int], groups: list[list[int]]) -> None:
+        self.index, self.keys, self.groups = index, keys, groups
+
+
+def centroid_keys(cents: NDArray[np.float32]) -> list[bytes]:
+    """Each row of ``cents`` as bytes: equal rows, equal keys."""
+    rows = np.ascontiguousarray(cents)
+    if rows.shape[0] == 0:
+        return []
+    voids = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+    return cast("list[bytes]", voids.tolist())
+
+
 class CentroidIndex:
     """An HNSW index (hnswlib, inner product) over the live OSU centroids of a pool,
-    labelled by slot and kept in step with the pool's change log: a dead OSU is marked
-    deleted, a full derivation rebuilds it, and a new or changed OSU is *pending* until
-    it is (re)indexed. Every query answers the pending OSUs as well, so the candidates
-    it returns stand for every live centroid as it is now; indexing the oldest pending
-    OSU only once more than :data:`PENDING_MAX` wait means an agent's units, which
-    change again and again while it works on them, are indexed once instead of at
-    every change (an in-place HNSW update costs about as much as an insertion)."""
+    kept in step with the pool's change log: a dead OSU leaves it, a full derivation
+    rebuilds it, and a new or changed OSU is *pending* until it is (re)indexed. Every
+    query answers the pending OSUs as well, so the candidates it returns stand for
+    every live centroid as it is now; indexing the oldest pending OSU only once more
+    than :data:`PENDING_MAX` wait means an agent's units, which change again and again
+    while it works on them, are indexed once instead of at every change (an in-place
+    HNSW update costs about as much as an insertion).
+
+    The index holds each distinct centroid once, labelled by a *group* of the slots
+    whose centroid it is (a query answers every slot of a group it finds). OSUs with
+    equal centroids (a memory holding the same steps many times over) would otherwise
+    fill each other's HNSW neighbour lists, and a search would miss much of the top K
+    without the recall safeguard noticing (measured in docs/decisions.md). Group
+    labels are reused once their group is empty, so the index does not grow with the
+    changes of an agent's units."""
 
     def __init__(self, pool: OSUPool, seed: int, *, background: bool = False) -> None:
         self.pool = pool
@@ -54,8 +78,22 @@ class CentroidIndex:
         self.epoch = -1
         self.position = 0
         self._index: Any = None
-        self._deleted: set[int] = set()
-        self._known: set[int] = set()
+        #: The group of each indexed centroid (by its bytes), the slots of each group
+        #: (a tuple, replaced at each change: a query on another thread reads it
+        #: whole), and the group of each indexed slot.
+        self._group_of_key: dict[bytes, int] = {}
+        self._members: dict[int, tuple[int, ...]] = {}
+        self._key_of_group: dict[int, bytes] = {}
+        self._group_of_slot: dict[int, int] = {}
+        #: Labels of empty groups (marked deleted in the index), reused first.
+        self._free: list[int] = []
+        self._n_labels = 0
+        #: Per label: one slot of its group (-1 when empty) and whether it holds more
+        #: than one; one tuple, replaced when the index grows.
+        self._expand: tuple[IntArray, NDArray[np.bool_]] = (
+            np.empty(0, dtype=np.int64),
+            np.empty(0, dtype=bool),
+        )
         #: Live slots whose current centroid the index does not hold, oldest first.
         self._pending: dict[int, None] = {}
         #: ``_pending`` as an array, and a mask over the slots of it (``None`` when
@@ -73,9 +111,9 @@ class CentroidIndex:
         #: With :attr:`background`: whether the safeguard has been falling back
         #: (the coarse stage then scores every centroid at once).
         self.unsure = UnsureMemo()
-        #: The background build in flight, with the slots, epoch and change-log
-        #: position it was built at.
-        self._job: tuple[BackgroundCall[Any], IntArray, int, int] | None = None
+        #: The background build in flight, with the epoch and change-log position it
+        #: was built at.
+        self._job: tuple[BackgroundCall[_Built], int, int] | None = None
         #: Held while the index is taken from a finished build or brought up to date
         #: with the pool: queries on several threads (a server's readers) change it
         #: one at a time, and a query that finds it current takes no lock.
@@ -87,35 +125,67 @@ class CentroidIndex:
         slots, cents = self.pool.live_arrays()
         epoch, position = self.pool.epoch, self.pool.change_log_position
         if not self.background:
-            self._install(self._new_index(slots, cents), slots, epoch, position)
+            self._install(self._new_index(slots, cents), epoch, position)
             return
         slots, cents = slots.copy(), np.array(cents, copy=True)
         build = BackgroundCall(lambda: self._new_index(slots, cents), "osumem-centroid-index")
-        self._job = (build, slots, epoch, position)
+        self._job = (build, epoch, position)
         self._index = None
 
-    def _new_index(self, slots: IntArray, cents: NDArray[np.float32]) -> Any:
+    def _new_index(self, slots: IntArray, cents: NDArray[np.float32]) -> _Built:
         import hnswlib
 
+        keys: dict[bytes, int] = {}
+        groups: list[list[int]] = []
+        first: list[int] = []
+        for i, (key, slot) in enumerate(zip(centroid_keys(cents), slots.tolist(), strict=True)):
+            g = keys.get(key)
+            if g is None:
+                g = keys[key] = len(groups)
+                groups.append([])
+                first.append(i)
+            groups[g].append(slot)
+        # each distinct centroid once, in slot order (the graph of centroids that are
+        # all distinct is the one an index labelled by slot would build)
+        rows = cents if len(first) == len(cents) else cents[np.asarray(first, dtype=np.int64)]
+        n = len(groups)
         index = hnswlib.Index(space="ip", dim=cents.shape[1])
-        # capacity for the live OSUs plus an eighth (grown by doubling in sync): hnswlib
+        # capacity for the groups plus an eighth (grown by doubling in sync): hnswlib
         # keeps a lock and a level per element of capacity, resident even when unused
         index.init_index(
-            max_elements=max(1024, slots.size + slots.size // 8),
+            max_elements=max(1024, n + n // 8),
             M=HNSW_M,
             ef_construction=HNSW_EF_CONSTRUCTION,
             random_seed=self.seed,
         )
         index.set_num_threads(1)
-        for lo in range(0, int(slots.size), INSERT_CHUNK):  # pieces: see native_call
+        labels = np.arange(n, dtype=np.int64)
+        for lo in range(0, n, INSERT_CHUNK):  # pieces: see native_call
             with native_call():
-                index.add_items(cents[lo : lo + INSERT_CHUNK], slots[lo : lo + INSERT_CHUNK])
-        return index
+                index.add_items(rows[lo : lo + INSERT_CHUNK], labels[lo : lo + INSERT_CHUNK])
+        return _Built(index, keys, groups)
 
-    def _install(self, index: Any, slots: IntArray, epoch: int, position: int) -> None:
-        self._index = index
-        self._known = set(slots.tolist())
-        self._deleted = set()
+    def _install(self, built: _Built, epoch: int, position: int) -> None:
+        n = len(built.groups)
+        capacity = int(built.index.get_max_elements())
+        rep = np.full(capacity, -1, dtype=np.int64)
+        multi = np.zeros(capacity, dtype=bool)
+        members: dict[int, tuple[int, ...]] = {}
+        group_of_slot: dict[int, int] = {}
+        for g, slots in enumerate(built.groups):
+            members[g] = tuple(slots)
+            rep[g] = slots[0]
+            multi[g] = len(slots) > 1
+            for s in slots:
+                group_of_slot[s] = g
+        self._index = built.index
+        self._group_of_key = built.keys
+        self._key_of_group = {g: key for key, g in built.keys.items()}
+        self._members = members
+        self._group_of_slot = group_of_slot
+        self._free = []
+        self._n_labels = n
+        self._expand = (rep, multi)
         self._set_pending({})
         self.epoch, self.position = epoch, position
 
@@ -124,9 +194,9 @@ class CentroidIndex:
         with self._lock:
             if self._job is None:
                 return
-            build, slots, epoch, position = self._job
+            build, epoch, position = self._job
             self._job = None
-            self._install(build.result(), slots, epoch, position)
+            self._install(build.result(), epoch, position)
 
     def catch_up(self) -> None:
         """What the next query does first: take a finished background build, then
@@ -182,12 +252,53 @@ class CentroidIndex:
                         pending[g] = None  # an OSU already waiting keeps its place
                     else:
                         pending.pop(g, None)
-                        if g in self._known and g not in self._deleted:
-                            self._index.mark_deleted(g)
-                            self._deleted.add(g)
+                        self._leave(g)
             self._index_oldest(pending, len(pending) - PENDING_MAX)
             self._set_pending(pending)
         self.epoch, self.position = pool.epoch, pool.change_log_position
+
+    def _leave(self, slot: int) -> None:
+        """Take ``slot`` out of its group (if indexed); an emptied group's label is
+        marked deleted and freed."""
+        g = self._group_of_slot.pop(slot, None)
+        if g is None:
+            return
+        rest = tuple(s for s in self._members[g] if s != slot)
+        rep, multi = self._expand
+        if rest:
+            self._members[g] = rest
+            rep[g] = rest[0]
+            multi[g] = len(rest) > 1
+            return
+        self._index.mark_deleted(g)
+        rep[g] = -1
+        multi[g] = False
+        del self._members[g]
+        del self._group_of_key[self._key_of_group.pop(g)]
+        self._free.append(g)
+
+    def _join(self, slot: int, key: bytes, row: NDArray[np.float32]) -> None:
+        """Put ``slot`` in the group of centroid ``key`` (``row``), adding the centroid
+        to the index when no group holds it."""
+        g = self._group_of_key.get(key)
+        if g is None:
+            if self._free:
+                g = self._free.pop()
+                self._index.unmark_deleted(g)
+            else:
+                g = self._n_labels
+                self._n_labels += 1
+            self._index.add_items(row[None, :], np.array([g]))
+            self._group_of_key[key] = g
+            self._key_of_group[g] = key
+            members: tuple[int, ...] = (slot,)
+        else:
+            members = (*self._members[g], slot)
+        rep, multi = self._expand
+        self._members[g] = members
+        rep[g] = members[0]
+        multi[g] = len(members) > 1
+        self._group_of_slot[slot] = g
 
     def _index_oldest(self, pending: dict[int, None], count: int) -> None:
         """(Re)index the ``count`` oldest of ``pending`` (removed from it) at their
@@ -197,17 +308,22 @@ class CentroidIndex:
         take = list(itertools.islice(pending, count))
         rows = self.pool.slot_arrays()[0]
         _, cents = self.pool.live_arrays()
-        need = len(self._known) + sum(1 for g in take if g not in self._known)
+        need = self._n_labels - len(self._free) + len(take)
         if need > self._index.get_max_elements():
+            capacity = max(need, 2 * self._index.get_max_elements())
             with self._beam:  # hnswlib moves the graph's memory: no search meanwhile
-                self._index.resize_index(max(need, 2 * self._index.get_max_elements()))
+                self._index.resize_index(capacity)
+            rep, multi = self._expand
+            grown_rep = np.full(capacity, -1, dtype=np.int64)
+            grown_multi = np.zeros(capacity, dtype=bool)
+            grown_rep[: rep.shape[0]] = rep
+            grown_multi[: multi.shape[0]] = multi
+            self._expand = (grown_rep, grown_multi)
         with native_call():
             for g in take:
-                if g in self._deleted:
-                    self._index.unmark_deleted(g)
-                    self._deleted.discard(g)
-                self._index.add_items(cents[rows[g] : rows[g] + 1], np.array([g]))
-                self._known.add(g)
+                row = cents[rows[g]]
+                self._leave(g)
+                self._join(g, row.tobytes(), row)
                 del pending[g]
 
     def _set_pending(self, pending: dict[int, None]) -> None:
@@ -220,11 +336,16 @@ class CentroidIndex:
         mask[arr] = True
         self._pending_rows = (arr, mask)
 
+    def groups(self) -> dict[int, tuple[int, ...]]:
+        """The index's labels and the slots each stands for (a copy)."""
+        return dict(self._members)
+
     def query(self, q: NDArray[np.float32], k: int, ef: int | None = None) -> IntArray | None:
-        """About the ``k`` best slots by centroid cosine, search beam ``ef`` (default
-        :data:`CENTROID_BEAM_PER_K` ``· k``), and every pending slot (the caller scores the
-        candidates exactly); ``None`` when the index cannot answer ``k`` or is being
-        built in the background (the caller then scans)."""
+        """About the ``k`` best distinct centroids, search beam ``ef`` (default
+        :data:`CENTROID_BEAM_PER_K` ``· k``): every slot holding one of them, and every
+        pending slot (the caller scores the candidates exactly); ``None`` when the
+        index cannot answer ``k`` or is being built in the background (the caller
+        then scans)."""
         if not self.ready():
             return None
         self.sync()
@@ -243,7 +364,17 @@ class CentroidIndex:
                     labels, _ = index.knn_query(q[None, :], k=k, num_threads=1)
         except RuntimeError:
             return None
-        found = labels[0].astype(np.int64)
+        groups = labels[0].astype(np.int64)
+        rep, multi = self._expand
+        if multi[groups].any():
+            members = self._members
+            found = np.fromiter(
+                itertools.chain.from_iterable(members.get(g, ()) for g in groups.tolist()),
+                dtype=np.int64,
+            )
+        else:
+            found = rep[groups]
+            found = found[found >= 0]  # a group emptied meanwhile by another thread
         pending = self._pending_rows
         if pending is None:
             return found
