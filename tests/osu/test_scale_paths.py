@@ -334,6 +334,10 @@ def test_centroid_index_answers_the_pending_osus_and_indexes_each_once(monkeypat
     assert len(r._centroid_index._pending) <= 8
     exact = create("osumem", seed=0).fit(data.view)
     index = r._centroid_index
+    # a re-indexed OSU leaves its group and an emptied group's label is reused: the
+    # index holds no more labels than there are live OSUs
+    n_live = r.fitted_pool.live_arrays()[0].size
+    assert index._n_labels == len(index.groups()) + len(index._free) <= n_live
     pending = set(index._pending)
     same = []
     for q in data.queries:

@@ -4,9 +4,10 @@ canonical tie order."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import threading
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -36,19 +37,37 @@ PENDING_MAX = 64
 
 
 class _Built:
-    """A new index over distinct centroids, and which slots share each one."""
+    """A new index over distinct centroids: its groups' keys and first slots (by
+    label), each slot's label (``group``, by row of ``slots``), and the slots of each
+    group of more than one."""
 
-    def __init__(self, index: Any, keys: dict[bytes, int], groups: list[list[int]]) -> None:
-        self.index, self.keys, self.groups = index, keys, groups
+    def __init__(
+        self,
+        index: Any,
+        keys: list[bytes],
+        firsts: IntArray,
+        slots: IntArray,
+        group: IntArray,
+        shared: dict[int, tuple[int, ...]],
+    ) -> None:
+        self.index, self.keys, self.firsts = index, keys, firsts
+        self.slots, self.group, self.shared = slots, group, shared
+
+
+def centroid_key(row: memoryview) -> bytes:
+    """A 16-byte BLAKE2b digest of a centroid's float32 bytes: equal centroids, equal
+    keys (a digest, not the bytes: 16 bytes a key instead of 4 per dimension)."""
+    return hashlib.blake2b(row, digest_size=16).digest()
 
 
 def centroid_keys(cents: NDArray[np.float32]) -> list[bytes]:
-    """Each row of ``cents`` as bytes: equal rows, equal keys."""
-    rows = np.ascontiguousarray(cents)
+    """:func:`centroid_key` of each row of ``cents``."""
+    rows = np.ascontiguousarray(cents, dtype=np.float32)
     if rows.shape[0] == 0:
         return []
-    voids = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
-    return cast("list[bytes]", voids.tolist())
+    data = rows.data.cast("B")
+    width = rows.shape[1] * rows.itemsize
+    return [centroid_key(data[i : i + width]) for i in range(0, len(data), width)]
 
 
 class CentroidIndex:
@@ -78,13 +97,16 @@ class CentroidIndex:
         self.epoch = -1
         self.position = 0
         self._index: Any = None
-        #: The group of each indexed centroid (by its bytes), the slots of each group
-        #: (a tuple, replaced at each change: a query on another thread reads it
-        #: whole), and the group of each indexed slot.
+        #: The group of each indexed centroid (by :func:`centroid_key`), the key of
+        #: each group label (``None`` when free), the slots of each group holding more
+        #: than one (a tuple, replaced at each change: a query on another thread reads
+        #: it whole; a group of one is its ``_expand`` entry alone), and the group of
+        #: each slot (-1: not indexed). Arrays and short keys, not a dict entry per
+        #: OSU: 27,500 live OSUs cost about 3 MB.
         self._group_of_key: dict[bytes, int] = {}
-        self._members: dict[int, tuple[int, ...]] = {}
-        self._key_of_group: dict[int, bytes] = {}
-        self._group_of_slot: dict[int, int] = {}
+        self._keys: list[bytes | None] = []
+        self._shared: dict[int, tuple[int, ...]] = {}
+        self._slot_group = np.empty(0, dtype=np.int64)
         #: Labels of empty groups (marked deleted in the index), reused first.
         self._free: list[int] = []
         self._n_labels = 0
@@ -135,20 +157,26 @@ class CentroidIndex:
     def _new_index(self, slots: IntArray, cents: NDArray[np.float32]) -> _Built:
         import hnswlib
 
-        keys: dict[bytes, int] = {}
-        groups: list[list[int]] = []
-        first: list[int] = []
-        for i, (key, slot) in enumerate(zip(centroid_keys(cents), slots.tolist(), strict=True)):
-            g = keys.get(key)
-            if g is None:
-                g = keys[key] = len(groups)
-                groups.append([])
-                first.append(i)
-            groups[g].append(slot)
+        keys = centroid_keys(cents)
+        # label each distinct centroid by its first row (the live slots' order)
+        _, first, inverse = np.unique(
+            np.frombuffer(b"".join(keys), dtype="V16"), return_index=True, return_inverse=True
+        )
+        order = np.argsort(first, kind="stable")
+        label = np.empty_like(order)
+        label[order] = np.arange(order.size)
+        group = label[inverse.ravel()].astype(np.int64)
+        first = first[order]
+        n = int(first.size)
+        shared: dict[int, tuple[int, ...]] = {}
+        if n < len(keys):
+            by_group = np.argsort(group, kind="stable")
+            bounds = np.searchsorted(group[by_group], np.arange(n + 1))
+            for g in np.flatnonzero(np.diff(bounds) > 1).tolist():
+                shared[g] = tuple(slots[by_group[bounds[g] : bounds[g + 1]]].tolist())
         # each distinct centroid once, in slot order (the graph of centroids that are
         # all distinct is the one an index labelled by slot would build)
-        rows = cents if len(first) == len(cents) else cents[np.asarray(first, dtype=np.int64)]
-        n = len(groups)
+        rows = cents if n == len(keys) else cents[first]
         index = hnswlib.Index(space="ip", dim=cents.shape[1])
         # capacity for the groups plus an eighth (grown by doubling in sync): hnswlib
         # keeps a lock and a level per element of capacity, resident even when unused
@@ -163,26 +191,24 @@ class CentroidIndex:
         for lo in range(0, n, INSERT_CHUNK):  # pieces: see native_call
             with native_call():
                 index.add_items(rows[lo : lo + INSERT_CHUNK], labels[lo : lo + INSERT_CHUNK])
-        return _Built(index, keys, groups)
+        firsts = slots[first].astype(np.int64)
+        return _Built(index, [keys[i] for i in first.tolist()], firsts, slots, group, shared)
 
     def _install(self, built: _Built, epoch: int, position: int) -> None:
-        n = len(built.groups)
+        n = len(built.keys)
         capacity = int(built.index.get_max_elements())
         rep = np.full(capacity, -1, dtype=np.int64)
         multi = np.zeros(capacity, dtype=bool)
-        members: dict[int, tuple[int, ...]] = {}
-        group_of_slot: dict[int, int] = {}
-        for g, slots in enumerate(built.groups):
-            members[g] = tuple(slots)
-            rep[g] = slots[0]
-            multi[g] = len(slots) > 1
-            for s in slots:
-                group_of_slot[s] = g
+        rep[:n] = built.firsts
+        multi[list(built.shared)] = True
+        n_slots = max(self.pool.slot_arrays()[0].shape[0], int(built.slots.max(initial=-1)) + 1)
+        slot_group = np.full(n_slots, -1, dtype=np.int64)
+        slot_group[built.slots] = built.group
         self._index = built.index
-        self._group_of_key = built.keys
-        self._key_of_group = {g: key for key, g in built.keys.items()}
-        self._members = members
-        self._group_of_slot = group_of_slot
+        self._group_of_key = {key: g for g, key in enumerate(built.keys)}
+        self._keys = list(built.keys)
+        self._shared = built.shared
+        self._slot_group = slot_group
         self._free = []
         self._n_labels = n
         self._expand = (rep, multi)
@@ -260,22 +286,34 @@ class CentroidIndex:
     def _leave(self, slot: int) -> None:
         """Take ``slot`` out of its group (if indexed); an emptied group's label is
         marked deleted and freed."""
-        g = self._group_of_slot.pop(slot, None)
-        if g is None:
+        g = int(self._slot_group[slot]) if slot < self._slot_group.shape[0] else -1
+        if g < 0:
             return
-        rest = tuple(s for s in self._members[g] if s != slot)
+        self._slot_group[slot] = -1
         rep, multi = self._expand
+        rest = tuple(s for s in self._shared.get(g, (int(rep[g]),)) if s != slot)
         if rest:
-            self._members[g] = rest
-            rep[g] = rest[0]
-            multi[g] = len(rest) > 1
+            self._set_members(g, rest)
             return
         self._index.mark_deleted(g)
         rep[g] = -1
         multi[g] = False
-        del self._members[g]
-        del self._group_of_key[self._key_of_group.pop(g)]
+        self._shared.pop(g, None)
+        key = self._keys[g]
+        self._keys[g] = None
+        if key is not None:
+            del self._group_of_key[key]
         self._free.append(g)
+
+    def _set_members(self, g: int, members: tuple[int, ...]) -> None:
+        rep, multi = self._expand
+        rep[g] = members[0]
+        if len(members) > 1:
+            self._shared[g] = members
+            multi[g] = True
+        else:
+            multi[g] = False
+            self._shared.pop(g, None)
 
     def _join(self, slot: int, key: bytes, row: NDArray[np.float32]) -> None:
         """Put ``slot`` in the group of centroid ``key`` (``row``), adding the centroid
@@ -285,20 +323,22 @@ class CentroidIndex:
             if self._free:
                 g = self._free.pop()
                 self._index.unmark_deleted(g)
+                self._keys[g] = key
             else:
                 g = self._n_labels
                 self._n_labels += 1
+                self._keys.append(key)
             self._index.add_items(row[None, :], np.array([g]))
             self._group_of_key[key] = g
-            self._key_of_group[g] = key
             members: tuple[int, ...] = (slot,)
         else:
-            members = (*self._members[g], slot)
-        rep, multi = self._expand
-        self._members[g] = members
-        rep[g] = members[0]
-        multi[g] = len(members) > 1
-        self._group_of_slot[slot] = g
+            members = (*self._shared.get(g, (int(self._expand[0][g]),)), slot)
+        self._set_members(g, members)
+        if slot >= self._slot_group.shape[0]:
+            grown = np.full(max(slot + 1, 2 * self._slot_group.shape[0]), -1, dtype=np.int64)
+            grown[: self._slot_group.shape[0]] = self._slot_group
+            self._slot_group = grown
+        self._slot_group[slot] = g
 
     def _index_oldest(self, pending: dict[int, None], count: int) -> None:
         """(Re)index the ``count`` oldest of ``pending`` (removed from it) at their
@@ -323,7 +363,7 @@ class CentroidIndex:
             for g in take:
                 row = cents[rows[g]]
                 self._leave(g)
-                self._join(g, row.tobytes(), row)
+                self._join(g, centroid_key(np.ascontiguousarray(row).data), row)
                 del pending[g]
 
     def _set_pending(self, pending: dict[int, None]) -> None:
@@ -338,7 +378,10 @@ class CentroidIndex:
 
     def groups(self) -> dict[int, tuple[int, ...]]:
         """The index's labels and the slots each stands for (a copy)."""
-        return dict(self._members)
+        rep = self._expand[0]
+        return {
+            g: self._shared.get(g, (int(rep[g]),)) for g in range(self._n_labels) if rep[g] >= 0
+        }
 
     def query(self, q: NDArray[np.float32], k: int, ef: int | None = None) -> IntArray | None:
         """About the ``k`` best distinct centroids, search beam ``ef`` (default
@@ -367,11 +410,14 @@ class CentroidIndex:
         groups = labels[0].astype(np.int64)
         rep, multi = self._expand
         if multi[groups].any():
-            members = self._members
+            shared = self._shared
             found = np.fromiter(
-                itertools.chain.from_iterable(members.get(g, ()) for g in groups.tolist()),
+                itertools.chain.from_iterable(
+                    shared.get(g, (int(rep[g]),)) for g in groups.tolist()
+                ),
                 dtype=np.int64,
             )
+            found = found[found >= 0]  # a group emptied meanwhile by another thread
         else:
             found = rep[groups]
             found = found[found >= 0]  # a group emptied meanwhile by another thread
