@@ -187,3 +187,19 @@ def test_a_centroid_query_searches_with_its_own_beam_while_another_sets_one():
     q = data.queries
     beside(watch.entered, lambda: index.query(q[0], 5, ef=300), lambda: index.query(q[1], 5, ef=40))
     assert sorted(watch.searches) == [(40, 40), (300, 300)]
+
+
+def test_a_centroid_query_of_an_index_rebuilt_meanwhile_answers_none():
+    """The labels of one build mean nothing in another: a query that searched the
+    index it read before another thread installed a rebuild answers ``None`` (its
+    caller scores every centroid) instead of the slots those labels name now."""
+    data = generate(400, 32, 0, 4)
+    retriever = create("osumem", seed=0).fit(data.view)
+    index = CentroidIndex(retriever.fitted_pool, 0)
+    index.sync()
+    assert index.query(data.queries[0], 5) is not None
+    searched = index._index
+    index._rebuild()  # another thread's rebuild, installed after the search began
+    assert index._index is not searched
+    index._index = searched
+    assert index.query(data.queries[0], 5) is None

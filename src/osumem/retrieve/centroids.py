@@ -101,8 +101,8 @@ class CentroidIndex:
         #: each group label (``None`` when free), the slots of each group holding more
         #: than one (a tuple, replaced at each change: a query on another thread reads
         #: it whole; a group of one is its ``_expand`` entry alone), and the group of
-        #: each slot (-1: not indexed). Arrays and short keys, not a dict entry per
-        #: OSU: 27,500 live OSUs cost about 3 MB.
+        #: each slot (-1: not indexed): arrays and short keys, not a dict entry per
+        #: OSU (see docs/decisions.md for what they cost).
         self._group_of_key: dict[bytes, int] = {}
         self._keys: list[bytes | None] = []
         self._shared: dict[int, tuple[int, ...]] = {}
@@ -110,11 +110,15 @@ class CentroidIndex:
         #: Labels of empty groups (marked deleted in the index), reused first.
         self._free: list[int] = []
         self._n_labels = 0
-        #: Per label: one slot of its group (-1 when empty) and whether it holds more
-        #: than one; one tuple, replaced when the index grows.
-        self._expand: tuple[IntArray, NDArray[np.bool_]] = (
+        #: What a query reads to turn labels into slots, as one tuple (a query on
+        #: another thread reads one consistent set): the index the labels are of, per
+        #: label one slot of its group (-1 when empty) and whether it holds more than
+        #: one, and ``_shared``. Replaced when the index grows or is rebuilt.
+        self._expand: tuple[Any, IntArray, NDArray[np.bool_], dict[int, tuple[int, ...]]] = (
+            None,
             np.empty(0, dtype=np.int64),
             np.empty(0, dtype=bool),
+            self._shared,
         )
         #: Live slots whose current centroid the index does not hold, oldest first.
         self._pending: dict[int, None] = {}
@@ -204,6 +208,7 @@ class CentroidIndex:
         n_slots = max(self.pool.slot_arrays()[0].shape[0], int(built.slots.max(initial=-1)) + 1)
         slot_group = np.full(n_slots, -1, dtype=np.int64)
         slot_group[built.slots] = built.group
+        self._expand = (built.index, rep, multi, built.shared)
         self._index = built.index
         self._group_of_key = {key: g for g, key in enumerate(built.keys)}
         self._keys = list(built.keys)
@@ -211,7 +216,6 @@ class CentroidIndex:
         self._slot_group = slot_group
         self._free = []
         self._n_labels = n
-        self._expand = (rep, multi)
         self._set_pending({})
         self.epoch, self.position = epoch, position
 
@@ -290,7 +294,7 @@ class CentroidIndex:
         if g < 0:
             return
         self._slot_group[slot] = -1
-        rep, multi = self._expand
+        _, rep, multi, _ = self._expand
         rest = tuple(s for s in self._shared.get(g, (int(rep[g]),)) if s != slot)
         if rest:
             self._set_members(g, rest)
@@ -306,7 +310,7 @@ class CentroidIndex:
         self._free.append(g)
 
     def _set_members(self, g: int, members: tuple[int, ...]) -> None:
-        rep, multi = self._expand
+        _, rep, multi, _ = self._expand
         rep[g] = members[0]
         if len(members) > 1:
             self._shared[g] = members
@@ -332,7 +336,7 @@ class CentroidIndex:
             self._group_of_key[key] = g
             members: tuple[int, ...] = (slot,)
         else:
-            members = (*self._shared.get(g, (int(self._expand[0][g]),)), slot)
+            members = (*self._shared.get(g, (int(self._expand[1][g]),)), slot)
         self._set_members(g, members)
         if slot >= self._slot_group.shape[0]:
             grown = np.full(max(slot + 1, 2 * self._slot_group.shape[0]), -1, dtype=np.int64)
@@ -353,12 +357,12 @@ class CentroidIndex:
             capacity = max(need, 2 * self._index.get_max_elements())
             with self._beam:  # hnswlib moves the graph's memory: no search meanwhile
                 self._index.resize_index(capacity)
-            rep, multi = self._expand
+            index, rep, multi, shared = self._expand
             grown_rep = np.full(capacity, -1, dtype=np.int64)
             grown_multi = np.zeros(capacity, dtype=bool)
             grown_rep[: rep.shape[0]] = rep
             grown_multi[: multi.shape[0]] = multi
-            self._expand = (grown_rep, grown_multi)
+            self._expand = (index, grown_rep, grown_multi, shared)
         with native_call():
             for g in take:
                 row = cents[rows[g]]
@@ -378,7 +382,7 @@ class CentroidIndex:
 
     def groups(self) -> dict[int, tuple[int, ...]]:
         """The index's labels and the slots each stands for (a copy)."""
-        rep = self._expand[0]
+        rep = self._expand[1]
         return {
             g: self._shared.get(g, (int(rep[g]),)) for g in range(self._n_labels) if rep[g] >= 0
         }
@@ -408,19 +412,19 @@ class CentroidIndex:
         except RuntimeError:
             return None
         groups = labels[0].astype(np.int64)
-        rep, multi = self._expand
+        of, rep, multi, shared = self._expand
+        if of is not index:  # rebuilt meanwhile by another thread
+            return None
         if multi[groups].any():
-            shared = self._shared
             found = np.fromiter(
                 itertools.chain.from_iterable(
                     shared.get(g, (int(rep[g]),)) for g in groups.tolist()
                 ),
                 dtype=np.int64,
             )
-            found = found[found >= 0]  # a group emptied meanwhile by another thread
         else:
             found = rep[groups]
-            found = found[found >= 0]  # a group emptied meanwhile by another thread
+        found = found[found >= 0]  # a group emptied meanwhile by another thread
         pending = self._pending_rows
         if pending is None:
             return found
