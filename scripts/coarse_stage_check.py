@@ -27,6 +27,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from osumem.bench.scale import ScaleConfig, bulk_steps
+from osumem.errors import OSUMemError
 from osumem.memory import Memory
 from osumem.retrieve import osumem as osumem_method
 from osumem.retrieve.centroids import top_slots
@@ -58,7 +59,7 @@ def _measure(r: Any, qs: np.ndarray, budget: int) -> dict[str, Any]:
     slots, cents = pool.live_arrays()
     live_row = pool.slot_arrays()[0]
     index = r._centroid_index_of(pool)
-    k = min(math.ceil(r.config.coarse_ratio * budget / r._mean_osu_cost()), slots.size)
+    k = r._whole_pool_k(budget, int(slots.size))
     shares = []
     for q in qs:
         scores = cents @ q
@@ -98,8 +99,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    with threadpool_limits(1):
-        out = run(args.bulk_file, args.steps, args.queries, args.budget, args.seed)
+    try:
+        with threadpool_limits(1):
+            out = run(args.bulk_file, args.steps, args.queries, args.budget, args.seed)
+    except OSUMemError as exc:
+        raise SystemExit(f"coarse_stage_check: {exc}") from None
     if args.json:
         print(json.dumps(out, indent=2))
         return

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -36,22 +36,23 @@ CENTROID_BEAM_PER_K = 2
 PENDING_MAX = 64
 
 
-class _Built:
+class _Built(NamedTuple):
     """A new index over distinct centroids: its groups' keys and first slots (by
     label), each slot's label (``group``, by row of ``slots``), and the slots of each
     group of more than one."""
 
-    def __init__(
-        self,
-        index: Any,
-        keys: list[bytes],
-        firsts: IntArray,
-        slots: IntArray,
-        group: IntArray,
-        shared: dict[int, tuple[int, ...]],
-    ) -> None:
-        self.index, self.keys, self.firsts = index, keys, firsts
-        self.slots, self.group, self.shared = slots, group, shared
+    index: Any
+    keys: list[bytes]
+    firsts: IntArray
+    slots: IntArray
+    group: IntArray
+    shared: dict[int, tuple[int, ...]]
+
+
+def _members(shared: dict[int, tuple[int, ...]], rep: IntArray, g: int) -> tuple[int, ...]:
+    """The slots of group ``g``: its tuple when it holds more than one, else its one
+    slot (``(-1,)`` for an empty group)."""
+    return shared.get(g, (int(rep[g]),))
 
 
 def centroid_key(row: memoryview) -> bytes:
@@ -105,7 +106,6 @@ class CentroidIndex:
         #: OSU (see docs/decisions.md for what they cost).
         self._group_of_key: dict[bytes, int] = {}
         self._keys: list[bytes | None] = []
-        self._shared: dict[int, tuple[int, ...]] = {}
         self._slot_group = np.empty(0, dtype=np.int64)
         #: Labels of empty groups (marked deleted in the index), reused first.
         self._free: list[int] = []
@@ -113,12 +113,13 @@ class CentroidIndex:
         #: What a query reads to turn labels into slots, as one tuple (a query on
         #: another thread reads one consistent set): the index the labels are of, per
         #: label one slot of its group (-1 when empty) and whether it holds more than
-        #: one, and ``_shared``. Replaced when the index grows or is rebuilt.
+        #: one, and the slots of each group of more than one (:attr:`_shared`).
+        #: Replaced when the index grows or is rebuilt.
         self._expand: tuple[Any, IntArray, NDArray[np.bool_], dict[int, tuple[int, ...]]] = (
             None,
             np.empty(0, dtype=np.int64),
             np.empty(0, dtype=bool),
-            self._shared,
+            {},
         )
         #: Live slots whose current centroid the index does not hold, oldest first.
         self._pending: dict[int, None] = {}
@@ -212,7 +213,6 @@ class CentroidIndex:
         self._index = built.index
         self._group_of_key = {key: g for g, key in enumerate(built.keys)}
         self._keys = list(built.keys)
-        self._shared = built.shared
         self._slot_group = slot_group
         self._free = []
         self._n_labels = n
@@ -287,6 +287,11 @@ class CentroidIndex:
             self._set_pending(pending)
         self.epoch, self.position = pool.epoch, pool.change_log_position
 
+    @property
+    def _shared(self) -> dict[int, tuple[int, ...]]:
+        """The slots of each group of more than one (the dict in :attr:`_expand`)."""
+        return self._expand[3]
+
     def _leave(self, slot: int) -> None:
         """Take ``slot`` out of its group (if indexed); an emptied group's label is
         marked deleted and freed."""
@@ -295,7 +300,7 @@ class CentroidIndex:
             return
         self._slot_group[slot] = -1
         _, rep, multi, _ = self._expand
-        rest = tuple(s for s in self._shared.get(g, (int(rep[g]),)) if s != slot)
+        rest = tuple(s for s in _members(self._shared, rep, g) if s != slot)
         if rest:
             self._set_members(g, rest)
             return
@@ -336,7 +341,7 @@ class CentroidIndex:
             self._group_of_key[key] = g
             members: tuple[int, ...] = (slot,)
         else:
-            members = (*self._shared.get(g, (int(self._expand[1][g]),)), slot)
+            members = (*_members(self._shared, self._expand[1], g), slot)
         self._set_members(g, members)
         if slot >= self._slot_group.shape[0]:
             grown = np.full(max(slot + 1, 2 * self._slot_group.shape[0]), -1, dtype=np.int64)
@@ -383,9 +388,7 @@ class CentroidIndex:
     def groups(self) -> dict[int, tuple[int, ...]]:
         """The index's labels and the slots each stands for (a copy)."""
         rep = self._expand[1]
-        return {
-            g: self._shared.get(g, (int(rep[g]),)) for g in range(self._n_labels) if rep[g] >= 0
-        }
+        return {g: _members(self._shared, rep, g) for g in range(self._n_labels) if rep[g] >= 0}
 
     def query(self, q: NDArray[np.float32], k: int, ef: int | None = None) -> IntArray | None:
         """About the ``k`` best distinct centroids, search beam ``ef`` (default
@@ -417,9 +420,7 @@ class CentroidIndex:
             return None
         if multi[groups].any():
             found = np.fromiter(
-                itertools.chain.from_iterable(
-                    shared.get(g, (int(rep[g]),)) for g in groups.tolist()
-                ),
+                itertools.chain.from_iterable(_members(shared, rep, g) for g in groups.tolist()),
                 dtype=np.int64,
             )
         else:

@@ -363,11 +363,10 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
         K OSUs as :meth:`coarse` (ties by canonical order), without assembling the
         pool; returns the distinct positions they keep, increasing."""
         pool = self.fitted_pool
-        cfg = self.config
         slots, cents = pool.live_arrays()
         if slots.size == 0:
             return np.empty(0, dtype=np.int64)
-        k = min(math.ceil(cfg.coarse_ratio * budget / self._mean_osu_cost()), slots.size)
+        k = self._whole_pool_k(budget, int(slots.size))
         found = None
         if self._coarse_uses_index(k, int(slots.size)):
             index = self._centroid_index_of(pool)
@@ -406,6 +405,11 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
         else:
             best = top_slots(pool, slots, cents @ q, k)
         return pool.kept_union(best)
+
+    def _whole_pool_k(self, budget: int, n_live: int) -> int:
+        """The K of the whole-pool coarse stage at ``budget`` (``coarse_ratio`` times
+        the budget over the live OSUs' mean cost; at most the ``n_live`` OSUs)."""
+        return min(math.ceil(self.config.coarse_ratio * budget / self._mean_osu_cost()), n_live)
 
     def _centroid_sample_mean(self, pool: OSUPool, cents: NDArray[np.float32]) -> SampleMean:
         """Every ``len(cents) // SPREAD_SAMPLE``-th live centroid (the background the
@@ -465,7 +469,7 @@ class OSUMem(_PoolRetriever[OSUMemConfigT]):
             # units' total cost counted, and the centroid index built or caught up
             # where it answers (no query: a probe's outcome would count in the index's
             # unsure memo); the exact scan builds nothing, so it is not run
-            k = min(math.ceil(self.config.coarse_ratio / self._mean_osu_cost()), n_live)
+            k = self._whole_pool_k(1, n_live)
             if self._coarse_uses_index(k, n_live):
                 self._centroid_index_of(self.fitted_pool).catch_up()
         self.step_index.cost_stats(view)
