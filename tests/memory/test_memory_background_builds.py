@@ -23,8 +23,8 @@ from osumem.memory.retrievers import (
     PREPARE_MIN_STEPS,
     RetrieverCache,
 )
-from osumem.osu.views import KnnIndex
 from osumem.retrieve import centroids
+from osumem.retrieve.distinct import DistinctKnn
 from osumem.retrieve.packing import top_order
 from osumem.retrieve.registry import create
 from osumem.retrieve.step_index import CATCHUP_STEPS, StepIndex
@@ -39,20 +39,20 @@ def data():
 
 
 class _Gate:
-    """Makes every HNSW insertion wait until :meth:`open` (a build that takes as long
-    as the test wants)."""
+    """Makes every insertion into the step index wait until :meth:`open` (a build that
+    takes as long as the test wants)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.event = threading.Event()
         self.threads: set[str] = set()
-        real = KnnIndex.add
+        real = DistinctKnn.add
 
-        def add(index: KnnIndex, vectors: np.ndarray) -> None:
+        def add(index: DistinctKnn, vectors: np.ndarray) -> None:
             self.threads.add(threading.current_thread().name)
             assert self.event.wait(30), "the gate was never opened"
             real(index, vectors)
 
-        monkeypatch.setattr(KnnIndex, "add", add)
+        monkeypatch.setattr(DistinctKnn, "add", add)
 
     def open(self) -> None:
         self.event.set()

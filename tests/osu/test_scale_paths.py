@@ -409,8 +409,8 @@ def test_step_index_keeps_up_at_updates_with_the_same_graph(monkeypatch):
     lazy, lazy_sizes = _grown_step_index(data, 10**9)  # never at an update
     assert lazy_sizes == [1200] * 200
     a, b = (
-        kept.step_index.hnsw._index.__getstate__()[0],
-        lazy.step_index.hnsw._index.__getstate__()[0],
+        kept.step_index.hnsw.knn._index.__getstate__()[0],
+        lazy.step_index.hnsw.knn._index.__getstate__()[0],
     )
     assert a["cur_element_count"] == b["cur_element_count"] == 1400
     for name in ("data_level0", "link_lists", "label_lookup_external"):

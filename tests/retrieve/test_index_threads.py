@@ -84,7 +84,7 @@ def test_two_queries_insert_the_new_steps_once(monkeypatch):
     held.race(lambda: index.top(view, q[0], 10), lambda: index.top(view, q[1], 10))
     assert held.calls == 1
     assert index.hnsw is not None and index.hnsw.size == 540
-    assert index.hnsw._index.get_current_count() == 540
+    assert index.hnsw.knn._index.get_current_count() == 540
 
 
 def test_two_queries_apply_the_pools_changes_once(monkeypatch):

@@ -76,7 +76,7 @@ def _recall(view: MemoryView, queries: np.ndarray) -> tuple[float, int]:
     return hits / (64 * len(queries)), r.step_index.fallbacks
 
 
-@pytest.mark.parametrize("kind", ["clustered", "unclustered"])
+@pytest.mark.parametrize("kind", ["clustered", "unclustered", "repeated"])
 def test_step_index_recall_at_64(kind, request):
     view, queries = request.getfixturevalue(kind)
     recall, fallbacks = _recall(view, queries)
@@ -94,20 +94,8 @@ def test_unclustered_recall_needs_the_safeguard(unclustered, monkeypatch):
     assert recall < 0.95
 
 
-@pytest.mark.parametrize(
-    ("kind", "method"),
-    [
-        *(
-            (kind, method)
-            for kind in ("clustered", "unclustered")
-            for method in ("flat", "osumem", "osumem_adaptive")
-        ),
-        # the coarse stage's index holds each distinct centroid once; the step index
-        # (Flat's ranking) still holds every copy: not promised here (docs/decisions.md)
-        ("repeated", "osumem"),
-        ("repeated", "osumem_adaptive"),
-    ],
-)
+@pytest.mark.parametrize("method", ["flat", "osumem", "osumem_adaptive"])
+@pytest.mark.parametrize("kind", ["clustered", "unclustered", "repeated"])
 def test_ann_selection_overlaps_exact(kind, method, request):
     """The share of the exact path's selection the ANN path selects too, counting
     equal copies of a step as that step (the exact path breaks their ties by position,

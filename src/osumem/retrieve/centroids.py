@@ -4,7 +4,6 @@ canonical tie order."""
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import threading
 from typing import Any, NamedTuple
@@ -15,6 +14,7 @@ from numpy.typing import NDArray
 from osumem.osu.background import BackgroundCall, native_call
 from osumem.osu.pool import OSUPool
 from osumem.osu.views import HNSW_EF_CONSTRUCTION, HNSW_M, INSERT_CHUNK
+from osumem.retrieve.distinct import row_key, row_keys
 from osumem.retrieve.step_index import UnsureMemo
 from osumem.types import IntArray
 
@@ -55,22 +55,6 @@ def _members(shared: dict[int, tuple[int, ...]], rep: IntArray, g: int) -> tuple
     return shared.get(g, (int(rep[g]),))
 
 
-def centroid_key(row: memoryview) -> bytes:
-    """A 16-byte BLAKE2b digest of a centroid's float32 bytes: equal centroids, equal
-    keys (a digest, not the bytes: 16 bytes a key instead of 4 per dimension)."""
-    return hashlib.blake2b(row, digest_size=16).digest()
-
-
-def centroid_keys(cents: NDArray[np.float32]) -> list[bytes]:
-    """:func:`centroid_key` of each row of ``cents``."""
-    rows = np.ascontiguousarray(cents, dtype=np.float32)
-    if rows.shape[0] == 0:
-        return []
-    data = rows.data.cast("B")
-    width = rows.shape[1] * rows.itemsize
-    return [centroid_key(data[i : i + width]) for i in range(0, len(data), width)]
-
-
 class CentroidIndex:
     """An HNSW index (hnswlib, inner product) over the live OSU centroids of a pool,
     kept in step with the pool's change log: a dead OSU leaves it, a full derivation
@@ -98,7 +82,7 @@ class CentroidIndex:
         self.epoch = -1
         self.position = 0
         self._index: Any = None
-        #: The group of each indexed centroid (by :func:`centroid_key`), the key of
+        #: The group of each indexed centroid (by :func:`~osumem.retrieve.distinct.row_key`), the key of
         #: each group label (``None`` when free), the slots of each group holding more
         #: than one (a tuple, replaced at each change: a query on another thread reads
         #: it whole; a group of one is its ``_expand`` entry alone), and the group of
@@ -162,7 +146,7 @@ class CentroidIndex:
     def _new_index(self, slots: IntArray, cents: NDArray[np.float32]) -> _Built:
         import hnswlib
 
-        keys = centroid_keys(cents)
+        keys = row_keys(cents)
         # label each distinct centroid by its first row (the live slots' order)
         _, first, inverse = np.unique(
             np.frombuffer(b"".join(keys), dtype="V16"), return_index=True, return_inverse=True
@@ -372,7 +356,7 @@ class CentroidIndex:
             for g in take:
                 row = cents[rows[g]]
                 self._leave(g)
-                self._join(g, centroid_key(np.ascontiguousarray(row).data), row)
+                self._join(g, row_key(np.ascontiguousarray(row).data), row)
                 del pending[g]
 
     def _set_pending(self, pending: dict[int, None]) -> None:

@@ -3,7 +3,8 @@
 Every method that falls back on (or is) Flat Vector reads the steps by descending
 cosine with the query. Below :data:`ANN_MIN_STEPS` steps, and for causal queries over a
 prefix, that ranking is an exact scan; from it on, a query over the whole memory takes
-the ranking's head from an HNSW index over the steps (hnswlib, the ``scale`` extra),
+the ranking's head from an HNSW index over the distinct steps (hnswlib, the ``scale``
+extra; :class:`~osumem.retrieve.distinct.DistinctKnn`: equal steps are one point),
 built in a background thread while a method builds its own structure (or at the first
 query) and extended with the steps added since. :class:`StepIndex` owns that index and
 the cost statistics the approximate packing reads; the view is passed to every call
@@ -21,7 +22,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from osumem.osu.background import BackgroundCall
-from osumem.osu.views import HNSW_EF_SEARCH, KnnIndex, hnsw_available
+from osumem.osu.views import HNSW_EF_SEARCH, hnsw_available
+from osumem.retrieve.distinct import DistinctKnn
 from osumem.retrieve.packing import flat_first_fit, flat_pack, pack_first_fit, top_order
 from osumem.types import IntArray, MemoryView
 
@@ -190,8 +192,8 @@ class StepIndex:
     def __init__(self, seed: int = 0, ann_min_steps: int | None = None) -> None:
         self.seed = int(seed)
         self.ann_min_steps = ANN_MIN_STEPS if ann_min_steps is None else int(ann_min_steps)
-        #: The HNSW index over the steps (``None`` until built).
-        self.hnsw: KnnIndex | None = None
+        #: The HNSW index over the steps, each distinct step once (``None`` until built).
+        self.hnsw: DistinctKnn | None = None
         #: A nearest-neighbour search held outside the process (a store's vector index):
         #: ``source(q, k, n)`` returns about the ``k`` best positions below ``n``, best
         #: first. When set, large memories take their ranking's head from it and build
@@ -208,7 +210,7 @@ class StepIndex:
         #: With :attr:`background`: whether the safeguard has been falling back.
         self.unsure = UnsureMemo()
         #: The background insertion in flight: the index it fills, and the call.
-        self._job: tuple[KnnIndex, BackgroundCall[None]] | None = None
+        self._job: tuple[DistinctKnn, BackgroundCall[None]] | None = None
         #: Held while the index is taken from a finished job or extended: queries on
         #: several threads (a server's readers) change it one at a time, and a query
         #: that finds it up to date takes no lock.
@@ -328,7 +330,7 @@ class StepIndex:
 
     def _widened(
         self,
-        index: KnnIndex,
+        index: DistinctKnn,
         view: MemoryView,
         q: NDArray[np.float32],
         k: int,
@@ -349,7 +351,7 @@ class StepIndex:
         self.fallbacks += 1
         return self._exact_top(view, q, width)
 
-    def _ready(self, view: MemoryView) -> KnnIndex | None:
+    def _ready(self, view: MemoryView) -> DistinctKnn | None:
         """The HNSW index, up to date with ``view``; ``None`` while a background
         thread works on it (the caller scans exactly)."""
         index = self.hnsw
@@ -358,7 +360,7 @@ class StepIndex:
         with self._lock:
             return self._brought_up(view)
 
-    def _brought_up(self, view: MemoryView) -> KnnIndex | None:
+    def _brought_up(self, view: MemoryView) -> DistinctKnn | None:
         """:meth:`_ready`'s work, under the lock."""
         if self._job is not None:
             if self._job[1].running:
@@ -395,7 +397,7 @@ class StepIndex:
             if KEEP_UP_STEPS <= tail <= CATCHUP_STEPS and index.size + tail <= index.capacity:
                 index.add(view.embeddings[index.size : view.n])
 
-    def _start(self, index: KnnIndex, view: MemoryView, start: int) -> None:
+    def _start(self, index: DistinctKnn, view: MemoryView, start: int) -> None:
         """Insert the steps ``start..view.n`` into ``index`` on a background thread."""
         vectors = view.embeddings[start : view.n]
         self._job = (index, BackgroundCall(lambda: index.add(vectors), "osumem-step-index"))
@@ -454,9 +456,9 @@ class StepIndex:
             summed = self._sample_mean = (view, SampleMean(view.embeddings[self._sample]))
         return summed[1].cosine(q)
 
-    def _new_hnsw(self, view: MemoryView, capacity: int) -> KnnIndex:
+    def _new_hnsw(self, view: MemoryView, capacity: int) -> DistinctKnn:
         # headroom for the steps an agent adds next: growing the index copies it whole
-        return KnnIndex(
+        return DistinctKnn(
             view.dim,
             seed=self.seed,
             ef_construction=STEP_INDEX_EF_CONSTRUCTION,
