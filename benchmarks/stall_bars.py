@@ -18,8 +18,8 @@ Groups (``--only``): ``scale`` (100,000 steps, ``osumem`` and ``osumem_adaptive`
 ``serve`` (8 clients, hashing encoder, 10,000 steps, the echo endpoint in the same
 run), ``add`` (an add against the sqlite3 floor at 50,000 steps), ``cold`` (a cold
 ``osumem query`` against ``import numpy``), ``recall`` (the step index's recall@64
-against the exact top 64), ``selections`` (the tests that the exact path's selections
-did not change).
+against the exact top 64: clustered, unclustered and repeated steps), ``selections``
+(the tests that the exact path's selections did not change).
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ def cold_verdicts(result: dict[str, Any]) -> list[Verdict]:
 def recall_verdicts(result: dict[str, Any]) -> list[Verdict]:
     """``scripts/ann_recall_check.py --json``: recall@64 over every answer."""
     out: list[Verdict] = []
-    for name in ("clustered", "gaussian"):
+    for name in ("clustered", "gaussian", "repeated"):
         every = result[name]["64"]["all"]
         out.append(
             (

@@ -1,9 +1,12 @@
 """Recall of the step index's answers against the exact top k, by safeguard tier.
 
-Clustered steps (``osumem.bench.scale.generate``) and unit Gaussian vectors; for each
-k, the recall of the answers the index kept, widened or scanned, and the recall with the
-safeguard switched off. The numbers behind the safeguard's settings in
-docs/decisions.md ("No stalls in the agent loop").
+Clustered steps (``osumem.bench.scale.generate``), unit Gaussian vectors, and the
+clustered memory's first ``n / repeats`` steps ``repeats`` times over (a memory holding
+the same steps many times); for each k, the recall of the answers the index kept,
+widened or scanned, and the recall with the safeguard switched off. Equal copies of a
+step count as that step (the exact scan breaks their ties by position, an index that
+held every copy by where its search went). The numbers behind the safeguard's settings
+in docs/decisions.md ("No stalls in the agent loop").
 
     python scripts/ann_recall_check.py --n 25000 --queries 400
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -40,6 +44,30 @@ def _gaussian(n: int, dim: int, seed: int) -> tuple[MemoryView, np.ndarray]:
     return view, queries
 
 
+def _repeated(view: MemoryView, repeats: int) -> MemoryView:
+    """The first ``view.n // repeats`` steps of ``view``, ``repeats`` times over."""
+    idx = np.tile(np.arange(view.n // repeats), repeats)
+    return MemoryView.build(
+        embeddings=view.embeddings[idx],
+        costs=view.costs[idx],
+        tool_actions=[view.tool_actions[i] for i in idx],
+        tool_signatures=[view.tool_signatures[i] for i in idx],
+        entities=tuple(view.entities[i] for i in idx),
+        subgoals=[view.subgoals[i] for i in idx],
+        texts=[view.texts[i] for i in idx],
+    )
+
+
+def _overlap(view: MemoryView, a: np.ndarray, b: np.ndarray) -> int:
+    """How many of the steps at positions ``a`` are among those at ``b``, equal copies
+    of a step counted as that step."""
+
+    def steps(positions: np.ndarray) -> Counter[bytes]:
+        return Counter(view.embeddings[p].tobytes() for p in positions.tolist())
+
+    return (steps(a) & steps(b)).total()
+
+
 def _tiers(view: MemoryView, queries: np.ndarray, k: int) -> dict[str, list[float]]:
     index = step_index.StepIndex(seed=0, ann_min_steps=1)
     out: dict[str, list[float]] = {}
@@ -53,8 +81,8 @@ def _tiers(view: MemoryView, queries: np.ndarray, k: int) -> dict[str, list[floa
             if index.fallbacks > scanned
             else "kept"
         )
-        truth = set(top_order(view.embeddings @ q, k).tolist())
-        out.setdefault(tier, []).append(len(truth & set(found.tolist())) / k)
+        truth = top_order(view.embeddings @ q, k)
+        out.setdefault(tier, []).append(_overlap(view, truth, found) / k)
     return out
 
 
@@ -65,6 +93,9 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=400)
     ap.add_argument("--ks", default="32,64,128,512", help="comma-separated k values")
     ap.add_argument(
+        "--repeats", type=int, default=10, help="copies of each step in the repeated memory"
+    )
+    ap.add_argument(
         "--json", action="store_true", help="print the recalls as JSON (set → k → tier)"
     )
     args = ap.parse_args()
@@ -73,6 +104,7 @@ def main() -> None:
     sets = {
         "clustered": (data.view, data.queries),
         "gaussian": _gaussian(args.n, args.dim, 1),
+        "repeated": (_repeated(data.view, args.repeats), data.queries),
     }
     real = step_index.clear_share
     out: dict[str, dict[str, dict[str, dict[str, float]]]] = {}

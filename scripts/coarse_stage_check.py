@@ -7,8 +7,10 @@ A tau-bench results file's steps cycled to ``--steps`` (each copy its own source
 OSUs and their distinct centroids; at ``--budget``, the share of the K OSUs kept from
 the index's answer that score at least the exact K-th score; and at budgets 64, 256
 and 1,024 the selections' Jaccard against the exact coarse stage's, and the share of
-queries selected identically. The numbers behind "The centroid index holds each
-distinct centroid once" in docs/decisions.md.
+queries selected identically; and the steps, their distinct vectors, and the share of
+the step index's top 64 (the dense ranking's head) that score at least the exact 64th.
+The numbers behind "The centroid index holds each distinct centroid once" and "The
+step index holds each distinct step once" in docs/decisions.md.
 
     python scripts/coarse_stage_check.py --bulk-file gpt-4o-airline.json --steps 50000
 """
@@ -74,12 +76,22 @@ def _measure(r: Any, qs: np.ndarray, budget: int) -> dict[str, Any]:
     with mock.patch.object(osumem_method.OSUMem, "_coarse_uses_index", lambda *a: False):
         exact_sel = {b: [set(r.retrieve(q, b).positions.tolist()) for q in qs] for b in BUDGETS}
     pairs = {b: list(zip(ann[b], exact_sel[b], strict=True)) for b in BUDGETS}
+    view = r.fitted_view
+    emb = view.embeddings[: view.n]
+    head = []
+    for q in qs:
+        cos = emb @ q
+        kth = np.partition(cos, cos.size - 64)[cos.size - 64]
+        head.append(float(np.mean(cos[r.step_index.top(view, q, 64)] >= kth - 1e-6)))
     return {
         "live_osus": int(slots.size),
         "distinct_centroids": int(np.unique(cents, axis=0).shape[0]),
         "k": int(k),
         "budget": budget,
         "kept_at_least_exact_kth": float(np.mean(shares)) if shares else math.nan,
+        "steps": int(view.n),
+        "distinct_steps": int(np.unique(emb, axis=0).shape[0]),
+        "step_index_top64_at_least_exact_64th": float(np.mean(head)),
         "selections": {
             str(b): {
                 "jaccard": float(np.mean([len(a & e) / max(1, len(a | e)) for a, e in pairs[b]])),
@@ -111,6 +123,11 @@ def main() -> None:
         f"{out['live_osus']} live OSUs, {out['distinct_centroids']} distinct centroids; "
         f"K = {out['k']} at B = {out['budget']}: "
         f"{out['kept_at_least_exact_kth']:.3f} of the kept OSUs score >= the exact K-th"
+    )
+    print(
+        f"{out['steps']} steps, {out['distinct_steps']} distinct: "
+        f"{out['step_index_top64_at_least_exact_64th']:.3f} of the step index's top 64 "
+        "score >= the exact 64th"
     )
     for b, v in out["selections"].items():
         print(
