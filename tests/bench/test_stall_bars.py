@@ -68,8 +68,10 @@ def test_the_other_bars_at_their_thresholds(bars):
         row = {"answers": 100, "mean": mean, "min": 0.5}
         return {"64": {"all": row, "without_safeguard": row}}
 
-    got = bars.recall_verdicts({"clustered": recall(0.95), "gaussian": recall(0.949)})
-    assert [v[2] for v in got] == [True, False]
+    got = bars.recall_verdicts(
+        {"clustered": recall(0.95), "gaussian": recall(0.949), "repeated": recall(0.96)}
+    )
+    assert [v[2] for v in got] == [True, False, True]
 
 
 def test_the_bulk_bar_needs_a_file_and_groups_are_checked(bars, tmp_path, capsys):

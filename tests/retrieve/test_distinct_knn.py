@@ -5,6 +5,8 @@ index over its rows, however the rows were added."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -113,3 +115,33 @@ def test_capacity_counts_rows_the_graph_can_still_take(repeated):
 def test_row_keys_equal_exactly_for_equal_rows(rows):
     keys = distinct.row_keys(np.vstack([rows[:3], rows[:1], -rows[:1]]))
     assert keys[0] == keys[3] and len(set(keys)) == 4 and all(len(k) == 16 for k in keys)
+
+
+def test_queries_on_other_threads_while_rows_are_added(repeated):
+    """A query on another thread while rows open and join groups answers rows that
+    exist (a label's rows are recorded before the label enters the graph)."""
+    index = _added(repeated[:600], 600)
+    stop = threading.Event()
+    answers: list[np.ndarray] = []
+    errors: list[BaseException] = []
+
+    def read(q: np.ndarray) -> None:
+        try:
+            while not stop.is_set():
+                answers.append(index.query(q, 30))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    readers = [threading.Thread(target=read, args=(repeated[i] + 0.02,)) for i in (0, 9)]
+    for t in readers:
+        t.start()
+    for lo in range(600, 1700, 5):
+        index.add(repeated[lo : lo + 5])
+    stop.set()
+    for t in readers:
+        t.join(10)
+    assert errors == [] and answers
+    for found in answers:
+        assert found.size == 30 and found.min() >= 0 and found.max() < 1700
+        assert np.unique(found).size == 30
+    assert sorted(p for m in index.groups().values() for p in m) == list(range(1700))
