@@ -250,7 +250,8 @@ class StepIndex:
         :attr:`source` or the HNSW index (extended with the steps added since). The
         recall safeguard (:func:`clear_share`): an answer the index is unsure of is
         asked again with a wider beam; when it was mostly unsure, the wider answer
-        stands only if it is clear, else the steps are scanned exactly.
+        stands only if it is clear, else the steps are scanned exactly. An answer of
+        the source that is not clear is replaced by the exact scan.
 
         Without :attr:`background` a missing index is built now. With it, no call
         waits for index work: a missing index, or a long run of steps added since it
@@ -258,7 +259,7 @@ class StepIndex:
         a short run (at most :data:`CATCHUP_STEPS`) is inserted here.
         """
         if self.source is not None:
-            return self.source(q, k, view.n)
+            return self._from_source(self.source, view, q, k)
         last = self._last
         if last is not None and last[1] is view and last[2] >= k and np.array_equal(last[0], q):
             # a smaller head of the same query: the larger answer's prefix
@@ -281,7 +282,7 @@ class StepIndex:
         :meth:`top` of the same query for at most that many steps (a growing head, the
         packs) is its prefix, with no further query."""
         if self.source is not None:
-            return self.source(q, k, view.n)
+            return self._from_source(self.source, view, q, k)
         last = self._last
         if last is not None and last[1] is view and last[2] >= k and np.array_equal(last[0], q):
             return last[3][:k]
@@ -318,6 +319,28 @@ class StepIndex:
         found = self._widened(index, view, q, k, k, RAISED_EF_PER_K * k, background)
         self._record(self.fallbacks > fell_back)
         return found
+
+    def _from_source(
+        self,
+        source: Callable[[NDArray[np.float32], int, int], IntArray],
+        view: MemoryView,
+        q: NDArray[np.float32],
+        k: int,
+    ) -> IntArray:
+        """The ``k`` best steps from the external :attr:`source`, under the recall
+        safeguard: an answer of which fewer than :data:`CLEAR_SHARE` are clear is
+        replaced by the exact scan (the source has no beam to widen here)."""
+        if not self._skip():
+            found = source(q, k, view.n)
+            clear = clear_share(
+                view.embeddings[found[:k]] @ q, self._background(view, q), k, view.n
+            )
+            if clear >= CLEAR_SHARE:
+                self._record(False)
+                return found
+            self.fallbacks += 1
+            self._record(True)
+        return self._exact_top(view, q, k)
 
     def _skip(self) -> bool:
         """Whether this query scans exactly at once (:class:`UnsureMemo`; only with
