@@ -82,12 +82,13 @@ class CentroidIndex:
         self.epoch = -1
         self.position = 0
         self._index: Any = None
-        #: The group of each indexed centroid (by :func:`~osumem.retrieve.distinct.row_key`), the key of
-        #: each group label (``None`` when free), the slots of each group holding more
-        #: than one (a tuple, replaced at each change: a query on another thread reads
-        #: it whole; a group of one is its ``_expand`` entry alone), and the group of
-        #: each slot (-1: not indexed): arrays and short keys, not a dict entry per
-        #: OSU (see docs/decisions.md for what they cost).
+        #: The group of each indexed centroid (by
+        #: :func:`~osumem.retrieve.distinct.row_key`), the key of each group label
+        #: (``None`` when free), the slots of each group holding more than one (a
+        #: tuple, replaced at each change: a query on another thread reads it whole; a
+        #: group of one is its ``_expand`` entry alone), and the group of each slot
+        #: (-1: not indexed): arrays and short keys, not a dict entry per OSU (see
+        #: docs/decisions.md for what they cost).
         self._group_of_key: dict[bytes, int] = {}
         self._keys: list[bytes | None] = []
         self._slot_group = np.empty(0, dtype=np.int64)
