@@ -23,7 +23,7 @@ from osumem.types import IntArray
 
 #: Rows digested and grouped per piece of one :meth:`DistinctKnn.add` (the digests of a
 #: piece are held at once).
-KEY_CHUNK = 65_536
+KEY_CHUNK = 16_384
 
 #: Keys of distinct rows added since the sorted key arrays were last merged, kept in a
 #: dict up to this many (an agent's adds: a few rows each) ...
