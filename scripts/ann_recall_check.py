@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import Counter
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from osumem.bench.scale import generate
+from osumem.bench.scale import generate, repeated_view, shared_steps
 from osumem.retrieve import step_index
 from osumem.retrieve.packing import top_order
 from osumem.types import MemoryView
@@ -44,30 +43,6 @@ def _gaussian(n: int, dim: int, seed: int) -> tuple[MemoryView, np.ndarray]:
     return view, queries
 
 
-def _repeated(view: MemoryView, repeats: int) -> MemoryView:
-    """The first ``view.n // repeats`` steps of ``view``, ``repeats`` times over."""
-    idx = np.tile(np.arange(view.n // repeats), repeats)
-    return MemoryView.build(
-        embeddings=view.embeddings[idx],
-        costs=view.costs[idx],
-        tool_actions=[view.tool_actions[i] for i in idx],
-        tool_signatures=[view.tool_signatures[i] for i in idx],
-        entities=tuple(view.entities[i] for i in idx),
-        subgoals=[view.subgoals[i] for i in idx],
-        texts=[view.texts[i] for i in idx],
-    )
-
-
-def _overlap(view: MemoryView, a: np.ndarray, b: np.ndarray) -> int:
-    """How many of the steps at positions ``a`` are among those at ``b``, equal copies
-    of a step counted as that step."""
-
-    def steps(positions: np.ndarray) -> Counter[bytes]:
-        return Counter(view.embeddings[p].tobytes() for p in positions.tolist())
-
-    return (steps(a) & steps(b)).total()
-
-
 def _tiers(view: MemoryView, queries: np.ndarray, k: int) -> dict[str, list[float]]:
     index = step_index.StepIndex(seed=0, ann_min_steps=1)
     out: dict[str, list[float]] = {}
@@ -82,7 +57,7 @@ def _tiers(view: MemoryView, queries: np.ndarray, k: int) -> dict[str, list[floa
             else "kept"
         )
         truth = top_order(view.embeddings @ q, k)
-        out.setdefault(tier, []).append(_overlap(view, truth, found) / k)
+        out.setdefault(tier, []).append(shared_steps(view.embeddings, truth, found) / k)
     return out
 
 
@@ -104,7 +79,10 @@ def main() -> None:
     sets = {
         "clustered": (data.view, data.queries),
         "gaussian": _gaussian(args.n, args.dim, 1),
-        "repeated": (_repeated(data.view, args.repeats), data.queries),
+        "repeated": (
+            repeated_view(data.view.prefix(args.n // args.repeats), args.repeats),
+            data.queries,
+        ),
     }
     real = step_index.clear_share
     out: dict[str, dict[str, dict[str, dict[str, float]]]] = {}

@@ -14,12 +14,11 @@ in docs/decisions.md.
 from __future__ import annotations
 
 import argparse
-from collections import Counter
 from unittest import mock
 
 import numpy as np
 
-from osumem.bench.scale import generate
+from osumem.bench.scale import generate, shared_steps
 from osumem.memory import Memory
 from osumem.memory.backends.postgres.local import LocalServer
 from osumem.retrieve import step_index
@@ -55,9 +54,7 @@ def _recall(url: str, emb: np.ndarray, queries: np.ndarray) -> tuple[float, int]
         hits = 0
         for q in queries:
             found, exact = index.top(view, q, K), top_order(view.embeddings @ q, K)
-            a = Counter(view.embeddings[p].tobytes() for p in found.tolist())
-            b = Counter(view.embeddings[p].tobytes() for p in exact.tolist())
-            hits += (a & b).total()
+            hits += shared_steps(view.embeddings, found, exact)
         # scanned: answers the safeguard replaced, and queries that scanned at once
         # because the last answers were mostly unsure (the memory's unsure memo)
         return hits / (K * len(queries)), len(queries) - (asked[0] - index.fallbacks)

@@ -14,34 +14,15 @@ once" in docs/decisions.md.
 from __future__ import annotations
 
 import argparse
-from collections import Counter
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from osumem.bench.scale import generate
+from osumem.bench.scale import generate, repeated_view, shared_steps
 from osumem.retrieve.packing import top_order
 from osumem.retrieve.registry import create
-from osumem.types import MemoryView
 
 METHODS = ("flat", "osumem_hybrid", "osumem", "osumem_adaptive")
-
-
-def repeated(view: MemoryView, repeats: int) -> MemoryView:
-    """``view``'s steps ``repeats`` times over, each copy its own subgoals and entities."""
-    idx = np.tile(np.arange(view.n), repeats)
-    copy = np.arange(idx.size) // view.n
-    return MemoryView.build(
-        embeddings=view.embeddings[idx],
-        costs=view.costs[idx],
-        tool_actions=[view.tool_actions[i] for i in idx],
-        tool_signatures=[view.tool_signatures[i] for i in idx],
-        entities=tuple(
-            frozenset(f"{e}#{c}" for e in view.entities[i]) for i, c in zip(idx, copy, strict=True)
-        ),
-        subgoals=[f"{view.subgoals[i]}#{c}" for i, c in zip(idx, copy, strict=True)],
-        texts=[view.texts[i] for i in idx],
-    )
 
 
 def main() -> None:
@@ -54,10 +35,7 @@ def main() -> None:
     args = ap.parse_args()
     threadpool_limits(1)
     data = generate(args.steps, 384, args.seed, args.queries)
-    view = repeated(data.view, args.repeats)
-
-    def steps(positions: np.ndarray) -> Counter[bytes]:
-        return Counter(view.embeddings[p].tobytes() for p in positions.tolist())
+    view = repeated_view(data.view, args.repeats)
 
     def fitted(method: str, ann: bool):
         r = create(method, seed=0)
@@ -66,9 +44,9 @@ def main() -> None:
 
     flat = fitted("flat", True)
     hits = sum(
-        (
-            steps(flat.step_index.top(view, q, 64)) & steps(top_order(view.embeddings @ q, 64))
-        ).total()
+        shared_steps(
+            view.embeddings, flat.step_index.top(view, q, 64), top_order(view.embeddings @ q, 64)
+        )
         for q in data.queries
     )
     print(
@@ -79,9 +57,9 @@ def main() -> None:
         exact, ann = fitted(method, False), fitted(method, True)
         shares = []
         for q, text in zip(data.queries, data.query_texts, strict=True):
-            a = steps(exact.retrieve(q, args.budget, text=text).positions)
-            b = steps(ann.retrieve(q, args.budget, text=text).positions)
-            shares.append((a & b).total() / max(a.total(), 1))
+            a = exact.retrieve(q, args.budget, text=text).positions
+            b = ann.retrieve(q, args.budget, text=text).positions
+            shares.append(shared_steps(view.embeddings, a, b) / max(a.size, 1))
         print(
             f"{method}: the ANN selection holds {np.mean(shares):.3f} of the exact one "
             f"(lowest query {np.min(shares):.3f})"

@@ -5,15 +5,13 @@ is exact."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 import numpy as np
 import pytest
 
 pytest.importorskip("hnswlib")
 
 from conftest import unit_rows, with_gaussian_vectors
-from osumem.bench.scale import generate
+from osumem.bench.scale import generate, repeated_view, shared_steps
 from osumem.retrieve import centroids, step_index
 from osumem.retrieve.centroids import CentroidIndex
 from osumem.retrieve.packing import top_order
@@ -44,20 +42,7 @@ def repeated() -> tuple[MemoryView, np.ndarray]:
     """400 generated steps ten times over, each copy its own subgoals and entities (a
     memory holding the same steps many times: OSUs with equal centroids)."""
     data = generate(N // 10, DIM, 0, 30)
-    view = data.view
-    idx = np.tile(np.arange(view.n), 10)
-    copy = np.arange(idx.size) // view.n
-    return MemoryView.build(
-        embeddings=view.embeddings[idx],
-        costs=view.costs[idx],
-        tool_actions=[view.tool_actions[i] for i in idx],
-        tool_signatures=[view.tool_signatures[i] for i in idx],
-        entities=tuple(
-            frozenset(f"{e}#{c}" for e in view.entities[i]) for i, c in zip(idx, copy, strict=True)
-        ),
-        subgoals=[f"{view.subgoals[i]}#{c}" for i, c in zip(idx, copy, strict=True)],
-        texts=[view.texts[i] for i in idx],
-    ), data.queries
+    return repeated_view(data.view, 10), data.queries
 
 
 def _fitted(method: str, view: MemoryView, ann: bool):
@@ -102,15 +87,10 @@ def test_ann_selection_overlaps_exact(kind, method, request):
     an index by where its search went)."""
     view, queries = request.getfixturevalue(kind)
     exact, ann = _fitted(method, view, ann=False), _fitted(method, view, ann=True)
-
-    def steps(positions: np.ndarray) -> Counter[bytes]:
-        return Counter(view.embeddings[p].tobytes() for p in positions.tolist())
-
     overlap = []
     for q in queries:
-        a = steps(exact.retrieve(q, 256).positions)
-        b = steps(ann.retrieve(q, 256).positions)
-        overlap.append((a & b).total() / max(a.total(), 1))
+        a, b = exact.retrieve(q, 256).positions, ann.retrieve(q, 256).positions
+        overlap.append(shared_steps(view.embeddings, a, b) / max(a.size, 1))
     assert float(np.mean(overlap)) >= 0.95
 
 

@@ -18,6 +18,7 @@ import math
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -426,6 +427,36 @@ def grown_view(view: MemoryView, t: int) -> MemoryView:
     copies. ``view.prefix`` copies a tuple column, and the retriever's release of the
     previous round's copy (about 1 ms at 100k steps) would land inside the timed add."""
     return grown_prefix(view, t)
+
+
+def repeated_view(view: MemoryView, repeats: int) -> MemoryView:
+    """``view``'s steps ``repeats`` times over, each copy with its own subgoals and
+    entities (a memory holding the same steps many times: equal embeddings, and OSUs
+    with equal centroids)."""
+    idx = np.tile(np.arange(view.n), repeats)
+    copy = np.arange(idx.size) // view.n
+    return MemoryView.build(
+        embeddings=view.embeddings[idx],
+        costs=view.costs[idx],
+        tool_actions=[view.tool_actions[i] for i in idx],
+        tool_signatures=[view.tool_signatures[i] for i in idx],
+        entities=tuple(
+            frozenset(f"{e}#{c}" for e in view.entities[i]) for i, c in zip(idx, copy, strict=True)
+        ),
+        subgoals=[f"{view.subgoals[i]}#{c}" for i, c in zip(idx, copy, strict=True)],
+        texts=[view.texts[i] for i in idx],
+    )
+
+
+def shared_steps(embeddings: NDArray[np.float32], a: NDArray[Any], b: NDArray[Any]) -> int:
+    """How many of the steps at positions ``a`` are among those at ``b``, equal copies
+    of a step (equal embedding rows) counted as that step: an exact scan breaks ties
+    between copies by position, an index by where its search went."""
+
+    def steps(positions: NDArray[Any]) -> Counter[bytes]:
+        return Counter(embeddings[p].tobytes() for p in np.asarray(positions).tolist())
+
+    return (steps(a) & steps(b)).total()
 
 
 def step_of(data: ScaleData, p: int) -> Step:
