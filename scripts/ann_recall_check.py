@@ -74,6 +74,8 @@ def main() -> None:
         "--json", action="store_true", help="print the recalls as JSON (set → k → tier)"
     )
     args = ap.parse_args()
+    if args.repeats < 1 or args.n < args.repeats:
+        ap.error("--repeats must be at least 1 and at most --n")
     threadpool_limits(1)
     data = generate(args.n, args.dim, 0, args.queries)
     sets = {

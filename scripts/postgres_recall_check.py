@@ -66,6 +66,8 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--queries", type=int, default=50)
     args = ap.parse_args()
+    if args.n < 1000 or args.dim < 1 or args.queries < 1:  # the index answers from 1,000
+        ap.error("--n must be at least 1000, --dim and --queries at least 1")
     data = generate(args.n, args.dim, 1000, args.queries)
     rng = np.random.default_rng(1)
     sets = {

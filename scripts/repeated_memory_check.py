@@ -33,6 +33,8 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=30)
     ap.add_argument("--budget", type=int, default=256)
     args = ap.parse_args()
+    if min(args.steps, args.repeats, args.queries, args.budget) < 1:
+        ap.error("--steps, --repeats, --queries and --budget must be at least 1")
     threadpool_limits(1)
     data = generate(args.steps, 384, args.seed, args.queries)
     view = repeated_view(data.view, args.repeats)
